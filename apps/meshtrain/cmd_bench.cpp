@@ -1,0 +1,12 @@
+#include "commands.h"
+
+namespace meshtrain::cli {
+
+void register_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks that print figures next to a peer's");
+  bench->require_subcommand(1);
+  register_bench_train(*bench);
+  register_bench_comm(*bench);
+}
+
+}  // namespace meshtrain::cli

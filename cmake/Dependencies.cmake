@@ -1,0 +1,31 @@
+# Every third-party library comes from Debian packages (scripts/install-deps.sh).
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+
+# OpenBLAS: prefer the OpenMP build so BLAS calls made inside our own OpenMP
+# regions run single-threaded instead of oversubscribing the cores.
+find_library(OPENBLAS_LIB NAMES openblas
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+  NO_DEFAULT_PATH)
+if(NOT OPENBLAS_LIB)
+  find_library(OPENBLAS_LIB NAMES openblas REQUIRED)
+endif()
+find_path(CBLAS_INCLUDE_DIR NAMES cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp
+        /usr/include/openblas /usr/include REQUIRED)
+add_library(meshtrain_blas INTERFACE)
+target_link_libraries(meshtrain_blas INTERFACE ${OPENBLAS_LIB})
+target_include_directories(meshtrain_blas INTERFACE ${CBLAS_INCLUDE_DIR})
+message(STATUS "OpenBLAS: ${OPENBLAS_LIB} (cblas.h in ${CBLAS_INCLUDE_DIR})")
+
+set(MESHTRAIN_HAVE_MPI OFF)
+if(MESHTRAIN_WITH_MPI)
+  find_package(MPI COMPONENTS C)
+  if(MPI_C_FOUND)
+    set(MESHTRAIN_HAVE_MPI ON)
+  endif()
+endif()
+message(STATUS "MPI transport: ${MESHTRAIN_HAVE_MPI}")

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian package that meshtrain's build, tests and main job need.
+# Idempotent and non-interactive; skips apt entirely when all are present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libopenblas-openmp-dev          # GEMM (OpenMP build: shares our thread pool)
+  libopenmpi-dev openmpi-bin      # MPI transport and the MPI_Allreduce peer
+  nlohmann-json3-dev              # configs, safetensors headers, checkpoint indexes
+  libcli11-dev                    # command line
+  libfmt-dev                      # formatting
+  libgtest-dev libgmock-dev       # tests
+  libbenchmark-dev                # micro-benchmarks
+  libzstd-dev                     # compression
+  fortunes                        # English text for the default corpus
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,74 @@
+// GPT-2 model with explicit forward and backward (no autograd): parameters in
+// one flat buffer, gradients in another, activations laid out up front for the
+// largest (B, T) seen.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "meshtrain/core/tensor.h"
+#include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/gpt_params.h"
+
+namespace meshtrain {
+
+struct GPTActivations;  // defined in gpt_activations.h
+
+class GPT {
+ public:
+  explicit GPT(const GPTConfig& cfg);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  // GPT-2 initialization: N(0, 0.02) weights, residual projections scaled by
+  // 1/sqrt(2L), zero biases, unit LayerNorm gains; padded vocab rows zero.
+  void init_weights(uint64_t seed);
+
+  const GPTConfig& config() const { return cfg_; }
+  GPTParams& params() { return params_; }
+  const GPTParams& params() const { return params_; }
+  GPTParams& grads() { return grads_; }
+  const GPTParams& grads() const { return grads_; }
+
+  // Forward on inputs (B,T) of token ids. With targets (B,T), returns the mean
+  // cross-entropy loss (targets < 0 are ignored); without, returns NaN and only
+  // logits are computed. T may be shorter than config().seq_len, never longer.
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Logits of the last forward, (B, T, padded_vocab); after backward() the
+  // buffer holds the logit gradients instead.
+  const float* logits() const;
+  // Per-position losses of the last forward with targets, (B, T).
+  const float* losses() const;
+
+  // Accumulates d(loss * loss_scale)/d(params) into grads() for the last
+  // forward (which must have had targets). loss_scale = 1/grad_accum for
+  // accumulation, or the fp16 loss scale.
+  void backward(float loss_scale = 1.0f);
+  void zero_grad();
+
+  // Called during backward each time a contiguous range [begin, end) of the
+  // gradient buffer has received its last contribution, in the order backward
+  // produces them (last layer first). Data parallelism launches bucket
+  // reductions from here.
+  using GradReadyHook = std::function<void(int64_t begin, int64_t end)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+
+  // Bytes of activations (and backward scratch) laid out for (B, T).
+  static int64_t activation_bytes(const GPTConfig& cfg, int B, int T);
+
+ private:
+  void ensure_activations(int B, int T);
+  GPTConfig cfg_;
+  Tensor param_buf_, grad_buf_;
+  GPTParams params_, grads_;
+  std::unique_ptr<GPTActivations> acts_;
+  int B_ = 0, T_ = 0;          // shape of the last forward
+  bool have_targets_ = false;
+  float mean_loss_ = 0.f;
+  const int32_t* last_inputs_ = nullptr;
+  std::vector<int32_t> inputs_copy_, targets_copy_;
+  GradReadyHook grad_ready_hook_;
+};
+
+}  // namespace meshtrain

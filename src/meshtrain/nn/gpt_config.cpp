@@ -1,0 +1,77 @@
+#include "meshtrain/nn/gpt_config.h"
+
+#include <fmt/format.h>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+int pad_vocab(int v) {
+  int m = v > 1024 ? 128 : 64;
+  return (v + m - 1) / m * m;
+}
+
+int64_t GPTConfig::num_params() const {
+  const int64_t C = n_embd, L = n_layer, Vp = padded_vocab, T = seq_len;
+  int64_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
+                      4 * C * C + C;
+  return Vp * C + T * C + L * per_layer + 2 * C;
+}
+
+int64_t GPTConfig::num_params_non_embedding_pos() const {
+  return num_params() - static_cast<int64_t>(seq_len) * n_embd;
+}
+
+double GPTConfig::flops_per_token(int T) const {
+  return 6.0 * static_cast<double>(num_params_non_embedding_pos()) +
+         6.0 * n_layer * static_cast<double>(n_embd) * T;
+}
+
+void GPTConfig::validate() const {
+  MT_CHECK(n_layer >= 1, "model.n_layer must be >= 1 (got {})", n_layer);
+  MT_CHECK(n_head >= 1, "model.n_head must be >= 1 (got {})", n_head);
+  MT_CHECK(n_embd >= 1 && n_embd % n_head == 0,
+           "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
+  MT_CHECK(seq_len >= 1, "model.seq_len must be >= 1 (got {})", seq_len);
+  MT_CHECK(vocab_size >= 2 && vocab_size <= 65536,
+           "model.vocab_size must be in [2, 65536] (tokens are uint16), got {}", vocab_size);
+  MT_CHECK(padded_vocab >= vocab_size, "padded vocabulary {} is smaller than vocabulary {}",
+           padded_vocab, vocab_size);
+}
+
+std::string GPTConfig::describe() const {
+  return fmt::format("GPT L={} H={} C={} T={} V={} (padded {}), {:.2f}M parameters", n_layer,
+                     n_head, n_embd, seq_len, vocab_size, padded_vocab, num_params() / 1e6);
+}
+
+static GPTConfig make(int L, int H, int C, int T, int V) {
+  GPTConfig c;
+  c.n_layer = L;
+  c.n_head = H;
+  c.n_embd = C;
+  c.seq_len = T;
+  c.vocab_size = V;
+  c.padded_vocab = pad_vocab(V);
+  return c;
+}
+
+std::vector<std::string> gpt_preset_names() {
+  return {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "char-6L", "char-2L", "tiny"};
+}
+
+GPTConfig gpt_preset(const std::string& name) {
+  if (name == "gpt2") return make(12, 12, 768, 1024, 50257);
+  if (name == "gpt2-medium") return make(24, 16, 1024, 1024, 50257);
+  if (name == "gpt2-large") return make(36, 20, 1280, 1024, 50257);
+  if (name == "gpt2-xl") return make(48, 25, 1600, 1024, 50257);
+  // nanoGPT's character-level Shakespeare shape, with a byte vocabulary.
+  if (name == "char-6L") return make(6, 6, 384, 256, 256);
+  if (name == "char-2L") return make(2, 4, 128, 128, 256);
+  // For tests: small enough for finite differences.
+  if (name == "tiny") return make(2, 2, 16, 16, 61);
+  std::string names;
+  for (auto& n : gpt_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  throw Error(fmt::format("unknown model preset '{}' (known: {})", name, names));
+}
+
+}  // namespace meshtrain

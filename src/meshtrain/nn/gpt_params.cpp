@@ -1,0 +1,72 @@
+#include "meshtrain/nn/gpt_params.h"
+
+namespace meshtrain {
+
+GPTParams GPTParams::view(const GPTConfig& cfg, const Tensor& flat) {
+  MT_CHECK(flat.numel() == cfg.num_params(), "flat buffer has {} elements, model needs {}",
+           flat.numel(), cfg.num_params());
+  const int64_t C = cfg.n_embd;
+  GPTParams p;
+  p.flat = flat;
+  int64_t off = 0;
+  auto take = [&](Shape s) {
+    Tensor t = flat.slice_flat(off, shape_numel(s)).reshape(s);
+    off += t.numel();
+    return t;
+  };
+  p.wte = take({cfg.padded_vocab, C});
+  p.wpe = take({cfg.seq_len, C});
+  p.layers.resize(cfg.n_layer);
+  for (auto& l : p.layers) {
+    l.ln1w = take({C});
+    l.ln1b = take({C});
+    l.qkvw = take({3 * C, C});
+    l.qkvb = take({3 * C});
+    l.attprojw = take({C, C});
+    l.attprojb = take({C});
+    l.ln2w = take({C});
+    l.ln2b = take({C});
+    l.fcw = take({4 * C, C});
+    l.fcb = take({4 * C});
+    l.fcprojw = take({C, 4 * C});
+    l.fcprojb = take({C});
+  }
+  p.lnfw = take({C});
+  p.lnfb = take({C});
+  MT_CHECK(off == flat.numel(), "parameter layout covers {} of {} elements", off, flat.numel());
+  return p;
+}
+
+std::vector<std::pair<std::string, Tensor>> GPTParams::named() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back("wte.weight", wte);
+  out.emplace_back("wpe.weight", wpe);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& l = layers[i];
+    std::string h = "h." + std::to_string(i) + ".";
+    out.emplace_back(h + "ln_1.weight", l.ln1w);
+    out.emplace_back(h + "ln_1.bias", l.ln1b);
+    out.emplace_back(h + "attn.c_attn.weight", l.qkvw);
+    out.emplace_back(h + "attn.c_attn.bias", l.qkvb);
+    out.emplace_back(h + "attn.c_proj.weight", l.attprojw);
+    out.emplace_back(h + "attn.c_proj.bias", l.attprojb);
+    out.emplace_back(h + "ln_2.weight", l.ln2w);
+    out.emplace_back(h + "ln_2.bias", l.ln2b);
+    out.emplace_back(h + "mlp.c_fc.weight", l.fcw);
+    out.emplace_back(h + "mlp.c_fc.bias", l.fcb);
+    out.emplace_back(h + "mlp.c_proj.weight", l.fcprojw);
+    out.emplace_back(h + "mlp.c_proj.bias", l.fcprojb);
+  }
+  out.emplace_back("ln_f.weight", lnfw);
+  out.emplace_back("ln_f.bias", lnfb);
+  return out;
+}
+
+std::pair<int64_t, int64_t> GPTParams::layer_range(int l) const {
+  const auto& L = layers.at(l);
+  int64_t begin = L.ln1w.offset() - flat.offset();
+  int64_t end = L.fcprojb.offset() - flat.offset() + L.fcprojb.numel();
+  return {begin, end};
+}
+
+}  // namespace meshtrain

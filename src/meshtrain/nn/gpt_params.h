@@ -1,0 +1,41 @@
+// Named views of a GPT's parameters (or gradients) inside one flat buffer.
+//
+// Layout is layer-major so that backward, which walks layers from last to
+// first, finishes contiguous ranges of the gradient buffer one after another
+// (data-parallel buckets and pipeline stages are contiguous ranges):
+//   wte (Vp,C) | wpe (T,C) | layer 0 | layer 1 | ... | ln_f.weight (C) | ln_f.bias (C)
+//   layer l = ln_1.{weight,bias} (C), attn.c_attn.weight (3C,C), .bias (3C),
+//             attn.c_proj.weight (C,C), .bias (C), ln_2.{weight,bias} (C),
+//             mlp.c_fc.weight (4C,C), .bias (4C), mlp.c_proj.weight (C,4C), .bias (C)
+// Matrices are stored (out, in) like torch.nn.Linear; Hugging Face GPT-2
+// checkpoints store Conv1D weights (in, out) and are transposed on import.
+// Names follow Hugging Face GPT-2 without the "transformer." prefix.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshtrain/core/tensor.h"
+#include "meshtrain/nn/gpt_config.h"
+
+namespace meshtrain {
+
+struct GPTLayerParams {
+  Tensor ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+};
+
+struct GPTParams {
+  Tensor wte, wpe;
+  std::vector<GPTLayerParams> layers;
+  Tensor lnfw, lnfb;
+  Tensor flat;  // the whole buffer, 1-D
+
+  // Views into `flat`, which must hold exactly cfg.num_params() elements.
+  static GPTParams view(const GPTConfig& cfg, const Tensor& flat);
+  // Every parameter with its name, in buffer order.
+  std::vector<std::pair<std::string, Tensor>> named() const;
+  // Element range [begin, end) of layer l inside the flat buffer.
+  std::pair<int64_t, int64_t> layer_range(int l) const;
+};
+
+}  // namespace meshtrain
