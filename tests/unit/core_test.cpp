@@ -1,3 +1,4 @@
+// test-links: mt_core
 #include <gtest/gtest.h>
 
 #include <cmath>

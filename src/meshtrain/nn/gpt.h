@@ -66,7 +66,7 @@ class GPT {
   int B_ = 0, T_ = 0;          // shape of the last forward
   bool have_targets_ = false;
   float mean_loss_ = 0.f;
-  const int32_t* last_inputs_ = nullptr;
+  int64_t counted_ = 0;  // positions with a target in the last forward
   std::vector<int32_t> inputs_copy_, targets_copy_;
   GradReadyHook grad_ready_hook_;
 };

@@ -1,0 +1,25 @@
+// Causal multi-head self-attention on a packed qkv tensor, flash-style: the
+// forward keeps only each row's log-sum-exp, and the backward recomputes the
+// probabilities. At most one head's block of Tb x T scores per thread exists
+// at a time.
+#pragma once
+#include <cstdint>
+
+namespace meshtrain::cpu {
+
+constexpr int64_t kAttentionRowBlock = 64;
+
+// Floats of scratch each thread needs for sequence length T and head size hd.
+int64_t attention_workspace_floats(int64_t T, int64_t hd);
+
+// qkv (B,T,3C) with q,k,v each split into NH heads of hd = C/NH channels.
+// out (B,T,C); lse (B,NH,T). workspace holds nthreads * attention_workspace_floats.
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH, float* workspace, int nthreads);
+
+// dqkv (B,T,3C) is overwritten. out and lse are the forward's results.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                        float* workspace, int nthreads);
+
+}  // namespace meshtrain::cpu

@@ -1,0 +1,66 @@
+#include "meshtrain/kernels/cpu/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace meshtrain::cpu {
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* Cm,
+           int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
+              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, Cm,
+              static_cast<blasint>(ldc));
+}
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int64_t C, int64_t OC, bool accumulate) {
+  float beta = accumulate ? 1.0f : 0.0f;
+  if (bias) {
+    // Seed the output with the bias (added to it when accumulating) so the
+    // GEMM's beta=1 pass fuses the bias add.
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      float* row = out + i * OC;
+      if (accumulate) {
+        for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
+      } else {
+        std::memcpy(row, bias, sizeof(float) * OC);
+      }
+    }
+    beta = 1.0f;
+  }
+  sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
+void add_column_sums(float* out, const float* m, int64_t N, int64_t OC) {
+  // Each thread owns a block of columns and walks all rows in order, so the
+  // sum order does not depend on the thread count.
+  const int64_t block = 64;
+  const int64_t nblocks = (OC + block - 1) / block;
+#pragma omp parallel for schedule(static)
+  for (int64_t bi = 0; bi < nblocks; ++bi) {
+    const int64_t o0 = bi * block, o1 = std::min(OC, o0 + block);
+    float acc[block];
+    for (int64_t o = o0; o < o1; ++o) acc[o - o0] = 0.f;
+    for (int64_t i = 0; i < N; ++i) {
+      const float* row = m + i * OC;
+      for (int64_t o = o0; o < o1; ++o) acc[o - o0] += row[o];
+    }
+    for (int64_t o = o0; o < o1; ++o) out[o] += acc[o - o0];
+  }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
+                     bool accumulate_dinp) {
+  if (dinp) sgemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate_dinp ? 1.f : 0.f, dinp, C);
+  if (dweight) sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dbias) add_column_sums(dbias, dout, N, OC);
+}
+
+}  // namespace meshtrain::cpu

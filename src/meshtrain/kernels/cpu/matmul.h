@@ -1,0 +1,28 @@
+// Linear layers through OpenBLAS sgemm. Row-major; weights are (out, in) like
+// torch.nn.Linear. Backward accumulates into weight and bias gradients.
+#pragma once
+#include <cstdint>
+
+namespace meshtrain::cpu {
+
+// out (N, OC) = inp (N, C) @ weight^T (C, OC) + bias. With accumulate=true the
+// result is added to what `out` already holds (used to fuse residual adds).
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int64_t C, int64_t OC, bool accumulate = false);
+
+// dinp (N, C) = dout @ weight (overwritten, or added when accumulate_dinp);
+// dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums of dout.
+// Any of dinp, dweight, dbias may be null to skip it.
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
+                     bool accumulate_dinp = false);
+
+// Column sums of a (N, OC) matrix added into out (OC); deterministic order.
+void add_column_sums(float* out, const float* m, int64_t N, int64_t OC);
+
+// Plain GEMM helpers on row-major matrices, C = alpha*op(A)*op(B) + beta*C.
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* Cm,
+           int64_t ldc);
+
+}  // namespace meshtrain::cpu

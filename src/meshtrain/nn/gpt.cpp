@@ -1,0 +1,211 @@
+#include "meshtrain/nn/gpt.h"
+
+#include <cmath>
+#include <limits>
+
+#include "meshtrain/core/rng.h"
+#include "meshtrain/core/threads.h"
+#include "meshtrain/kernels/cpu/attention.h"
+#include "meshtrain/kernels/cpu/elementwise.h"
+#include "meshtrain/kernels/cpu/encoder.h"
+#include "meshtrain/kernels/cpu/gelu.h"
+#include "meshtrain/kernels/cpu/layernorm.h"
+#include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
+#include "meshtrain/nn/gpt_activations.h"
+
+namespace meshtrain {
+
+using namespace cpu;
+
+GPT::GPT(const GPTConfig& cfg) : cfg_(cfg) {
+  cfg_.validate();
+  param_buf_ = Tensor::zeros({cfg_.num_params()}, DType::F32, MemCategory::Parameters);
+  grad_buf_ = Tensor::zeros({cfg_.num_params()}, DType::F32, MemCategory::Gradients);
+  params_ = GPTParams::view(cfg_, param_buf_);
+  grads_ = GPTParams::view(cfg_, grad_buf_);
+}
+
+GPT::~GPT() = default;
+
+void GPT::init_weights(uint64_t seed) {
+  Rng rng(seed);
+  const float std = 0.02f;
+  const float resid_std = std / std::sqrt(2.0f * cfg_.n_layer);
+  auto normal = [&](const Tensor& t, float s) {
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = s * rng.normal();
+  };
+  auto fill = [](const Tensor& t, float v) {
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = v;
+  };
+  param_buf_.zero_();
+  // Real vocabulary rows only; padded rows stay zero.
+  normal(params_.wte.slice_flat(0, static_cast<int64_t>(cfg_.vocab_size) * cfg_.n_embd), std);
+  normal(params_.wpe, std);
+  for (auto& l : params_.layers) {
+    fill(l.ln1w, 1.f);
+    fill(l.ln2w, 1.f);
+    normal(l.qkvw, std);
+    normal(l.attprojw, resid_std);
+    normal(l.fcw, std);
+    normal(l.fcprojw, resid_std);
+  }
+  fill(params_.lnfw, 1.f);
+}
+
+int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T) {
+  return 4 * (GPTActivations::buffer_floats(cfg, B, T) +
+              GPTActivations::workspace_floats(cfg, T, thread_count()));
+}
+
+void GPT::ensure_activations(int B, int T) {
+  const int nt = thread_count();
+  if (acts_ && acts_->B == B && acts_->T == T && acts_->nthreads == nt) return;
+  acts_.reset();  // free first so peak memory holds one layout
+  acts_ = std::make_unique<GPTActivations>(cfg_, B, T, nt);
+}
+
+const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
+const float* GPT::losses() const { return acts_ ? acts_->losses : nullptr; }
+
+void GPT::zero_grad() { grad_buf_.zero_(); }
+
+float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  MT_CHECK(B >= 1, "batch size must be >= 1 (got {})", B);
+  MT_CHECK(T >= 1 && T <= cfg_.seq_len,
+           "sequence length {} is outside [1, {}] (the model's context, model.seq_len)", T,
+           cfg_.seq_len);
+  const int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
+  const int64_t BT = static_cast<int64_t>(B) * T;
+  for (int64_t i = 0; i < BT; ++i) {
+    MT_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id {} at batch {} position {} is outside the "
+             "vocabulary [0, {})", inputs[i], i / T, i % T, V);
+    if (targets)
+      MT_CHECK(targets[i] < V, "target id {} at batch {} position {} is outside the vocabulary "
+               "[0, {})", targets[i], i / T, i % T, V);
+  }
+  ensure_activations(B, T);
+  GPTActivations& a = *acts_;
+  // The activation buffers are laid out for (B, T); strides below use them.
+  B_ = B;
+  T_ = T;
+  inputs_copy_.assign(inputs, inputs + BT);
+  if (targets) targets_copy_.assign(targets, targets + BT);
+  have_targets_ = targets != nullptr;
+
+  encoder_forward(a.encoded, inputs, params_.wte.data<float>(), params_.wpe.data<float>(), B, T, C);
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const GPTLayerParams& p = params_.layers[l];
+    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+    float* ln1 = a.ln1 + l * BT * C;
+    float* qkv = a.qkv + l * BT * 3 * C;
+    float* atty = a.atty + l * BT * C;
+    float* residual2 = a.residual2 + l * BT * C;
+    float* ln2 = a.ln2 + l * BT * C;
+    float* fch = a.fch + l * BT * 4 * C;
+    float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
+    float* residual3 = a.residual3 + l * BT * C;
+
+    layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, p.ln1w.data<float>(),
+                      p.ln1b.data<float>(), BT, C);
+    matmul_forward(qkv, ln1, p.qkvw.data<float>(), p.qkvb.data<float>(), BT, C, 3 * C);
+    attention_forward(atty, a.att_lse + l * B * NH * T, qkv, B, T, C, NH,
+                      a.workspace.data<float>(), a.nthreads);
+    // residual2 = residual + atty @ Wproj^T + b (the add is fused into the GEMM)
+    copy(residual2, residual, BT * C);
+    matmul_forward(residual2, atty, p.attprojw.data<float>(), p.attprojb.data<float>(), BT, C, C,
+                   /*accumulate=*/true);
+    layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2,
+                      p.ln2w.data<float>(), p.ln2b.data<float>(), BT, C);
+    matmul_forward(fch, ln2, p.fcw.data<float>(), p.fcb.data<float>(), BT, C, 4 * C);
+    gelu_forward(fch_gelu, fch, BT * 4 * C);
+    copy(residual3, residual2, BT * C);
+    matmul_forward(residual3, fch_gelu, p.fcprojw.data<float>(), p.fcprojb.data<float>(), BT,
+                   4 * C, C, /*accumulate=*/true);
+  }
+  const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
+  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, params_.lnfw.data<float>(),
+                    params_.lnfb.data<float>(), BT, C);
+  matmul_forward(a.logits, a.lnf, params_.wte.data<float>(), nullptr, BT, C, Vp);
+  if (!targets) return std::numeric_limits<float>::quiet_NaN();
+
+  const int64_t counted = softmax_cross_entropy_forward(a.losses, a.logits, targets, BT, V, Vp);
+  MT_CHECK(counted > 0, "every target in the batch is ignored (< 0); nothing to learn from");
+  double sum = 0.0;
+  for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
+  mean_loss_ = static_cast<float>(sum / counted);
+  counted_ = counted;
+  return mean_loss_;
+}
+
+void GPT::backward(float loss_scale) {
+  MT_CHECK(acts_ && have_targets_, "backward() needs a forward() with targets first");
+  GPTActivations& a = *acts_;
+  const int B = B_, T = T_;
+  const int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
+  const int64_t BT = static_cast<int64_t>(B) * T;
+  const int32_t* targets = targets_copy_.data();
+  const int64_t total = cfg_.num_params();
+
+  // Classifier: logits -> dlogits in place, then through the tied embedding.
+  softmax_cross_entropy_backward(a.logits, targets, loss_scale / static_cast<float>(counted_), BT,
+                                 V, Vp);
+  float* dlnf = a.dbtc;
+  matmul_backward(dlnf, grads_.wte.data<float>(), nullptr, a.logits, a.lnf,
+                  params_.wte.data<float>(), BT, C, Vp);
+  // Residual-stream gradient starts at zero; layernorm backward accumulates.
+  float* dres = a.dresidual;
+  std::fill(dres, dres + BT * C, 0.f);
+  const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
+  layernorm_backward(dres, grads_.lnfw.data<float>(), grads_.lnfb.data<float>(), dlnf, last,
+                     params_.lnfw.data<float>(), a.lnf_mean, a.lnf_rstd, BT, C);
+  if (grad_ready_hook_) grad_ready_hook_(total - 2 * C, total);
+
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    const GPTLayerParams& p = params_.layers[l];
+    GPTLayerParams& g = grads_.layers[l];
+    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+    const float* ln1 = a.ln1 + l * BT * C;
+    const float* qkv = a.qkv + l * BT * 3 * C;
+    const float* atty = a.atty + l * BT * C;
+    const float* residual2 = a.residual2 + l * BT * C;
+    const float* ln2 = a.ln2 + l * BT * C;
+    const float* fch = a.fch + l * BT * 4 * C;
+    const float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
+    float* dbt4c = a.dbt4c;
+    float* dbtc = a.dbtc;
+
+    // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+    matmul_backward(dbt4c, g.fcprojw.data<float>(), g.fcprojb.data<float>(), dres, fch_gelu,
+                    p.fcprojw.data<float>(), BT, 4 * C, C);
+    gelu_backward(dbt4c, fch, dbt4c, BT * 4 * C);
+    matmul_backward(dbtc, g.fcw.data<float>(), g.fcb.data<float>(), dbt4c, ln2,
+                    p.fcw.data<float>(), BT, C, 4 * C);
+    layernorm_backward(dres, g.ln2w.data<float>(), g.ln2b.data<float>(), dbtc, residual2,
+                       p.ln2w.data<float>(), a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
+    // Attention: residual2 = residual + attproj(attn(qkv(ln1(residual))))
+    matmul_backward(dbtc, g.attprojw.data<float>(), g.attprojb.data<float>(), dres, atty,
+                    p.attprojw.data<float>(), BT, C, C);
+    float* dqkv = dbt4c;
+    attention_backward(dqkv, dbtc, qkv, atty, a.att_lse + l * B * NH * T, B, T, C, NH,
+                       a.workspace.data<float>(), a.nthreads);
+    matmul_backward(dbtc, g.qkvw.data<float>(), g.qkvb.data<float>(), dqkv, ln1,
+                    p.qkvw.data<float>(), BT, C, 3 * C);
+    layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
+                       p.ln1w.data<float>(), a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
+    if (grad_ready_hook_) {
+      auto [b, e] = params_.layer_range(l);
+      grad_ready_hook_(b, e);
+    }
+  }
+  encoder_backward(grads_.wte.data<float>(), grads_.wpe.data<float>(), dres, inputs_copy_.data(),
+                   B, T, C);
+  if (grad_ready_hook_) {
+    auto [b, e] = params_.layer_range(0);
+    grad_ready_hook_(0, b);
+  }
+}
+
+}  // namespace meshtrain

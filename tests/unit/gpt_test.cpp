@@ -1,0 +1,144 @@
+// test-links: mt_nn
+// Whole-model checks of the hand-written GPT backward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "gradcheck.h"
+#include "meshtrain/core/rng.h"
+#include "meshtrain/nn/gpt.h"
+
+using namespace meshtrain;
+
+namespace {
+GPTConfig tiny() { return gpt_preset("tiny"); }
+
+std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(r.below(V));
+  return t;
+}
+
+// Random small biases and gains so every gradient path is non-trivial.
+void perturb(GPT& m, uint64_t seed) {
+  Rng r(seed);
+  for (auto& [name, t] : m.params().named()) {
+    if (name.find("bias") != std::string::npos || name.find("ln_") != std::string::npos) {
+      float* p = t.data<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] += 0.1f * r.normal();
+    }
+  }
+}
+}  // namespace
+
+TEST(gpt, whole_model_gradient_matches_finite_differences) {
+  GPT m(tiny());
+  m.init_weights(7);
+  perturb(m, 8);
+  const int B = 2, T = 9;
+  auto in = tokens(B * T, m.config().vocab_size, 1), tg = tokens(B * T, m.config().vocab_size, 2);
+  m.zero_grad();
+  m.forward(in.data(), tg.data(), B, T);
+  m.backward();
+  // Check a spread of parameters in every named tensor.
+  for (auto& [name, p] : m.params().named()) {
+    if (name == "wte.weight") continue;  // checked below on real rows only
+    Tensor g;
+    for (auto& [gn, gt] : m.grads().named())
+      if (gn == name) g = gt;
+    float* pd = p.data<float>();
+    const float* gd = g.data<float>();
+    const int64_t n = p.numel();
+    const int64_t step = std::max<int64_t>(1, n / 6);
+    for (int64_t i = 0; i < n; i += step) {
+      const float eps = 1e-2f, orig = pd[i];
+      pd[i] = orig + eps;
+      double lp = m.forward(in.data(), tg.data(), B, T);
+      pd[i] = orig - eps;
+      double lm = m.forward(in.data(), tg.data(), B, T);
+      pd[i] = orig;
+      double num = (lp - lm) / (2 * eps);
+      EXPECT_NEAR(gd[i], num, 2e-4 + 3e-2 * std::fabs(num)) << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(gpt, forward_is_deterministic_and_loss_near_log_vocab_at_init) {
+  GPT m(tiny());
+  m.init_weights(3);
+  const int B = 3, T = 16;
+  auto in = tokens(B * T, 61, 4), tg = tokens(B * T, 61, 5);
+  float l1 = m.forward(in.data(), tg.data(), B, T);
+  float l2 = m.forward(in.data(), tg.data(), B, T);
+  EXPECT_EQ(l1, l2);
+  EXPECT_NEAR(l1, std::log(61.0), 0.1);  // near-uniform predictions at init
+  // Padded vocabulary rows of wte are zero, so padded logits are exactly 0.
+  const float* lg = m.logits();
+  EXPECT_EQ(lg[61], 0.f);
+}
+
+TEST(gpt, grad_ready_hook_covers_the_buffer_once_from_the_end) {
+  GPT m(tiny());
+  m.init_weights(1);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  m.set_grad_ready_hook([&](int64_t b, int64_t e) { ranges.emplace_back(b, e); });
+  auto in = tokens(16, 61, 1);
+  m.forward(in.data(), in.data(), 1, 16);
+  m.backward();
+  ASSERT_EQ(ranges.size(), static_cast<size_t>(m.config().n_layer + 2));
+  EXPECT_EQ(ranges.front().second, m.config().num_params());
+  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_EQ(ranges[i].second, ranges[i - 1].first);
+  EXPECT_EQ(ranges.back().first, 0);
+}
+
+TEST(gpt, gradient_accumulation_equals_larger_batch) {
+  // Two half-batches with loss_scale 1/2 give the full batch's gradient.
+  GPT a(tiny()), b(tiny());
+  a.init_weights(11);
+  b.init_weights(11);
+  auto in = tokens(4 * 16, 61, 12), tg = tokens(4 * 16, 61, 13);
+  a.zero_grad();
+  a.forward(in.data(), tg.data(), 4, 16);
+  a.backward();
+  b.zero_grad();
+  b.forward(in.data(), tg.data(), 2, 16);
+  b.backward(0.5f);
+  b.forward(in.data() + 32, tg.data() + 32, 2, 16);
+  b.backward(0.5f);
+  const float* ga = a.grads().flat.data<float>();
+  const float* gb = b.grads().flat.data<float>();
+  for (int64_t i = 0; i < a.config().num_params(); ++i)
+    ASSERT_NEAR(ga[i], gb[i], 1e-6 + 1e-4 * std::fabs(ga[i])) << i;
+}
+
+TEST(gpt, bad_inputs_give_clear_errors) {
+  GPT m(tiny());
+  m.init_weights(1);
+  std::vector<int32_t> in(2 * 20, 1);
+  try {
+    m.forward(in.data(), nullptr, 2, 20);
+    FAIL() << "expected an error for a context longer than the model's";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.seq_len"), std::string::npos) << e.what();
+  }
+  in[5] = 99;
+  try {
+    m.forward(in.data(), nullptr, 2, 10);
+    FAIL() << "expected an error for a token outside the vocabulary";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 99"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(m.backward(), Error);  // no forward with targets yet
+}
+
+TEST(gpt, presets_have_expected_parameter_counts) {
+  // GPT-2 small: 124,475,904 parameters with the 50304-padded vocabulary
+  // (124,439,808 with V=50257, the figure usually quoted).
+  EXPECT_EQ(gpt_preset("gpt2").num_params(), 124475904);
+  EXPECT_EQ(gpt_preset("gpt2").padded_vocab, 50304);
+  EXPECT_EQ(gpt_preset("char-6L").padded_vocab, 256);
+  EXPECT_EQ(gpt_preset("tiny").padded_vocab, 64);
+  EXPECT_THROW(gpt_preset("gpt5"), Error);
+}
