@@ -1,0 +1,117 @@
+#include "meshtrain/io/gpt_model_file.h"
+
+#include <set>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/io/hf_gpt2.h"
+#include "meshtrain/io/llmc_model.h"
+#include "meshtrain/io/model_file_util.h"
+#include "meshtrain/io/safetensors.h"
+
+namespace meshtrain {
+
+using namespace io_detail;
+
+namespace {
+
+constexpr const char* kFormatTag = "meshtrain-gpt";
+
+bool is_meshtrain_file(const SafetensorsFile& f) {
+  auto it = f.metadata().find("format");
+  return it != f.metadata().end() && it->second == kFormatTag;
+}
+
+GPTConfig meshtrain_config(const SafetensorsFile& f) {
+  GPTConfig c;
+  auto get = [&](const char* key) {
+    int v = metadata_int(f.path(), f.metadata(), key);
+    MT_CHECK(v >= 0, "model file {}: metadata lacks '{}'", f.path(), key);
+    return v;
+  };
+  c.n_layer = get("n_layer");
+  c.n_head = get("n_head");
+  c.n_embd = get("n_embd");
+  c.seq_len = get("seq_len");
+  c.vocab_size = get("vocab_size");
+  c.padded_vocab = get("padded_vocab");
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail("model file {}: metadata describes an invalid model: {}", f.path(), e.what());
+  }
+  return c;
+}
+
+void load_meshtrain(const SafetensorsFile& f, const GPTParams& dst, const GPTConfig& cfg) {
+  // The padded vocabulary may differ (only the real rows matter); all else must agree.
+  check_same_config(f.path(), meshtrain_config(f), cfg, /*check_padded_vocab=*/false);
+  std::set<std::string> expected;
+  for (const auto& [name, t] : dst.named()) {
+    expected.insert(name);
+    MT_CHECK(f.contains(name), "model file {}: tensor {} is missing", f.path(), name);
+    const Shape& found = f.info(name).shape;
+    if (name == "wte.weight") {
+      // Any padding of at least vocab_size rows will do.
+      if (found.size() != 2 || found[0] < cfg.vocab_size) check_shape(f.path(), name, found, t.shape());
+      check_shape(f.path(), name, found, {found[0], cfg.n_embd});
+      copy_vocab_rows(read_f32(f, name), t, cfg.vocab_size);
+    } else {
+      check_shape(f.path(), name, found, t.shape());
+      read_weight_into(f, name, t);
+    }
+  }
+  for (const auto& name : f.names())
+    MT_CHECK(expected.count(name), "model file {}: unexpected tensor {} (not part of {})",
+             f.path(), name, cfg.describe());
+}
+
+}  // namespace
+
+std::string_view model_file_format_name(ModelFileFormat f) {
+  switch (f) {
+    case ModelFileFormat::Meshtrain: return "meshtrain safetensors";
+    case ModelFileFormat::HuggingFace: return "Hugging Face GPT-2 safetensors";
+    case ModelFileFormat::LlmC: return "llm.c model";
+  }
+  return "?";
+}
+
+ModelFileFormat detect_model_file_format(const std::string& path) {
+  if (is_llmc_model(path)) return ModelFileFormat::LlmC;
+  auto f = SafetensorsFile::open(path);
+  return is_meshtrain_file(f) ? ModelFileFormat::Meshtrain : ModelFileFormat::HuggingFace;
+}
+
+GPTConfig read_gpt_config(const std::string& path, int n_head_hint) {
+  GPTConfig c;
+  if (is_llmc_model(path)) {
+    c = read_llmc_config(path);
+  } else {
+    auto f = SafetensorsFile::open(path);
+    if (!is_meshtrain_file(f)) return hf_gpt2_config(f, n_head_hint);
+    c = meshtrain_config(f);
+  }
+  MT_CHECK(n_head_hint <= 0 || n_head_hint == c.n_head,
+           "model file {} has n_head={} but n_head={} was requested", path, c.n_head, n_head_hint);
+  return c;
+}
+
+void load_gpt_weights(const std::string& path, const GPTParams& dst, const GPTConfig& cfg) {
+  MT_CHECK(dst.flat.numel() == cfg.num_params(),
+           "loading {}: parameter buffer has {} elements but the config needs {}", path,
+           dst.flat.numel(), cfg.num_params());
+  if (is_llmc_model(path)) return load_llmc_model(path, dst, cfg);
+  auto f = SafetensorsFile::open(path);
+  if (is_meshtrain_file(f)) return load_meshtrain(f, dst, cfg);
+  load_hf_gpt2(f, dst, cfg);
+}
+
+void save_gpt_safetensors(const std::string& path, const GPTParams& params, const GPTConfig& cfg) {
+  auto named = params.named();
+  for (auto& [name, t] : named) t = as_f32(t);
+  auto meta = config_metadata(cfg);
+  meta["format"] = kFormatTag;
+  write_safetensors(path, named, meta);
+}
+
+}  // namespace meshtrain
