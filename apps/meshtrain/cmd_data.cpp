@@ -1,9 +1,133 @@
+// `meshtrain data prepare|synth|inspect`: make and examine token shards.
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "commands.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/data/byte_tokenizer.h"
+#include "meshtrain/data/synth_dataset.h"
+#include "meshtrain/data/text_prepare.h"
+#include "meshtrain/data/token_shard.h"
 
 namespace meshtrain::cli {
 
+namespace {
+
+void print_shards(const char* split, int64_t tokens, const std::vector<std::string>& shards) {
+  fmt::print("{:<5}  {:>12} tokens in {} shard(s)", split, tokens, shards.size());
+  if (!shards.empty()) fmt::print(": {}{}", shards.front(), shards.size() > 1 ? " ..." : "");
+  fmt::print("\n");
+}
+
+void run_prepare(const data::PrepareOptions& o, bool verbose) {
+  if (o.val_fraction < 0.0 || o.val_fraction >= 1.0)
+    throw UsageError(fmt::format("--val-fraction must be in [0, 1), got {}", o.val_fraction));
+  if (o.shard_tokens < 1 || o.shard_tokens > data::kMaxShardTokens)
+    throw UsageError(fmt::format("--shard-tokens must be in [1, {}], got {}",
+                                 data::kMaxShardTokens, o.shard_tokens));
+  if (o.chunk_bytes < 1)
+    throw UsageError(fmt::format("--chunk-bytes must be >= 1, got {}", o.chunk_bytes));
+  const data::PrepareResult r = data::prepare_text(o);
+  fmt::print("read   {} text file(s), {} bytes", r.files_read, r.bytes_read);
+  if (!r.skipped.empty()) fmt::print("; skipped {} (binary or duplicate links)", r.skipped.size());
+  fmt::print("\n");
+  if (verbose)
+    for (const std::string& s : r.skipped) fmt::print("  skipped {}\n", s);
+  fmt::print("chunks {} of ~{} bytes, {} for validation (seed {})\n", r.chunks, o.chunk_bytes,
+             r.val_chunks, o.seed);
+  print_shards("train", r.train_tokens, r.train_shards);
+  print_shards("val", r.val_tokens, r.val_shards);
+  if (o.val_fraction > 0 && r.val_tokens == 0)
+    fmt::print("warning: the input is a single chunk, so the validation split is empty; "
+               "lower --chunk-bytes or add text\n");
+}
+
+void run_synth(const data::SynthOptions& o) {
+  if (o.tokens < 1) throw UsageError(fmt::format("--tokens must be >= 1, got {}", o.tokens));
+  if (o.shard_tokens < 1 || o.shard_tokens > data::kMaxShardTokens)
+    throw UsageError(fmt::format("--shard-tokens must be in [1, {}], got {}",
+                                 data::kMaxShardTokens, o.shard_tokens));
+  const data::SynthResult r = data::write_synth_dataset(o);
+  fmt::print("grammar {} states (grammar seed {}), text seed {}\n", r.num_states, o.grammar_seed,
+             o.seed);
+  print_shards("train", r.train_tokens, r.train_shards);
+  print_shards("val", r.val_tokens, r.val_shards);
+  fmt::print("entropy rate {:.6f} nats/token = {:.6f} bits/token (exact; the best achievable "
+             "loss), written to {}\n", r.entropy_nats, r.entropy_bits, r.entropy_json_path);
+}
+
+void run_inspect(const std::vector<std::string>& paths, int64_t show) {
+  const data::ByteTokenizer tokenizer;
+  for (const std::string& path : paths) {
+    const data::TokenShard shard(path);
+    fmt::print("{}: llm.c token shard version {}, {} tokens of {} bytes\n", path, shard.version(),
+               shard.num_tokens(), shard.token_bytes());
+    const int64_t n = std::min(show, shard.num_tokens());
+    if (n <= 0) continue;
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    shard.read(0, n, tokens.data());
+    bool bytes = true;
+    for (int32_t t : tokens) bytes = bytes && t < data::ByteTokenizer::kVocabSize;
+    if (bytes) {
+      std::string text;
+      for (int32_t t : tokens) text += t == '\n' ? std::string("\n") : tokenizer.token_repr(t);
+      fmt::print("first {} tokens as bytes:\n{}\n", n, text);
+    } else {
+      fmt::print("first {} tokens: {}\n", n, fmt::join(tokens, " "));
+    }
+  }
+}
+
+}  // namespace
+
 void register_data(CLI::App& app) {
-  app.add_subcommand("data", "(not built yet)");
+  CLI::App* data_cmd = app.add_subcommand("data", "Make and inspect token shards");
+  data_cmd->require_subcommand(1);
+
+  auto prepare_opts = std::make_shared<data::PrepareOptions>();
+  auto verbose = std::make_shared<bool>(false);
+  CLI::App* prepare = data_cmd->add_subcommand(
+      "prepare", "Text files or folders -> byte-level DIR/train_*.bin and DIR/val_*.bin");
+  prepare->add_option("--input", prepare_opts->inputs,
+                      "Text file or folder (walked recursively; binary files skipped)")
+      ->required()->expected(1, -1);
+  prepare->add_option("--out", prepare_opts->out_dir, "Output folder")->required();
+  prepare->add_option("--val-fraction", prepare_opts->val_fraction,
+                      "Share of text chunks held out for validation")->capture_default_str();
+  prepare->add_option("--shard-tokens", prepare_opts->shard_tokens, "Tokens per shard at most")
+      ->capture_default_str();
+  prepare->add_option("--seed", prepare_opts->seed, "Seed of the train/val split")
+      ->capture_default_str();
+  prepare->add_option("--chunk-bytes", prepare_opts->chunk_bytes,
+                      "Split unit: chunks of about this many bytes, cut at line ends")
+      ->capture_default_str();
+  prepare->add_flag("-v,--verbose", *verbose, "List the skipped files");
+  prepare->callback([prepare_opts, verbose] { run_prepare(*prepare_opts, *verbose); });
+
+  auto synth_opts = std::make_shared<data::SynthOptions>();
+  CLI::App* synth = data_cmd->add_subcommand(
+      "synth", "Shards of synthetic word-like text with an exactly known entropy rate");
+  synth->add_option("--out", synth_opts->out_dir, "Output folder")->required();
+  synth->add_option("--tokens", synth_opts->tokens, "Training tokens")->required();
+  synth->add_option("--val-tokens", synth_opts->val_tokens,
+                    "Validation tokens (default: tokens / 20)");
+  synth->add_option("--seed", synth_opts->seed, "Seed of the sampled text")->capture_default_str();
+  synth->add_option("--grammar-seed", synth_opts->grammar_seed,
+                    "Seed of the grammar (its probabilities, hence its entropy)")
+      ->capture_default_str();
+  synth->add_option("--shard-tokens", synth_opts->shard_tokens, "Tokens per shard at most")
+      ->capture_default_str();
+  synth->callback([synth_opts] { run_synth(*synth_opts); });
+
+  auto inspect_paths = std::make_shared<std::vector<std::string>>();
+  auto show = std::make_shared<int64_t>(200);
+  CLI::App* inspect = data_cmd->add_subcommand("inspect", "Validate shards and show their start");
+  inspect->add_option("shards", *inspect_paths, "Shard files")->required()->expected(1, -1);
+  inspect->add_option("--show", *show, "Tokens to print from each shard")->capture_default_str();
+  inspect->callback([inspect_paths, show] { run_inspect(*inspect_paths, *show); });
 }
 
 }  // namespace meshtrain::cli
