@@ -46,8 +46,8 @@ void AtomicFileWriter::commit() {
            tmp_path_, path_, errno_str());
   committed_ = true;
   // The rename is durable only once the directory entry is on disk.
-  std::string dir = std::filesystem::path(path_).parent_path().string();
-  if (dir.empty()) dir = ".";
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  const std::filesystem::path dir = parent.empty() ? std::filesystem::path(".") : parent;
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
