@@ -1,0 +1,211 @@
+#include "meshtrain/config/config_convert.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "meshtrain/config/suggest.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+namespace {
+
+using nlohmann::json;
+
+// Typed access to dotted keys; every failure names the key, what was expected,
+// the value found and where it came from.
+class Reader {
+ public:
+  Reader(const json& root, const std::function<std::string(const std::string&)>& origin)
+      : root_(root), origin_(origin) {}
+
+  const json& at(const std::string& path) const {
+    const json* j = &root_;
+    size_t start = 0;
+    while (true) {
+      const size_t dot = path.find('.', start);
+      j = &j->at(path.substr(start, dot - start));
+      if (dot == std::string::npos) return *j;
+      start = dot + 1;
+    }
+  }
+
+  [[noreturn]] void error(const std::string& path, const std::string& what) const {
+    const std::string from = origin_ ? origin_(path) : "";
+    fail("{} {}{}", path, what, from.empty() ? "" : " (from " + from + ")");
+  }
+
+  int64_t integer(const std::string& path, int64_t lo, int64_t hi = INT32_MAX) const {
+    const json& j = at(path);
+    int64_t v = 0;
+    if (j.is_number_unsigned()) {
+      const uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) error(path, fmt::format("must be <= {}, got {}", hi, u));
+      v = static_cast<int64_t>(u);
+    } else if (j.is_number_integer()) {
+      v = j.get<int64_t>();
+    } else if (j.is_number_float() && std::isfinite(j.get<double>()) &&
+               j.get<double>() == std::trunc(j.get<double>()) && std::abs(j.get<double>()) < 9e15) {
+      v = static_cast<int64_t>(j.get<double>());  // 1e3 is a fine way to write 1000
+    } else {
+      error(path, "must be an integer, got " + j.dump());
+    }
+    if (v < lo) error(path, fmt::format("must be >= {}, got {}", lo, v));
+    if (v > hi) error(path, fmt::format("must be <= {}, got {}", hi, v));
+    return v;
+  }
+
+  int small_int(const std::string& path, int lo, int hi = INT32_MAX) const {
+    return static_cast<int>(integer(path, lo, hi));
+  }
+
+  double number(const std::string& path) const {
+    const json& j = at(path);
+    if (!j.is_number()) error(path, "must be a number, got " + j.dump());
+    return j.get<double>();
+  }
+
+  bool boolean(const std::string& path) const {
+    const json& j = at(path);
+    if (!j.is_boolean()) error(path, "must be true or false, got " + j.dump());
+    return j.get<bool>();
+  }
+
+  // Strings; null reads as "" (unset).
+  std::string string(const std::string& path) const {
+    const json& j = at(path);
+    if (j.is_null()) return "";
+    if (!j.is_string()) error(path, "must be a string, got " + j.dump());
+    return j.get<std::string>();
+  }
+
+  std::string choice(const std::string& path, const std::vector<std::string>& allowed) const {
+    const std::string v = string(path);
+    for (const auto& a : allowed)
+      if (v == a) return v;
+    error(path, fmt::format("must be one of {}; got \"{}\"{}", fmt::join(allowed, ", "), v,
+                            did_you_mean(v, allowed)));
+  }
+
+  double positive(const std::string& path) const {
+    const double v = number(path);
+    if (!(v > 0)) error(path, fmt::format("must be > 0, got {}", v));
+    return v;
+  }
+
+  double in_range(const std::string& path, double lo, double hi, bool hi_open) const {
+    const double v = number(path);
+    if (!(v >= lo && (hi_open ? v < hi : v <= hi)))
+      error(path, fmt::format("must be in [{}, {}{}, got {}", lo, hi, hi_open ? ")" : "]", v));
+    return v;
+  }
+
+ private:
+  const json& root_;
+  const std::function<std::string(const std::string&)>& origin_;
+};
+
+void check_model(const TrainConfig& c, const Reader& r) {
+  const ModelSection& m = c.model;
+  if (m.preset.empty() && c.init_from.empty()) {
+    std::vector<std::string> missing;
+    if (m.n_layer == 0) missing.push_back("n_layer");
+    if (m.n_head == 0) missing.push_back("n_head");
+    if (m.n_embd == 0) missing.push_back("n_embd");
+    if (m.seq_len == 0) missing.push_back("seq_len");
+    if (m.vocab_size == 0) missing.push_back("vocab_size");
+    if (!missing.empty())
+      r.error("model", fmt::format("needs a preset, an init_from, or every dimension; "
+                                   "missing model.{}", fmt::join(missing, ", model.")));
+  }
+  if (m.n_head > 0 && m.n_embd > 0 && m.n_embd % m.n_head != 0)
+    r.error("model.n_embd", fmt::format("({}) must be divisible by model.n_head ({})", m.n_embd,
+                                        m.n_head));
+}
+
+}  // namespace
+
+TrainConfig convert_config(const nlohmann::json& j,
+                           const std::function<std::string(const std::string&)>& origin) {
+  const Reader r(j, origin);
+  TrainConfig c;
+  c.model.preset = r.string("model.preset");
+  c.model.n_layer = r.small_int("model.n_layer", 0);
+  c.model.n_head = r.small_int("model.n_head", 0);
+  c.model.n_embd = r.small_int("model.n_embd", 0);
+  c.model.seq_len = r.small_int("model.seq_len", 0);
+  c.model.vocab_size = r.small_int("model.vocab_size", 0);
+  c.init_from = r.string("init_from");
+  c.data.train = r.string("data.train");
+  c.data.val = r.string("data.val");
+
+  TrainSection& t = c.train;
+  t.micro_batch = r.small_int("train.micro_batch", 1);
+  t.grad_accum = r.small_int("train.grad_accum", 1);
+  t.steps = r.integer("train.steps", 0, INT64_MAX);
+  t.lr = r.positive("train.lr");
+  t.min_lr_ratio = r.in_range("train.min_lr_ratio", 0.0, 1.0, false);
+  t.warmup = r.integer("train.warmup", 0, INT64_MAX);
+  t.schedule = r.choice("train.schedule", {"cosine", "linear", "constant"});
+  t.weight_decay = r.in_range("train.weight_decay", 0.0, 1e9, false);
+  t.beta1 = r.in_range("train.beta1", 0.0, 1.0, true);
+  t.beta2 = r.in_range("train.beta2", 0.0, 1.0, true);
+  t.eps = r.positive("train.eps");
+  t.clip = r.in_range("train.clip", 0.0, std::numeric_limits<double>::max(), false);
+  t.eval_every = r.integer("train.eval_every", 0, INT64_MAX);
+  t.eval_batches = r.small_int("train.eval_batches", 1);
+  t.seed = static_cast<uint64_t>(r.integer("train.seed", 0, INT64_MAX));
+  t.threads = r.small_int("train.threads", 0, 4096);
+  t.log_every = r.integer("train.log_every", 1, INT64_MAX);
+  t.sample_every = r.integer("train.sample_every", 0, INT64_MAX);
+  t.save_every = r.integer("train.save_every", 0, INT64_MAX);
+
+  // parallel.dp: "auto", a positive integer, or its decimal string (from --set).
+  const json& dp = r.at("parallel.dp");
+  if (dp.is_string() && dp.get<std::string>() == "auto") {
+    c.parallel.dp = 0;
+  } else if (dp.is_string()) {
+    const std::string s = dp.get<std::string>();
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(s) < 1)
+      r.error("parallel.dp", "must be \"auto\" or an integer >= 1, got " + dp.dump());
+    c.parallel.dp = std::stoi(s);
+  } else if (dp.is_number()) {
+    c.parallel.dp = r.small_int("parallel.dp", 1);
+  } else {
+    r.error("parallel.dp", "must be \"auto\" or an integer >= 1, got " + dp.dump());
+  }
+  c.parallel.tp = r.small_int("parallel.tp", 1);
+  c.parallel.pp = r.small_int("parallel.pp", 1);
+  c.zero.stage = r.small_int("zero.stage", 0, 3);
+  c.precision = r.choice("precision", {"fp32", "bf16", "fp16"});
+  c.recompute = r.string("recompute");
+  try {
+    parse_recompute(c.recompute);
+  } catch (const Error& e) {
+    r.error("recompute", fmt::format("must be none, full, every:K (K >= 1) or selective; got "
+                                     "\"{}\"{}", c.recompute,
+                                     did_you_mean(c.recompute, {"none", "full", "selective"})));
+  }
+  c.deterministic = r.boolean("deterministic");
+
+  c.checkpoint.dir = r.string("checkpoint.dir");
+  c.checkpoint.every = r.integer("checkpoint.every", 0, INT64_MAX);
+  c.checkpoint.keep_last = r.small_int("checkpoint.keep_last", 0);
+  c.checkpoint.async = r.boolean("checkpoint.async");
+  c.telemetry.dir = r.string("telemetry.dir");
+  c.telemetry.trace = r.boolean("telemetry.trace");
+  c.telemetry.price_per_device_hour = r.in_range(
+      "telemetry.price_per_device_hour", 0.0, std::numeric_limits<double>::max(), false);
+  c.comm.transport = r.choice("comm.transport", {"auto", "shm", "mpi", "nccl", "tcp"});
+  c.comm.timeout_s = r.positive("comm.timeout_s");
+  c.run_name = r.string("run_name");
+  if (c.run_name.empty() || c.run_name.find('/') != std::string::npos)
+    r.error("run_name", fmt::format("must be a non-empty name without '/', got \"{}\"", c.run_name));
+  c.out = r.string("out");
+  check_model(c, r);
+  return c;
+}
+
+}  // namespace meshtrain

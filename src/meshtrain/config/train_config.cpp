@@ -1,0 +1,110 @@
+#include "meshtrain/config/train_config.h"
+
+#include <charconv>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+namespace {
+
+// One writer for both JSON flavours: json (sorted keys, for saving and
+// comparing) and ordered_json (the documented order, for people).
+template <typename J>
+J to_json(const TrainConfig& c) {
+  J j;
+  J model;
+  model["preset"] = c.model.preset;
+  model["n_layer"] = c.model.n_layer;
+  model["n_head"] = c.model.n_head;
+  model["n_embd"] = c.model.n_embd;
+  model["seq_len"] = c.model.seq_len;
+  model["vocab_size"] = c.model.vocab_size;
+  j["model"] = model;
+  j["init_from"] = c.init_from;
+  j["data"] = J{{"train", c.data.train}, {"val", c.data.val}};
+  J train;
+  const TrainSection& t = c.train;
+  train["micro_batch"] = t.micro_batch;
+  train["grad_accum"] = t.grad_accum;
+  train["steps"] = t.steps;
+  train["lr"] = t.lr;
+  train["min_lr_ratio"] = t.min_lr_ratio;
+  train["warmup"] = t.warmup;
+  train["schedule"] = t.schedule;
+  train["weight_decay"] = t.weight_decay;
+  train["beta1"] = t.beta1;
+  train["beta2"] = t.beta2;
+  train["eps"] = t.eps;
+  train["clip"] = t.clip;
+  train["eval_every"] = t.eval_every;
+  train["eval_batches"] = t.eval_batches;
+  train["seed"] = t.seed;
+  train["threads"] = t.threads;
+  train["log_every"] = t.log_every;
+  train["sample_every"] = t.sample_every;
+  train["save_every"] = t.save_every;
+  j["train"] = train;
+  J parallel;
+  if (c.parallel.dp == 0) {
+    parallel["dp"] = "auto";
+  } else {
+    parallel["dp"] = c.parallel.dp;
+  }
+  parallel["tp"] = c.parallel.tp;
+  parallel["pp"] = c.parallel.pp;
+  j["parallel"] = parallel;
+  j["zero"] = J{{"stage", c.zero.stage}};
+  j["precision"] = c.precision;
+  j["recompute"] = c.recompute;
+  j["deterministic"] = c.deterministic;
+  J ckpt;
+  ckpt["dir"] = c.checkpoint.dir;
+  ckpt["every"] = c.checkpoint.every;
+  ckpt["keep_last"] = c.checkpoint.keep_last;
+  ckpt["async"] = c.checkpoint.async;
+  j["checkpoint"] = ckpt;
+  J tel;
+  tel["dir"] = c.telemetry.dir;
+  tel["trace"] = c.telemetry.trace;
+  tel["price_per_device_hour"] = c.telemetry.price_per_device_hour;
+  j["telemetry"] = tel;
+  J comm;
+  comm["transport"] = c.comm.transport;
+  comm["timeout_s"] = c.comm.timeout_s;
+  j["comm"] = comm;
+  j["run_name"] = c.run_name;
+  j["out"] = c.out;
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json resolved_json(const TrainConfig& config) { return to_json<nlohmann::json>(config); }
+
+std::string to_string(const TrainConfig& config) {
+  return to_json<nlohmann::ordered_json>(config).dump(2);
+}
+
+void resolve_derived_paths(TrainConfig& c) {
+  if (c.telemetry.dir.empty()) c.telemetry.dir = "runs/" + c.run_name;
+  if (c.checkpoint.dir.empty()) c.checkpoint.dir = c.telemetry.dir + "/ckpt";
+  if (c.out.empty()) c.out = c.telemetry.dir + "/model.safetensors";
+}
+
+RecomputePolicy parse_recompute(const std::string& value) {
+  using Kind = RecomputePolicy::Kind;
+  if (value == "none") return {Kind::None, 0};
+  if (value == "full") return {Kind::Full, 0};
+  if (value == "selective") return {Kind::Selective, 0};
+  if (value.rfind("every:", 0) == 0) {
+    const std::string k = value.substr(6);
+    int every = 0;
+    const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), every);
+    if (ec == std::errc() && end == k.data() + k.size() && every >= 1) return {Kind::EveryK, every};
+    fail("recompute 'every:K' needs an integer K >= 1, got \"{}\"", value);
+  }
+  fail("recompute must be one of none, full, every:K, selective; got \"{}\"", value);
+}
+
+}  // namespace meshtrain

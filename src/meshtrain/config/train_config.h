@@ -1,0 +1,112 @@
+// The training configuration: a plain struct with typed fields and defaults.
+// Every key is documented in docs/CONFIG.md; the JSON form uses the same names
+// ("train.lr" is TrainConfig::train.lr). Load one with load_config()
+// (config_loader.h).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace meshtrain {
+
+struct ModelSection {
+  std::string preset = "char-6L";  // "" = none: give every dimension below
+  // 0 = take the preset's value; set to override one dimension of a preset.
+  int n_layer = 0;
+  int n_head = 0;
+  int n_embd = 0;
+  int seq_len = 0;
+  int vocab_size = 0;
+};
+
+struct DataSection {
+  std::string train;  // glob of training shards, e.g. "data/fortunes/train_*.bin"
+  std::string val;    // glob of validation shards ("" = no evaluation)
+};
+
+struct TrainSection {
+  int micro_batch = 8;     // sequences per rank per forward/backward
+  int grad_accum = 1;      // micro-batches accumulated per optimizer step
+  int64_t steps = 1000;
+  double lr = 6e-4;        // peak learning rate
+  double min_lr_ratio = 0.1;  // final lr = lr * min_lr_ratio (cosine, linear)
+  int64_t warmup = 100;    // linear warmup steps
+  std::string schedule = "cosine";  // cosine | linear | constant
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double clip = 1.0;       // global gradient-norm clip; 0 = off
+  int64_t eval_every = 100;  // 0 = never
+  int eval_batches = 20;
+  uint64_t seed = 1;
+  int threads = 0;         // compute threads per rank; 0 = auto
+  int64_t log_every = 1;
+  int64_t sample_every = 0;  // 0 = never
+  int64_t save_every = 0;    // write the model to `out` every N steps; 0 = at the end only
+};
+
+struct ParallelSection {
+  int dp = 0;  // data-parallel ranks; 0 = "auto" (world size / (tp * pp))
+  int tp = 1;
+  int pp = 1;
+};
+
+struct ZeroSection {
+  int stage = 0;  // 0 (off), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)
+};
+
+struct CheckpointSection {
+  std::string dir;      // "" = <telemetry.dir>/ckpt
+  int64_t every = 0;    // steps between checkpoints; 0 = none
+  int keep_last = 3;    // 0 = keep all
+  bool async = true;    // write in the background
+};
+
+struct TelemetrySection {
+  std::string dir;      // "" = runs/<run_name>
+  bool trace = false;   // Chrome/Perfetto trace
+  double price_per_device_hour = 0.0;  // for cost estimates; 0 = not reported
+};
+
+struct CommSection {
+  std::string transport = "auto";  // auto | shm | mpi | nccl | tcp
+  double timeout_s = 300;          // a collective waiting longer fails the job
+};
+
+struct TrainConfig {
+  ModelSection model;
+  std::string init_from;  // "" = random init; else safetensors / llm.c model / checkpoint dir
+  DataSection data;
+  TrainSection train;
+  ParallelSection parallel;
+  ZeroSection zero;
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
+  std::string recompute = "none";  // none | full | every:K | selective
+  bool deterministic = false;
+  CheckpointSection checkpoint;
+  TelemetrySection telemetry;
+  CommSection comm;
+  std::string run_name = "default";
+  std::string out;  // "" = <telemetry.dir>/model.safetensors
+};
+
+// The configuration as JSON, every key present (parallel.dp 0 prints "auto").
+// load_config() fills the derived paths, so its result prints them resolved.
+nlohmann::json resolved_json(const TrainConfig& config);
+// Pretty, in the documented key order, for "resolved configuration" logs.
+std::string to_string(const TrainConfig& config);
+
+// Fills "" derived paths: telemetry.dir, checkpoint.dir, out.
+void resolve_derived_paths(TrainConfig& config);
+
+// Recompute policy parsed from the `recompute` string.
+struct RecomputePolicy {
+  enum class Kind { None, Full, EveryK, Selective } kind = Kind::None;
+  int every = 0;  // K for EveryK: recompute every K-th layer
+};
+// Throws meshtrain::Error for anything but none | full | every:K (K >= 1) | selective.
+RecomputePolicy parse_recompute(const std::string& value);
+
+}  // namespace meshtrain
