@@ -1,0 +1,288 @@
+// Direct shared-memory collectives: every rank's data is in mapped memory
+// that peers read in place, so bytes cross the memory bus as few times as
+// possible (the (3n-1)S scheme of docs/COMM.md when buffers are shared).
+//
+// Large messages go chunk by chunk through three scratch buffers per rank:
+//   copy chunk j in  -> sync -> reduce my slice of chunk j (reading peers'
+//   scratch) -> copy chunk j+1 in -> sync -> gather chunk j from peers ...
+// one barrier step per chunk; a scratch buffer is rewritten only after every
+// peer has passed the step that proves it finished reading it
+// (ShmTransport::next_scratch). Buffers allocated with alloc_shared skip the
+// copy-in: peers reduce and gather straight from them.
+// Small messages (<= kSmallBytes) use one phase: write, sync, every rank
+// reduces all n inputs itself.
+#include <cstring>
+#include <vector>
+
+#include "meshtrain/comm/algorithms/algorithm.h"
+#include "meshtrain/comm/reduce.h"
+#include "meshtrain/comm/transports/shm/shm_transport.h"
+
+namespace meshtrain::comm {
+
+namespace {
+
+using shm::DataRef;
+using shm::kSmallBytes;
+
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memcpy(dst, src, bytes);
+}
+
+void allreduce_small(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
+  int n = t.size();
+  uint64_t parity = (t.step() + 1) & 1;
+  std::memcpy(t.small_slot(t.rank(), parity), a.send, a.bytes());
+  t.sync(ctx);
+  std::vector<const void*> srcs(n);
+  for (int p = 0; p < n; ++p) srcs[p] = t.small_slot(p, parity);
+  reduce_many(a.recv, srcs.data(), n, a.count, a.dtype, a.redop);
+}
+
+void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
+  const int n = t.size(), r = t.rank();
+  const size_t esz = dtype_size(a.dtype);
+  const size_t chunk = t.chunk_bytes() / esz;
+  const size_t chunks = (a.count + chunk - 1) / chunk;
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+
+  DataRef mine{-1, 0};
+  if (a.send == a.recv)
+    if (auto ref = t.find_shared(a.recv, a.bytes())) mine = *ref;
+  const bool mine_shared = mine.buffer_id >= 0;
+
+  auto chunk_len = [&](size_t j) { return std::min(chunk, a.count - j * chunk); };
+  auto copy_in = [&](size_t j, int idx) {
+    if (mine_shared) return;
+    size_t len = chunk_len(j);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;  // my own slice is reduced straight from my input
+      Block b = block_of(len, n, p);
+      std::memcpy(t.scratch(r, idx) + b.offset * esz, send + (j * chunk + b.offset) * esz,
+                  b.count * esz);
+    }
+  };
+
+  int idx = t.next_scratch(ctx);
+  copy_in(0, idx);
+  uint64_t parity = (t.step() + 1) & 1;
+  t.control(r).refs[parity] = mine;
+  t.scratch_published(idx);
+  t.sync(ctx);
+  std::vector<DataRef> refs(n);
+  bool any_shared = false;
+  for (int p = 0; p < n; ++p) {
+    refs[p] = t.control(p).refs[parity];
+    any_shared |= refs[p].buffer_id >= 0;
+  }
+  // Where peer p's chunk j (with scratch index idx) starts.
+  auto peer_chunk = [&](int p, size_t j, int scratch_idx) -> const char* {
+    if (refs[p].buffer_id >= 0) return t.resolve(p, refs[p], 0) + j * chunk * esz;
+    return t.scratch(p, scratch_idx);
+  };
+
+  std::vector<const void*> srcs(n);
+  for (size_t j = 0; j < chunks; ++j) {
+    size_t len = chunk_len(j);
+    Block mb = block_of(len, n, r);
+    for (int p = 0; p < n; ++p)
+      srcs[p] = p == r ? send + (j * chunk + mb.offset) * esz : peer_chunk(p, j, idx) + mb.offset * esz;
+    char* out = recv + (j * chunk + mb.offset) * esz;
+    reduce_many(out, srcs.data(), n, mb.count, a.dtype, a.redop);
+    if (!mine_shared) std::memcpy(t.scratch(r, idx) + mb.offset * esz, out, mb.count * esz);
+
+    int next = idx;
+    if (j + 1 < chunks) {
+      next = t.next_scratch(ctx);
+      copy_in(j + 1, next);
+      t.scratch_published(next);
+    }
+    t.sync(ctx);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      Block b = block_of(len, n, p);
+      std::memcpy(recv + (j * chunk + b.offset) * esz, peer_chunk(p, j, idx) + b.offset * esz,
+                  b.count * esz);
+    }
+    idx = next;
+  }
+  if (any_shared) t.sync(ctx);  // peers may still be reading my shared buffer
+}
+
+void broadcast(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
+  const int r = t.rank();
+  const bool root = r == a.root;
+  if (root && a.send && a.send != a.recv) copy_bytes(a.recv, a.send, a.bytes());
+  char* buf = static_cast<char*>(a.recv);
+  if (a.bytes() <= kSmallBytes) {
+    uint64_t parity = (t.step() + 1) & 1;
+    if (root) std::memcpy(t.small_slot(r, parity), buf, a.bytes());
+    t.sync(ctx);
+    if (!root) std::memcpy(buf, t.small_slot(a.root, parity), a.bytes());
+    return;
+  }
+  DataRef mine{-1, 0};
+  if (root)
+    if (auto ref = t.find_shared(buf, a.bytes())) mine = *ref;
+  const size_t chunk = t.chunk_bytes();
+  const size_t chunks = (a.bytes() + chunk - 1) / chunk;
+  auto len = [&](size_t j) { return std::min(chunk, a.bytes() - j * chunk); };
+
+  int idx = t.next_scratch(ctx);
+  if (root && mine.buffer_id < 0) std::memcpy(t.scratch(r, idx), buf, len(0));
+  uint64_t parity = (t.step() + 1) & 1;
+  t.control(r).refs[parity] = mine;
+  t.scratch_published(idx);
+  t.sync(ctx);
+  DataRef root_ref = t.control(a.root).refs[parity];
+  for (size_t j = 0; j < chunks; ++j) {
+    if (!root) {
+      const char* src = root_ref.buffer_id >= 0 ? t.resolve(a.root, root_ref, 0) + j * chunk
+                                                : t.scratch(a.root, idx);
+      std::memcpy(buf + j * chunk, src, len(j));
+    }
+    if (j + 1 < chunks) {
+      idx = t.next_scratch(ctx);
+      if (root && root_ref.buffer_id < 0) std::memcpy(t.scratch(r, idx), buf + (j + 1) * chunk, len(j + 1));
+      t.scratch_published(idx);
+      t.sync(ctx);
+    }
+  }
+  if (root_ref.buffer_id >= 0) t.sync(ctx);
+}
+
+// Per-rank blocks processed `per` elements at a time: reduce-scatter,
+// allgather, alltoall and reduce share this loop shape.
+void reduce_scatter(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
+  const int n = t.size(), r = t.rank();
+  const size_t esz = dtype_size(a.dtype);
+  const size_t per = std::max<size_t>(1, t.chunk_bytes() / esz / n);
+  const size_t biggest = block_of(a.count, n, 0).count;
+  const size_t chunks = (biggest + per - 1) / per;
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+  auto piece = [&](int p, size_t j) {
+    Block b = block_of(a.count, n, p);
+    size_t start = std::min(b.count, j * per);
+    return Block{b.offset + start, std::min(per, b.count - start)};
+  };
+  std::vector<const void*> srcs(n);
+  for (size_t j = 0; j < chunks; ++j) {
+    int idx = t.next_scratch(ctx);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      Block b = piece(p, j);
+      std::memcpy(t.scratch(r, idx) + p * per * esz, send + b.offset * esz, b.count * esz);
+    }
+    t.scratch_published(idx);
+    t.sync(ctx);
+    Block mb = piece(r, j);
+    for (int p = 0; p < n; ++p)
+      srcs[p] = p == r ? send + mb.offset * esz : t.scratch(p, idx) + r * per * esz;
+    reduce_many(recv + (mb.offset - block_of(a.count, n, r).offset) * esz, srcs.data(), n,
+                mb.count, a.dtype, a.redop);
+  }
+}
+
+void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
+  const int n = t.size(), r = t.rank();
+  const size_t esz = dtype_size(a.dtype);
+  const size_t per = std::max<size_t>(1, t.chunk_bytes() / esz);
+  const size_t biggest = block_of(a.count, n, 0).count;
+  const size_t chunks = (biggest + per - 1) / per;
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+  Block mine = block_of(a.count, n, r);
+  copy_bytes(recv + mine.offset * esz, send, mine.count * esz);
+  for (size_t j = 0; j < chunks; ++j) {
+    int idx = t.next_scratch(ctx);
+    size_t start = std::min(mine.count, j * per), len = std::min(per, mine.count - start);
+    std::memcpy(t.scratch(r, idx), send + start * esz, len * esz);
+    t.scratch_published(idx);
+    t.sync(ctx);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      Block b = block_of(a.count, n, p);
+      size_t ps = std::min(b.count, j * per), pl = std::min(per, b.count - ps);
+      std::memcpy(recv + (b.offset + ps) * esz, t.scratch(p, idx), pl * esz);
+    }
+  }
+}
+
+void alltoall(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
+  const int n = t.size(), r = t.rank();
+  const size_t esz = dtype_size(a.dtype);
+  const size_t per = std::max<size_t>(1, t.chunk_bytes() / esz / n);
+  const size_t chunks = (a.count + per - 1) / per;
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+  copy_bytes(recv + r * a.count * esz, send + r * a.count * esz, a.count * esz);
+  for (size_t j = 0; j < chunks; ++j) {
+    size_t start = j * per, len = std::min(per, a.count - start);
+    int idx = t.next_scratch(ctx);
+    for (int p = 0; p < n; ++p)
+      if (p != r)
+        std::memcpy(t.scratch(r, idx) + p * per * esz, send + (p * a.count + start) * esz, len * esz);
+    t.scratch_published(idx);
+    t.sync(ctx);
+    for (int p = 0; p < n; ++p)
+      if (p != r)
+        std::memcpy(recv + (p * a.count + start) * esz, t.scratch(p, idx) + r * per * esz, len * esz);
+  }
+}
+
+void reduce_to_root(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
+  const int n = t.size(), r = t.rank();
+  const size_t esz = dtype_size(a.dtype);
+  const size_t per = std::max<size_t>(1, t.chunk_bytes() / esz);
+  const size_t chunks = (a.count + per - 1) / per;
+  const char* send = static_cast<const char*>(a.send);
+  std::vector<const void*> srcs(n);
+  for (size_t j = 0; j < chunks; ++j) {
+    size_t start = j * per, len = std::min(per, a.count - start);
+    int idx = t.next_scratch(ctx);
+    if (r != a.root) std::memcpy(t.scratch(r, idx), send + start * esz, len * esz);
+    t.scratch_published(idx);
+    t.sync(ctx);
+    if (r == a.root) {
+      for (int p = 0; p < n; ++p) srcs[p] = p == r ? send + start * esz : t.scratch(p, idx);
+      reduce_many(static_cast<char*>(a.recv) + start * esz, srcs.data(), n, len, a.dtype, a.redop);
+    }
+  }
+}
+
+}  // namespace
+
+void run_direct(AlgoEnv& env, const CollArgs& a) {
+  ShmTransport* t = env.transport.as_shm();
+  MT_CHECK(t, "algorithm 'direct' needs the shm transport, not {}", env.transport.kind());
+  const OpContext& ctx = env.ctx;
+  switch (a.op) {
+    case CollOp::Allreduce:
+      if (a.count == 0) return;
+      if (a.bytes() <= kSmallBytes) return allreduce_small(*t, ctx, a);
+      return allreduce_large(*t, ctx, a);
+    case CollOp::Broadcast:
+      if (a.count == 0) return;
+      return broadcast(*t, ctx, a);
+    case CollOp::ReduceScatter:
+      if (a.count == 0) return;
+      return reduce_scatter(*t, ctx, a);
+    case CollOp::Allgather:
+      if (a.count == 0) return;
+      return allgather(*t, ctx, a);
+    case CollOp::Alltoall:
+      if (a.count == 0) return;
+      return alltoall(*t, ctx, a);
+    case CollOp::Reduce:
+      if (a.count == 0) return;
+      return reduce_to_root(*t, ctx, a);
+    case CollOp::Barrier:
+      return t->sync(ctx);
+    default:
+      fail("algorithm 'direct' cannot run {}", coll_op_name(a.op));
+  }
+}
+
+}  // namespace meshtrain::comm

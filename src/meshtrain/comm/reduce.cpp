@@ -1,0 +1,151 @@
+#include "meshtrain/comm/reduce.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "meshtrain/core/half.h"
+
+namespace meshtrain::comm {
+
+namespace {
+
+template <typename T>
+inline T combine(T a, T b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max: return a > b ? a : b;
+    case ReduceOp::Min: return a < b ? a : b;
+    default: return a + b;
+  }
+}
+
+// Separate loops per op so the compiler vectorises each.
+template <typename T>
+void reduce_into_t(T* __restrict dst, const T* __restrict src, size_t n, ReduceOp op) {
+  if (op == ReduceOp::Max) {
+    for (size_t i = 0; i < n; ++i) dst[i] = dst[i] > src[i] ? dst[i] : src[i];
+  } else if (op == ReduceOp::Min) {
+    for (size_t i = 0; i < n; ++i) dst[i] = dst[i] < src[i] ? dst[i] : src[i];
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+  }
+}
+
+using ToF32 = float (*)(uint16_t);
+using FromF32 = uint16_t (*)(float);
+
+template <ToF32 to, FromF32 from>
+void reduce_into_half(uint16_t* dst, const uint16_t* src, size_t n, ReduceOp op) {
+  for (size_t i = 0; i < n; ++i) dst[i] = from(combine(to(dst[i]), to(src[i]), op));
+}
+
+template <typename T>
+void reduce_many_t(T* dst, const void* const* srcs, int k, size_t n, ReduceOp op) {
+  // Two inputs at a time into dst keeps every pass a streaming, vectorised loop.
+  if (k == 1) {
+    if (dst != srcs[0]) std::copy_n(static_cast<const T*>(srcs[0]), n, dst);
+    return;
+  }
+  constexpr size_t kBlock = 2048;  // stays in L1 while all k inputs are folded in
+  for (size_t b = 0; b < n; b += kBlock) {
+    size_t m = std::min(kBlock, n - b);
+    T acc[kBlock];
+    const T* s0 = static_cast<const T*>(srcs[0]) + b;
+    const T* s1 = static_cast<const T*>(srcs[1]) + b;
+    if (op == ReduceOp::Max) {
+      for (size_t i = 0; i < m; ++i) acc[i] = s0[i] > s1[i] ? s0[i] : s1[i];
+    } else if (op == ReduceOp::Min) {
+      for (size_t i = 0; i < m; ++i) acc[i] = s0[i] < s1[i] ? s0[i] : s1[i];
+    } else {
+      for (size_t i = 0; i < m; ++i) acc[i] = s0[i] + s1[i];
+    }
+    for (int s = 2; s < k; ++s) reduce_into_t(acc, static_cast<const T*>(srcs[s]) + b, m, op);
+    std::copy_n(acc, m, dst + b);
+  }
+}
+
+template <ToF32 to, FromF32 from>
+void reduce_many_half(uint16_t* dst, const void* const* srcs, int k, size_t n, ReduceOp op) {
+  constexpr size_t kBlock = 1024;
+  for (size_t b = 0; b < n; b += kBlock) {
+    size_t m = std::min(kBlock, n - b);
+    float acc[kBlock];
+    const uint16_t* s0 = static_cast<const uint16_t*>(srcs[0]) + b;
+    for (size_t i = 0; i < m; ++i) acc[i] = to(s0[i]);
+    for (int s = 1; s < k; ++s) {
+      const uint16_t* sp = static_cast<const uint16_t*>(srcs[s]) + b;
+      for (size_t i = 0; i < m; ++i) acc[i] = combine(acc[i], to(sp[i]), op);
+    }
+    for (size_t i = 0; i < m; ++i) dst[b + i] = from(acc[i]);
+  }
+}
+
+inline float bf16_in(uint16_t h) { return bf16_to_f32(h); }
+inline uint16_t bf16_out(float f) { return f32_to_bf16(f); }
+inline float f16_in(uint16_t h) { return f16_to_f32(h); }
+inline uint16_t f16_out(float f) { return f32_to_f16(f); }
+
+template <typename T>
+void scale_t(T* p, size_t n, int d) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(d));
+}
+
+}  // namespace
+
+void check_reducible(DType dtype) {
+  switch (dtype) {
+    case DType::F32: case DType::F64: case DType::BF16: case DType::F16:
+    case DType::I32: case DType::I64: return;
+    default:
+      throw UsageError(fmt::format("cannot reduce dtype {} (f32, f64, bf16, f16, i32, i64)",
+                                   dtype_name(dtype)));
+  }
+}
+
+void reduce_into(void* dst, const void* src, size_t n, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::F32: return reduce_into_t(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case DType::F64: return reduce_into_t(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+    case DType::I32: return reduce_into_t(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
+    case DType::I64: return reduce_into_t(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+    case DType::BF16:
+      return reduce_into_half<bf16_in, bf16_out>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
+    case DType::F16:
+      return reduce_into_half<f16_in, f16_out>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
+    default: check_reducible(dtype);
+  }
+}
+
+void reduce_many(void* dst, const void* const* srcs, int k, size_t n, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::F32: return reduce_many_t(static_cast<float*>(dst), srcs, k, n, op);
+    case DType::F64: return reduce_many_t(static_cast<double*>(dst), srcs, k, n, op);
+    case DType::I32: return reduce_many_t(static_cast<int32_t*>(dst), srcs, k, n, op);
+    case DType::I64: return reduce_many_t(static_cast<int64_t*>(dst), srcs, k, n, op);
+    case DType::BF16: return reduce_many_half<bf16_in, bf16_out>(static_cast<uint16_t*>(dst), srcs, k, n, op);
+    case DType::F16: return reduce_many_half<f16_in, f16_out>(static_cast<uint16_t*>(dst), srcs, k, n, op);
+    default: check_reducible(dtype);
+  }
+}
+
+void scale_avg(void* buf, size_t n, DType dtype, int d) {
+  if (d == 1) return;
+  switch (dtype) {
+    case DType::F32: return scale_t(static_cast<float*>(buf), n, d);
+    case DType::F64: return scale_t(static_cast<double*>(buf), n, d);
+    case DType::I32: return scale_t(static_cast<int32_t*>(buf), n, d);
+    case DType::I64: return scale_t(static_cast<int64_t*>(buf), n, d);
+    case DType::BF16: {
+      auto* p = static_cast<uint16_t*>(buf);
+      for (size_t i = 0; i < n; ++i) p[i] = f32_to_bf16(bf16_to_f32(p[i]) / d);
+      return;
+    }
+    case DType::F16: {
+      auto* p = static_cast<uint16_t*>(buf);
+      for (size_t i = 0; i < n; ++i) p[i] = f32_to_f16(f16_to_f32(p[i]) / d);
+      return;
+    }
+    default: check_reducible(dtype);
+  }
+}
+
+}  // namespace meshtrain::comm

@@ -1,0 +1,30 @@
+// Memory that peers of a communicator can read directly. Allocate gradient
+// buckets here and their in-place allreduce skips the copy into the
+// transport's scratch: peers reduce and gather straight from it.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "meshtrain/core/tensor.h"
+
+namespace meshtrain::comm {
+
+struct SharedMapping;
+
+class SharedBuffer {
+ public:
+  SharedBuffer() = default;
+  explicit SharedBuffer(std::shared_ptr<SharedMapping> m) : m_(std::move(m)) {}
+  void* data() const;
+  size_t bytes() const;
+  template <typename T> T* as() const { return static_cast<T*>(data()); }
+  // A view of `count` elements from `elem_offset` (keep this buffer alive
+  // while the tensor is used).
+  Tensor tensor(DType dtype, int64_t count, int64_t elem_offset = 0) const;
+  explicit operator bool() const { return m_ != nullptr; }
+
+ private:
+  std::shared_ptr<SharedMapping> m_;
+};
+
+}  // namespace meshtrain::comm

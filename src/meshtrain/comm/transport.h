@@ -1,0 +1,75 @@
+// The small interface every algorithm is written against: point-to-point
+// exchanges that complete together (so a ring's simultaneous send and
+// receive never deadlock), a barrier, and a tiny allgather for control data.
+// Transports: transports/shm (processes on one machine, the default) and
+// transports/mpi. A stream-ordered transport (NCCL) would implement the same
+// calls by enqueueing on its stream instead of completing before returning.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "meshtrain/comm/types.h"
+
+namespace meshtrain::comm {
+
+class ShmTransport;
+
+// Who is asking and until when: every wait checks the deadline and names
+// the operation, its sequence number, its bytes and the missing peer.
+struct OpContext {
+  std::string what;  // "allreduce #5 (4096 bytes, f32, ring)"
+  std::chrono::steady_clock::time_point deadline;
+  double timeout_s = 0;
+};
+
+struct SendSpec {
+  int peer;
+  const void* data;
+  size_t bytes;
+};
+// With `reduce` set, incoming bytes are reduced into `data` instead of copied.
+struct RecvSpec {
+  int peer;
+  void* data;
+  size_t bytes;
+  bool reduce = false;
+  DType dtype = DType::F32;
+  ReduceOp op = ReduceOp::Sum;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view kind() const = 0;  // "shm", "mpi", "self"
+
+  // Runs all sends and receives to completion. Messages between one pair of
+  // ranks are matched in the order they were posted (FIFO per direction).
+  virtual void exchange(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
+                        const OpContext& ctx) = 0;
+  virtual void barrier(const OpContext& ctx) = 0;
+  // all[r * bytes ...] = rank r's `mine`; for fingerprints, split and setup.
+  virtual void allgather_small(const void* mine, size_t bytes, void* all,
+                               const OpContext& ctx) = 0;
+  // Tell every peer that this rank failed, so they stop waiting for it.
+  virtual void abort(const std::string& reason) {}
+  // Peers' view of this rank's progress, for the timeout report.
+  virtual std::string peer_progress() const { return {}; }
+
+  virtual ShmTransport* as_shm() { return nullptr; }
+
+  // Convenience wrappers over exchange.
+  void send(int peer, const void* data, size_t bytes, const OpContext& ctx) {
+    SendSpec s{peer, data, bytes};
+    exchange({&s, 1}, {}, ctx);
+  }
+  void recv(int peer, void* data, size_t bytes, const OpContext& ctx) {
+    RecvSpec r{peer, data, bytes};
+    exchange({}, {&r, 1}, ctx);
+  }
+};
+
+}  // namespace meshtrain::comm

@@ -1,0 +1,352 @@
+#include "meshtrain/comm/transports/shm/shm_transport.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <thread>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "meshtrain/comm/reduce.h"
+
+namespace meshtrain::comm {
+
+using namespace shm;
+using Clock = std::chrono::steady_clock;
+
+struct ShmTransport::Registry {
+  std::mutex mu;
+  struct Entry {
+    std::vector<char*> bases;
+    size_t bytes;
+  };
+  std::map<int64_t, Entry> buffers;
+};
+
+SharedMapping::~SharedMapping() {
+  if (on_free) on_free(id);
+  std::free(private_memory);
+}
+
+namespace {
+
+void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+// A process that exited but was not reaped yet still answers kill(pid, 0).
+bool process_alive(int pid) {
+  if (pid <= 0) return true;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  char state = line[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+size_t chunk_bytes_from_env() {
+  if (const char* s = std::getenv("MESHTRAIN_SHM_CHUNK_BYTES")) {
+    long long v = std::atoll(s);
+    if (v >= 4096) return round_up(static_cast<size_t>(v), kPage);
+  }
+  return kDefaultChunkBytes;
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(int rank, int size, const std::string& job_id,
+                           const std::string& comm_name, double timeout_s)
+    : rank_(rank), size_(size), job_id_(job_id), comm_name_(comm_name),
+      registry_(std::make_shared<Registry>()) {
+  MT_CHECK(size >= 1 && rank >= 0 && rank < size, "bad rank {} of {}", rank, size);
+  layout_ = Layout::make(size, chunk_bytes_from_env());
+  sent_.assign(size, 0);
+  received_.assign(size, 0);
+  OpContext ctx{fmt::format("joining communicator '{}' ({} ranks)", comm_name, size),
+                Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(timeout_s)),
+                timeout_s};
+  if (size == 1) {
+    private_memory_ = static_cast<char*>(std::aligned_alloc(kPage, layout_.total));
+    MT_CHECK(private_memory_, "out of memory for a communicator of 1 rank");
+    std::memset(private_memory_, 0, layout_.total);
+    base_ = private_memory_;
+  } else {
+    MT_CHECK(!job_id.empty(),
+             "a communicator of {} ranks needs a job id (MESHTRAIN_JOB_ID; `meshtrain launch` sets it)",
+             size);
+    std::string name = shm_name(job_id, comm_name);
+    segment_ = rank == 0 ? ShmSegment::create(name, layout_.total) : ShmSegment::open(name, ctx.deadline);
+    MT_CHECK(segment_.bytes() == layout_.total,
+             "shared memory {} has {} bytes, expected {} (do all ranks use the same "
+             "MESHTRAIN_SHM_CHUNK_BYTES?)", name, segment_.bytes(), layout_.total);
+    base_ = static_cast<char*>(segment_.data());
+  }
+  __atomic_store_n(&control(rank).pid, static_cast<int32_t>(getpid()), __ATOMIC_RELAXED);
+  sync(ctx);  // everyone has mapped the segment: its name can go
+  segment_.unlink();
+}
+
+ShmTransport::~ShmTransport() { std::free(private_memory_); }
+
+char* ShmTransport::region(int r) const {
+  return base_ + layout_.global_bytes + static_cast<size_t>(r) * layout_.rank_bytes;
+}
+RankControl& ShmTransport::control(int r) const { return *reinterpret_cast<RankControl*>(region(r)); }
+char* ShmTransport::small_slot(int r, uint64_t parity) const {
+  return region(r) + layout_.small_off + (parity & 1) * kSmallBytes;
+}
+char* ShmTransport::scratch(int r, int index) const {
+  return region(r) + layout_.scratch_off + static_cast<size_t>(index) * layout_.chunk_bytes;
+}
+ChannelHeader& ShmTransport::channel(int receiver, int sender) const {
+  return *reinterpret_cast<ChannelHeader*>(region(receiver) + layout_.chan_off +
+                                           static_cast<size_t>(sender) * layout_.chan_bytes);
+}
+char* ShmTransport::channel_slots(int receiver, int sender) const {
+  return reinterpret_cast<char*>(&channel(receiver, sender)) + kPage;
+}
+
+void ShmTransport::note_op(CollOp op, uint64_t seq) {
+  RankControl& c = control(rank_);
+  __atomic_store_n(&c.op_code, static_cast<uint32_t>(op), __ATOMIC_RELAXED);
+  __atomic_store_n(&c.op_seq, seq, __ATOMIC_RELAXED);
+}
+void ShmTransport::note_done() {
+  RankControl& c = control(rank_);
+  __atomic_fetch_add(&c.ops_done, 1, __ATOMIC_RELAXED);
+}
+
+std::string ShmTransport::peer_progress() const {
+  std::string out;
+  for (int r = 0; r < size_; ++r) {
+    RankControl& c = control(r);
+    uint64_t done = __atomic_load_n(&c.ops_done, __ATOMIC_RELAXED);
+    uint64_t seq = __atomic_load_n(&c.op_seq, __ATOMIC_RELAXED);
+    auto op = static_cast<CollOp>(__atomic_load_n(&c.op_code, __ATOMIC_RELAXED));
+    out += fmt::format("  rank {}: {} ops done; last started: {} #{}\n", r, done,
+                       op < CollOp::kCount ? coll_op_name(op) : "?", seq);
+  }
+  return out;
+}
+
+void ShmTransport::abort(const std::string& reason) {
+  if (size_ == 1) return;
+  RankControl& c = control(rank_);
+  std::strncpy(c.abort_reason, reason.c_str(), sizeof(c.abort_reason) - 1);
+  auto& g = *reinterpret_cast<GlobalControl*>(base_);
+  int32_t expected = 0;
+  g.aborted_by.compare_exchange_strong(expected, rank_ + 1, std::memory_order_release);
+}
+
+void ShmTransport::check_abort(const OpContext& ctx) const {
+  auto& g = *reinterpret_cast<GlobalControl*>(base_);
+  int32_t by = g.aborted_by.load(std::memory_order_acquire);
+  if (by != 0 && by != rank_ + 1) {
+    int r = by - 1;
+    throw CommError(fmt::format("{}: stopped because rank {} failed: {}", ctx.what, r,
+                                control(r).abort_reason));
+  }
+}
+
+void ShmTransport::fail_waiting(int peer, const OpContext& ctx, bool dead) {
+  RankControl& c = control(peer);
+  uint64_t seq = __atomic_load_n(&c.op_seq, __ATOMIC_RELAXED);
+  auto op = static_cast<CollOp>(__atomic_load_n(&c.op_code, __ATOMIC_RELAXED));
+  uint64_t done = __atomic_load_n(&c.ops_done, __ATOMIC_RELAXED);
+  std::string where = done == 0 && seq == 0
+                          ? "it has not started any operation"
+                          : fmt::format("its last operation was {} #{}, {} done",
+                                        op < CollOp::kCount ? coll_op_name(op) : "?", seq, done);
+  std::string msg =
+      dead ? fmt::format("{}: rank {} (pid {}) died ({})", ctx.what, peer, c.pid, where)
+           : fmt::format("{}: timed out after {:.1f} s waiting for rank {} ({})", ctx.what,
+                         ctx.timeout_s, peer, where);
+  abort(msg);
+  throw CommError(msg);
+}
+
+void ShmTransport::idle(int& spins, Clock::time_point& last_check, int peer,
+                        const OpContext& ctx) {
+  ++spins;
+  if (spins < 64) {
+    cpu_relax();
+    return;
+  }
+  check_abort(ctx);
+  // Yield to a rank that shares our core; sleep once waiting is clearly long.
+  if (spins < 64 + 2000) {
+    sched_yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if ((spins & 63) != 0) return;
+  auto now = Clock::now();
+  if (now > ctx.deadline) fail_waiting(peer, ctx, false);
+  if (now - last_check > std::chrono::milliseconds(20)) {
+    last_check = now;
+    if (peer >= 0 && !process_alive(__atomic_load_n(&control(peer).pid, __ATOMIC_RELAXED)))
+      fail_waiting(peer, ctx, true);
+  }
+}
+
+void ShmTransport::sync(const OpContext& ctx) {
+  ++step_;
+  control(rank_).arrived.value.store(step_, std::memory_order_release);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    int spins = 0;
+    auto last_check = Clock::now();
+    while (control(p).arrived.value.load(std::memory_order_acquire) < step_)
+      idle(spins, last_check, p, ctx);
+  }
+}
+
+void ShmTransport::allgather_small(const void* mine, size_t bytes, void* all, const OpContext& ctx) {
+  MT_CHECK(bytes <= kSmallBytes, "allgather_small of {} bytes exceeds {}", bytes, kSmallBytes);
+  uint64_t parity = (step_ + 1) & 1;
+  std::memcpy(small_slot(rank_, parity), mine, bytes);
+  sync(ctx);
+  for (int r = 0; r < size_; ++r)
+    std::memcpy(static_cast<char*>(all) + r * bytes, small_slot(r, parity), bytes);
+}
+
+void ShmTransport::exchange(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
+                            const OpContext& ctx) {
+  std::vector<size_t> sdone(sends.size(), 0), rdone(recvs.size(), 0);
+  int spins = 0;
+  auto last_check = Clock::now();
+  for (;;) {
+    bool finished = true, progress = false;
+    int blocking = -1;
+    for (size_t i = 0; i < sends.size(); ++i) {
+      const SendSpec& s = sends[i];
+      if (sdone[i] == s.bytes) continue;
+      if (s.peer == rank_) fail("{}: send to self", ctx.what);
+      ChannelHeader& ch = channel(s.peer, rank_);
+      char* slots = channel_slots(s.peer, rank_);
+      while (sdone[i] < s.bytes) {
+        if (sent_[s.peer] - ch.tail.value.load(std::memory_order_acquire) >= kSlots) break;
+        size_t n = std::min(kSlotBytes, s.bytes - sdone[i]);
+        std::memcpy(slots + (sent_[s.peer] % kSlots) * kSlotBytes,
+                    static_cast<const char*>(s.data) + sdone[i], n);
+        sdone[i] += n;
+        ch.head.value.store(++sent_[s.peer], std::memory_order_release);
+        progress = true;
+      }
+      if (sdone[i] < s.bytes) {
+        finished = false;
+        blocking = s.peer;
+      }
+    }
+    for (size_t i = 0; i < recvs.size(); ++i) {
+      const RecvSpec& r = recvs[i];
+      if (rdone[i] == r.bytes) continue;
+      ChannelHeader& ch = channel(rank_, r.peer);
+      char* slots = channel_slots(rank_, r.peer);
+      while (rdone[i] < r.bytes) {
+        if (ch.head.value.load(std::memory_order_acquire) <= received_[r.peer]) break;
+        size_t n = std::min(kSlotBytes, r.bytes - rdone[i]);
+        const char* slot = slots + (received_[r.peer] % kSlots) * kSlotBytes;
+        char* dst = static_cast<char*>(r.data) + rdone[i];
+        if (r.reduce)
+          reduce_into(dst, slot, n / dtype_size(r.dtype), r.dtype, r.op);
+        else
+          std::memcpy(dst, slot, n);
+        rdone[i] += n;
+        ch.tail.value.store(++received_[r.peer], std::memory_order_release);
+        progress = true;
+      }
+      if (rdone[i] < r.bytes) {
+        finished = false;
+        blocking = r.peer;
+      }
+    }
+    if (finished) return;
+    if (progress) {
+      spins = 0;
+    } else {
+      idle(spins, last_check, blocking, ctx);
+    }
+  }
+}
+
+int ShmTransport::next_scratch(const OpContext& ctx) {
+  int index = scratch_next_;
+  scratch_next_ = (scratch_next_ + 1) % kScratchBuffers;
+  // Peers finish reading a buffer before they arrive at the second step after
+  // the one that published it; if we have not passed that step, sync first.
+  while (scratch_step_[index] != 0 && step_ < scratch_step_[index] + 2) sync(ctx);
+  return index;
+}
+
+std::optional<DataRef> ShmTransport::find_shared(const void* p, size_t bytes) const {
+  std::lock_guard lock(registry_->mu);
+  auto* c = static_cast<const char*>(p);
+  for (auto& [id, e] : registry_->buffers) {
+    const char* b = e.bases[rank_];
+    if (c >= b && c + bytes <= b + e.bytes) return DataRef{id, static_cast<uint64_t>(c - b)};
+  }
+  return std::nullopt;
+}
+
+char* ShmTransport::resolve(int r, const DataRef& ref, int scratch_index) const {
+  if (ref.buffer_id < 0) return scratch(r, scratch_index);
+  std::lock_guard lock(registry_->mu);
+  auto it = registry_->buffers.find(ref.buffer_id);
+  MT_CHECK(it != registry_->buffers.end(), "rank {} uses shared buffer {} that this rank freed",
+           r, ref.buffer_id);
+  return it->second.bases[r] + ref.offset;
+}
+
+std::shared_ptr<SharedMapping> ShmTransport::alloc_shared(size_t bytes, const OpContext& ctx) {
+  auto m = std::make_shared<SharedMapping>();
+  m->id = next_buffer_id_++;
+  m->bytes = bytes;
+  size_t mapped = std::max<size_t>(round_up(bytes, kPage), kPage);
+  if (size_ == 1) {
+    m->private_memory = static_cast<char*>(std::aligned_alloc(kPage, mapped));
+    MT_CHECK(m->private_memory, "out of memory allocating {} shared bytes", bytes);
+    std::memset(m->private_memory, 0, mapped);
+    m->bases = {m->private_memory};
+  } else {
+    auto name = [&](int r) {
+      return shm_name(job_id_, fmt::format("{}-b{}-r{}", comm_name_, m->id, r));
+    };
+    m->segments.resize(size_);
+    m->segments[rank_] = ShmSegment::create(name(rank_), mapped);
+    sync(ctx);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) m->segments[r] = ShmSegment::open(name(r), ctx.deadline);
+    sync(ctx);
+    m->segments[rank_].unlink();
+    for (auto& s : m->segments) m->bases.push_back(static_cast<char*>(s.data()));
+  }
+  m->local = m->bases[rank_];
+  {
+    std::lock_guard lock(registry_->mu);
+    registry_->buffers[m->id] = {m->bases, mapped};
+  }
+  std::weak_ptr<Registry> reg = registry_;
+  m->on_free = [reg](int64_t id) {
+    if (auto r = reg.lock()) {
+      std::lock_guard lock(r->mu);
+      r->buffers.erase(id);
+    }
+  };
+  return m;
+}
+
+}  // namespace meshtrain::comm

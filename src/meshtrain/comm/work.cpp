@@ -1,0 +1,45 @@
+#include "meshtrain/comm/work.h"
+
+#include "meshtrain/comm/types.h"
+
+namespace meshtrain::comm {
+
+void WorkState::finish(std::exception_ptr e) {
+  {
+    std::lock_guard lock(mu);
+    done = true;
+    error = std::move(e);
+  }
+  cv.notify_all();
+}
+
+void Work::wait(std::chrono::milliseconds timeout) const {
+  if (!state_) return;
+  std::unique_lock lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
+    throw CommError(fmt::format("wait for {} timed out after {} ms", state_->what, timeout.count()));
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::test() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+bool Work::failed() const {
+  if (!state_) return false;
+  std::lock_guard lock(state_->mu);
+  return state_->done && state_->error;
+}
+
+const std::string& Work::description() const {
+  static const std::string none = "no-op";
+  return state_ ? state_->what : none;
+}
+
+void wait_all(const std::vector<Work>& works) {
+  for (const auto& w : works) w.wait();
+}
+
+}  // namespace meshtrain::comm

@@ -1,0 +1,125 @@
+// Pure functions of the comm layer: reductions, blocks, options, the cost
+// model and algorithm selection.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "meshtrain/comm/algorithms/algorithm.h"
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/comm/cost_model.h"
+#include "meshtrain/comm/reduce.h"
+#include "meshtrain/core/half.h"
+
+using namespace meshtrain;
+using namespace meshtrain::comm;
+
+TEST(comm, blocks_cover_counts_not_divisible_by_ranks) {
+  for (size_t count : {0, 1, 5, 7, 1000, 1001}) {
+    for (int n : {1, 2, 3, 8}) {
+      size_t next = 0;
+      for (int p = 0; p < n; ++p) {
+        Block b = block_of(count, n, p);
+        EXPECT_EQ(b.offset, next);
+        next += b.count;
+      }
+      EXPECT_EQ(next, count);
+    }
+  }
+}
+
+TEST(comm, reduce_many_half_types_accumulate_in_f32) {
+  // 1 + 2^-9 * 8: each bf16 step alone would round the small parts away.
+  std::vector<uint16_t> a(1, f32_to_bf16(256.0f)), b(1, f32_to_bf16(0.75f)), c(1, f32_to_bf16(0.75f));
+  const void* srcs[] = {a.data(), b.data(), c.data()};
+  uint16_t out = 0;
+  reduce_many(&out, srcs, 3, 1, DType::BF16, ReduceOp::Sum);
+  EXPECT_EQ(bf16_to_f32(out), 258.0f);
+}
+
+TEST(comm, reduce_ops_per_dtype) {
+  int64_t x[3] = {5, -2, 9}, y[3] = {1, 4, -9};
+  reduce_into(x, y, 3, DType::I64, ReduceOp::Max);
+  EXPECT_EQ(x[0], 5);
+  EXPECT_EQ(x[1], 4);
+  EXPECT_EQ(x[2], 9);
+  float f[2] = {1.f, 3.f}, g[2] = {2.f, -1.f};
+  reduce_into(f, g, 2, DType::F32, ReduceOp::Min);
+  EXPECT_EQ(f[0], 1.f);
+  EXPECT_EQ(f[1], -1.f);
+  int32_t avg[2] = {7, -7};
+  scale_avg(avg, 2, DType::I32, 2);
+  EXPECT_EQ(avg[0], 3);
+  EXPECT_EQ(avg[1], -3);
+  EXPECT_THROW(check_reducible(DType::U8), UsageError);
+}
+
+TEST(comm, options_from_environment) {
+  setenv("MESHTRAIN_COMM_ALGO", "allreduce=ring,broadcast:tree", 1);
+  setenv("MESHTRAIN_COMM_ALGO_REDUCE_SCATTER", "direct", 1);
+  setenv("MESHTRAIN_COMM_TIMEOUT", "2.5", 1);
+  CommOptions o = CommOptions::from_env();
+  EXPECT_EQ(o.algorithm[static_cast<size_t>(CollOp::Allreduce)], "ring");
+  EXPECT_EQ(o.algorithm[static_cast<size_t>(CollOp::Broadcast)], "tree");
+  EXPECT_EQ(o.algorithm[static_cast<size_t>(CollOp::ReduceScatter)], "direct");
+  EXPECT_DOUBLE_EQ(o.timeout_s, 2.5);
+  setenv("MESHTRAIN_COMM_ALGO", "allreduce", 1);
+  EXPECT_THROW(CommOptions::from_env(), UsageError);
+  unsetenv("MESHTRAIN_COMM_ALGO");
+  unsetenv("MESHTRAIN_COMM_ALGO_REDUCE_SCATTER");
+  unsetenv("MESHTRAIN_COMM_TIMEOUT");
+}
+
+TEST(comm, cost_model_prefers_direct_on_shm_and_roundtrips) {
+  CostModel m = CostModel::defaults();
+  std::vector<std::string> cands = {"direct", "ring", "tree", "halving_doubling"};
+  EXPECT_EQ(m.choose("shm", CollOp::Allreduce, 8, 2, cands), "direct");
+  EXPECT_EQ(m.choose("shm", CollOp::Allreduce, 64 << 20, 2, cands), "direct");
+  // Tree beats ring for tiny messages on many ranks over MPI point-to-point.
+  EXPECT_NE(m.choose("mpi", CollOp::Allreduce, 8, 64, {"ring", "tree"}), "ring");
+  std::string path = ::testing::TempDir() + "/comm_cost.json";
+  m.set("shm", "ring", {0.1, 1e-6});
+  m.save(path);
+  CostModel back = CostModel::load(path);
+  EXPECT_DOUBLE_EQ(back.get("shm", "ring").alpha_us, 0.1);
+  EXPECT_EQ(back.choose("shm", CollOp::Allreduce, 64 << 20, 2, cands), "ring");
+}
+
+TEST(comm, every_algorithm_is_selectable_by_name) {
+  Communicator c = Communicator::create_local(0, 1, "unit");
+  for (const auto& a : all_algorithms()) {
+    for (size_t i = 0; i < kCollOpCount; ++i) {
+      auto op = static_cast<CollOp>(i);
+      if (a.supports(op, c.transport()) && op != CollOp::Send && op != CollOp::Recv) {
+        c.set_algorithm(op, std::string(a.name));
+        EXPECT_EQ(c.algorithm_for(op, 100), a.name);
+      }
+    }
+  }
+  EXPECT_THROW(c.set_algorithm(CollOp::Allreduce, "nonsense"), UsageError);
+  EXPECT_THROW(c.set_algorithm(CollOp::Alltoall, "tree"), UsageError);
+  // A world of one: every collective is a copy.
+  float x[3] = {1, 2, 3}, y[3] = {};
+  c.set_algorithm(CollOp::Allreduce, "auto");
+  c.allreduce(x, y, 3, DType::F32, ReduceOp::Avg).wait();
+  EXPECT_EQ(y[2], 3.0f);
+  EXPECT_EQ(c.allreduce_scalar(2.5), 2.5);
+}
+
+TEST(comm, world_from_environment) {
+  setenv("MESHTRAIN_RANK", "2", 1);
+  setenv("MESHTRAIN_WORLD_SIZE", "4", 1);
+  setenv("MESHTRAIN_LOCAL_RANK", "0", 1);
+  setenv("MESHTRAIN_LOCAL_WORLD_SIZE", "2", 1);
+  setenv("MESHTRAIN_JOB_ID", "abc", 1);
+  WorldInfo w = world_from_env();
+  EXPECT_EQ(w.rank, 2);
+  EXPECT_EQ(w.size, 4);
+  EXPECT_EQ(w.local_size, 2);
+  EXPECT_EQ(w.job_id, "abc");
+  EXPECT_EQ(w.source, "meshtrain");
+  setenv("MESHTRAIN_RANK", "4", 1);
+  EXPECT_THROW(world_from_env(), Error);
+  for (const char* v : {"MESHTRAIN_RANK", "MESHTRAIN_WORLD_SIZE", "MESHTRAIN_LOCAL_RANK",
+                        "MESHTRAIN_LOCAL_WORLD_SIZE", "MESHTRAIN_JOB_ID"})
+    unsetenv(v);
+}
