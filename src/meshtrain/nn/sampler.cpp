@@ -1,0 +1,50 @@
+#include "meshtrain/nn/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace meshtrain {
+
+int32_t sample_token(const float* logits, int V, const SampleOptions& opt, Rng& rng) {
+  if (opt.temperature <= 0.0f) {
+    return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+  }
+  std::vector<int32_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  int k = (opt.top_k > 0 && opt.top_k < V) ? opt.top_k : V;
+  if (k < V) {
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    idx.resize(k);
+  }
+  float mx = -INFINITY;
+  for (int32_t i : idx) mx = std::max(mx, logits[i]);
+  std::vector<double> p(idx.size());
+  double z = 0;
+  for (size_t j = 0; j < idx.size(); ++j) z += (p[j] = std::exp((logits[idx[j]] - mx) / opt.temperature));
+  double u = rng.uniform_double() * z;
+  for (size_t j = 0; j < idx.size(); ++j) {
+    u -= p[j];
+    if (u <= 0) return idx[j];
+  }
+  return idx.back();
+}
+
+std::vector<int32_t> generate(GPT& model, std::vector<int32_t> prompt, const SampleOptions& opt,
+                              Rng& rng, const std::function<void(int32_t)>& on_token) {
+  MT_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
+  const auto& cfg = model.config();
+  for (int n = 0; n < opt.max_new_tokens; ++n) {
+    const int T = std::min<int>(static_cast<int>(prompt.size()), cfg.seq_len);
+    const int32_t* ctx = prompt.data() + prompt.size() - T;
+    model.forward(ctx, nullptr, 1, T);
+    const float* last = model.logits() + static_cast<int64_t>(T - 1) * cfg.padded_vocab;
+    int32_t tok = sample_token(last, cfg.vocab_size, opt, rng);
+    prompt.push_back(tok);
+    if (on_token) on_token(tok);
+  }
+  return prompt;
+}
+
+}  // namespace meshtrain

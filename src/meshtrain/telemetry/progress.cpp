@@ -1,0 +1,60 @@
+#include "meshtrain/telemetry/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace meshtrain {
+
+ProgressDisplay::ProgressDisplay(FILE* out, int plain_every)
+    : out_(out), interactive_(isatty(fileno(out)) != 0), plain_every_(std::max(1, plain_every)) {}
+
+std::string ProgressDisplay::format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "--";
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::string ProgressDisplay::render(const ProgressState& s, int bar_width) {
+  const double frac = s.total_steps > 0 ? static_cast<double>(s.step) / s.total_steps : 0.0;
+  std::string bar;
+  if (bar_width > 0) {
+    int filled = static_cast<int>(frac * bar_width + 0.5);
+    bar = "[" + std::string(filled, '#') + std::string(bar_width - filled, '.') + "] ";
+  }
+  const double eta = s.step > 0 ? s.elapsed_s / s.step * (s.total_steps - s.step) : -1;
+  std::string val = s.val_loss >= 0 ? fmt::format("{:.4f}", s.val_loss) : "-";
+  return fmt::format("{}step {}/{} | loss {:.4f} | val {} | lr {:.2e} | gnorm {:.2f} | {:.0f} tok/s | "
+                     "{:.0f} ms/step | ETA {}",
+                     bar, s.step, s.total_steps, s.loss, val, s.lr, s.grad_norm, s.tokens_per_s,
+                     s.step_s * 1e3, format_duration(eta));
+}
+
+void ProgressDisplay::update(const ProgressState& s) {
+  if (interactive_) {
+    fmt::print(out_, "\r\033[K{}", render(s, 20));
+    line_open_ = true;
+  } else if (s.step % plain_every_ == 0 || s.step == s.total_steps || s.step == 1) {
+    fmt::print(out_, "{}\n", render(s, 0));
+  }
+  std::fflush(out_);
+}
+
+void ProgressDisplay::note(const std::string& line) {
+  if (line_open_) fmt::print(out_, "\r\033[K");
+  fmt::print(out_, "{}\n", line);
+  line_open_ = false;
+  std::fflush(out_);
+}
+
+void ProgressDisplay::finish() {
+  if (line_open_) fmt::print(out_, "\n");
+  line_open_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace meshtrain

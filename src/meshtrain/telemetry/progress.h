@@ -1,0 +1,39 @@
+// The training progress display: one live line on a terminal (redrawn in
+// place), or plain periodic lines when output goes to a file or pipe.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace meshtrain {
+
+struct ProgressState {
+  int64_t step = 0, total_steps = 0;
+  float loss = 0.f;
+  float val_loss = -1.f;  // < 0: not evaluated yet
+  float lr = 0.f;
+  double grad_norm = 0.0;
+  double tokens_per_s = 0.0;
+  double step_s = 0.0;
+  double elapsed_s = 0.0;
+};
+
+class ProgressDisplay {
+ public:
+  // interactive: redraw one line with \r (default: stdout is a terminal).
+  explicit ProgressDisplay(FILE* out = stdout, int plain_every = 10);
+  void update(const ProgressState& s);
+  // A permanent line (validation result, message) that does not get overwritten.
+  void note(const std::string& line);
+  void finish();
+  static std::string format_duration(double seconds);
+  static std::string render(const ProgressState& s, int bar_width);
+
+ private:
+  FILE* out_;
+  bool interactive_;
+  int plain_every_;
+  bool line_open_ = false;
+};
+
+}  // namespace meshtrain

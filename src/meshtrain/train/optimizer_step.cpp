@@ -1,0 +1,66 @@
+#include "meshtrain/train/optimizer_step.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "meshtrain/kernels/cpu/reduce.h"
+#include "meshtrain/optim/grad_clip.h"
+
+namespace meshtrain {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+std::vector<ParamSegment> gpt_param_segments(const GPTParams& params) {
+  std::vector<ParamSegment> segs;
+  const int64_t base = params.flat.offset();
+  for (const auto& [name, t] : params.named()) {
+    ParamSegment s{t.offset() - base, t.offset() - base + t.numel(), t.ndim() >= 2};
+    // Merge with the previous run when the decay setting agrees.
+    if (!segs.empty() && segs.back().end == s.begin && segs.back().decay == s.decay)
+      segs.back().end = s.end;
+    else
+      segs.push_back(s);
+  }
+  return segs;
+}
+
+OptimizerStep::OptimizerStep(GPT& model, AdamWConfig adam, LrSchedule schedule, float clip)
+    : model_(model), schedule_(schedule), clip_(clip) {
+  opt_ = std::make_unique<AdamW>(0, model.config().num_params(),
+                                 gpt_param_segments(model.params()), adam);
+}
+
+StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
+  MT_CHECK(!micro.empty(), "a step needs at least one micro-batch");
+  StepStats st;
+  model_.zero_grad();
+  double loss_sum = 0.0;
+  const float scale = 1.0f / static_cast<float>(micro.size());
+  for (const auto& mb : micro) {
+    double t0 = now_s();
+    loss_sum += model_.forward(mb.inputs, mb.targets, mb.B, mb.T);
+    double t1 = now_s();
+    model_.backward(scale);
+    st.forward_s += t1 - t0;
+    st.backward_s += now_s() - t1;
+  }
+  st.loss = static_cast<float>(loss_sum / micro.size());
+  double t2 = now_s();
+  const Tensor& g = model_.grads().flat;
+  const double sq = cpu::sum_squares(g.data<float>(), g.numel());
+  st.grad_norm = std::sqrt(sq);
+  st.lr = schedule_.at(step);
+  st.finite = std::isfinite(st.loss) && std::isfinite(sq);
+  if (st.finite) {
+    opt_->step(model_.params().flat.data<float>(), g.data<float>(), st.lr,
+               clip_coefficient(st.grad_norm, clip_));
+  }
+  st.optimizer_s = now_s() - t2;
+  return st;
+}
+
+}  // namespace meshtrain

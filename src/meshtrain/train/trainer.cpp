@@ -1,0 +1,176 @@
+#include "meshtrain/train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "meshtrain/core/memory.h"
+#include "meshtrain/core/threads.h"
+#include "meshtrain/data/data_loader.h"
+#include "meshtrain/io/gpt_model_file.h"
+#include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/sampler.h"
+#include "meshtrain/telemetry/metrics_log.h"
+#include "meshtrain/telemetry/progress.h"
+#include "meshtrain/train/memory_model.h"
+#include "meshtrain/train/optimizer_step.h"
+
+namespace meshtrain {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+float evaluate(GPT& model, data::DataLoader& val, int64_t batches) {
+  val.rewind();
+  double sum = 0.0;
+  int64_t n = std::min<int64_t>(batches, val.batches_per_epoch());
+  for (int64_t i = 0; i < n; ++i) {
+    data::Batch b = val.next();
+    sum += model.forward(b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
+                         static_cast<int>(b.inputs.dim(0)), static_cast<int>(b.inputs.dim(1)));
+  }
+  return n > 0 ? static_cast<float>(sum / n) : -1.f;
+}
+}  // namespace
+
+TrainerSummary run_trainer(const TrainerOptions& opt) {
+  const GPTConfig& cfg = opt.model;
+  const int T = opt.seq_len > 0 ? opt.seq_len : cfg.seq_len;
+  MT_CHECK(T <= cfg.seq_len, "train sequence length {} is longer than the model's context "
+           "model.seq_len = {}", T, cfg.seq_len);
+  MT_CHECK(opt.micro_batch >= 1 && opt.grad_accum >= 1 && opt.steps >= 1,
+           "micro_batch, grad_accum and steps must be >= 1");
+  std::filesystem::create_directories(opt.run_dir);
+  if (!opt.resolved_config_json.empty()) {
+    std::ofstream(opt.run_dir + "/config.json") << opt.resolved_config_json << "\n";
+  }
+
+  GPT model(cfg);
+  if (opt.init_from.empty()) {
+    model.init_weights(opt.seed);
+  } else {
+    load_gpt_weights(opt.init_from, model.params(), cfg);
+    fmt::print("loaded weights from {}\n", opt.init_from);
+  }
+
+  data::LoaderOptions lo;
+  lo.pattern = opt.train_pattern;
+  lo.batch = opt.micro_batch;
+  lo.seq_len = T;
+  lo.seed = opt.seed;
+  data::DataLoader train(lo);
+  std::optional<data::DataLoader> val;
+  if (!opt.val_pattern.empty()) {
+    data::LoaderOptions vo = lo;
+    vo.pattern = opt.val_pattern;
+    vo.mode = data::LoaderMode::Eval;
+    vo.prefetch = 0;
+    val.emplace(vo);
+  }
+  // Token ids are checked against the vocabulary by GPT::forward on every batch.
+  OptimizerStep stepper(model, opt.adam, opt.schedule, opt.clip);
+  const int64_t tokens_per_step = static_cast<int64_t>(opt.micro_batch) * T * opt.grad_accum;
+  fmt::print("model: {}\n", cfg.describe());
+  fmt::print("batch: {} x {} tokens x {} accumulation = {} tokens/step, {} steps, {} thread(s)\n",
+             opt.micro_batch, T, opt.grad_accum, tokens_per_step, opt.steps, thread_count());
+  fmt::print("data: {} windows in {} ({} batches/epoch)\n", train.num_windows(), opt.train_pattern,
+             train.batches_per_epoch());
+  const MemoryPrediction pred = predict_training_memory(cfg, opt.micro_batch, T, thread_count());
+  fmt::print("memory (predicted): {:.1f} MB = params {:.1f} + grads {:.1f} + optimizer {:.1f} + "
+             "activations {:.1f} + workspace {:.1f}\n", pred.total_bytes() / 1e6, pred.params / 1e6,
+             pred.grads / 1e6, pred.optimizer / 1e6, pred.activations / 1e6, pred.workspace / 1e6);
+
+  MetricsLog metrics(opt.run_dir + "/metrics.jsonl");
+  ProgressDisplay progress(stdout, static_cast<int>(std::max<int64_t>(1, opt.log_every)));
+  ProgressState ps;
+  ps.total_steps = opt.steps;
+  TrainerSummary sum;
+  const double t_start = now_s();
+  int64_t bad_steps = 0;
+  std::vector<data::Batch> batches(opt.grad_accum);
+  for (int64_t step = 0; step < opt.steps; ++step) {
+    const double t0 = now_s();
+    std::vector<MicroBatch> micro;
+    for (int a = 0; a < opt.grad_accum; ++a) {
+      batches[a] = train.next();
+      micro.push_back({batches[a].inputs.data<int32_t>(), batches[a].targets.data<int32_t>(),
+                       opt.micro_batch, T});
+    }
+    const double t_data = now_s() - t0;
+    StepStats st = stepper.run(micro, step);
+    const double dt = now_s() - t0;
+    if (!st.finite) {
+      ++bad_steps;
+      progress.note(fmt::format("step {}: loss {} / grad norm {} is not finite; update skipped",
+                                step + 1, st.loss, st.grad_norm));
+      MT_CHECK(bad_steps < opt.max_bad_steps, "training diverged: {} consecutive steps with a "
+               "non-finite loss or gradient (last at step {}); lower train.lr or check the data",
+               bad_steps, step + 1);
+    } else {
+      bad_steps = 0;
+    }
+    ps.step = step + 1;
+    ps.loss = st.loss;
+    ps.lr = st.lr;
+    ps.grad_norm = st.grad_norm;
+    ps.step_s = dt;
+    ps.tokens_per_s = tokens_per_step / dt;
+    ps.elapsed_s = now_s() - t_start;
+    nlohmann::json rec = {{"step", step + 1}, {"loss", st.loss}, {"lr", st.lr},
+                          {"grad_norm", st.grad_norm}, {"step_ms", dt * 1e3},
+                          {"data_ms", t_data * 1e3}, {"forward_ms", st.forward_s * 1e3},
+                          {"backward_ms", st.backward_s * 1e3},
+                          {"optimizer_ms", st.optimizer_s * 1e3},
+                          {"tokens_per_s", ps.tokens_per_s}, {"skipped", !st.finite}};
+    const bool last = step + 1 == opt.steps;
+    if (val && opt.eval_every > 0 && ((step + 1) % opt.eval_every == 0 || last)) {
+      ps.val_loss = evaluate(model, *val, opt.eval_batches);
+      rec["val_loss"] = ps.val_loss;
+      progress.note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1,
+                                ps.val_loss, st.loss));
+    }
+    if (opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last) {
+      save_gpt_safetensors(opt.run_dir + "/model.safetensors", model);
+    }
+    if (opt.sample_every > 0 && (step + 1) % opt.sample_every == 0 && cfg.vocab_size <= 256) {
+      // A short generation so a person sees what the model has learned so far.
+      SampleOptions so;
+      so.max_new_tokens = 120;
+      so.temperature = 0.8f;
+      so.top_k = 40;
+      Rng rng(opt.seed + static_cast<uint64_t>(step));
+      std::vector<int32_t> prompt = {batches[0].inputs.data<int32_t>()[0]};
+      std::string text;
+      for (int32_t t : generate(model, prompt, so, rng)) text.push_back(static_cast<char>(t));
+      for (char& ch : text) if (ch == '\n' || ch == '\t') ch = ' ';
+      progress.note(fmt::format("step {:>6} | sample: {}", step + 1, text));
+    }
+    metrics.write(rec);
+    progress.update(ps);
+    sum.final_loss = st.loss;
+  }
+  progress.finish();
+  sum.steps = opt.steps;
+  sum.seconds = now_s() - t_start;
+  sum.tokens_per_s = static_cast<double>(tokens_per_step) * opt.steps / sum.seconds;
+  sum.final_val_loss = ps.val_loss;
+  sum.model_path = opt.model_out.empty() ? opt.run_dir + "/model.safetensors" : opt.model_out;
+  save_gpt_safetensors(sum.model_path, model);
+  const MemStats ms = mem_stats();
+  fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", sum.steps,
+             ProgressDisplay::format_duration(sum.seconds), sum.tokens_per_s, sum.final_loss,
+             sum.final_val_loss >= 0 ? fmt::format("{:.4f}", sum.final_val_loss) : "-");
+  fmt::print("memory (measured): allocator peak {:.1f} MB (predicted {:.1f} MB), process peak RSS "
+             "{:.1f} MB\n", ms.total_peak / 1e6, pred.total_bytes() / 1e6,
+             process_peak_rss_bytes() / 1e6);
+  fmt::print("model saved to {}\n", sum.model_path);
+  return sum;
+}
+
+}  // namespace meshtrain

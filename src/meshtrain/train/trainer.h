@@ -1,0 +1,40 @@
+// The single-process training loop: data, steps with gradient accumulation,
+// periodic validation, progress display, metrics and the final model file.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/optim/adamw.h"
+#include "meshtrain/optim/lr_schedule.h"
+
+namespace meshtrain {
+
+struct TrainerOptions {
+  GPTConfig model;
+  std::string init_from;      // model file to start from (empty: random init)
+  std::string train_pattern, val_pattern;  // shard globs (val may be empty)
+  int micro_batch = 8, seq_len = 0, grad_accum = 1;
+  int64_t steps = 100;
+  LrSchedule schedule;
+  AdamWConfig adam;
+  float clip = 1.0f;
+  int64_t eval_every = 100, eval_batches = 20, log_every = 1, save_every = 0;
+  int64_t sample_every = 0;   // print a short generated sample every N steps
+  int64_t max_bad_steps = 5;  // consecutive non-finite steps before giving up
+  uint64_t seed = 1;
+  std::string run_dir = "runs/default";
+  std::string model_out;      // final model path (default run_dir/model.safetensors)
+  std::string resolved_config_json;  // written to run_dir/config.json
+};
+
+struct TrainerSummary {
+  int64_t steps = 0;
+  float final_loss = 0.f, final_val_loss = -1.f;
+  double tokens_per_s = 0.0, seconds = 0.0;
+  std::string model_path;
+};
+
+TrainerSummary run_trainer(const TrainerOptions& opt);
+
+}  // namespace meshtrain
