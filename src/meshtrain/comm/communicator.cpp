@@ -350,12 +350,14 @@ Communicator CommImpl::split_now(int color, int key, const OpContext& ctx) {
 #endif
   if (color < 0) return Communicator();
   std::vector<std::pair<int, int>> members;  // (key, old rank)
+  // Shared memory serves a group whose members share a node (emulated nodes
+  // count, so the two-level path crosses "nodes" over MPI when emulated).
   bool one_host = true;
-  int my_host = host_id;
+  int my_host = node_id;
   for (int r = 0; r < size(); ++r)
     if (all[5 * r] == color) {
       members.push_back({all[5 * r + 1], r});
-      one_host &= all[5 * r + 4] == my_host;
+      one_host &= all[5 * r + 3] == my_host;
     }
   std::sort(members.begin(), members.end());
   int new_rank = 0;
