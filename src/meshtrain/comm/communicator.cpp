@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "meshtrain/comm/algorithms/algorithm.h"
@@ -106,8 +107,8 @@ struct CommImpl {
   int rank() const { return transport->rank(); }
   int size() const { return transport->size(); }
 
-  OpContext context(const std::string& what) const {
-    return {what, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+  OpContext context(std::function<std::string()> what) const {
+    return {std::move(what), Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(opts.timeout_s)),
             opts.timeout_s};
   }
@@ -142,19 +143,20 @@ struct CommImpl {
     bool same = true;
     for (const auto& f : all) same &= std::memcmp(&f, &all[0], sizeof(f)) == 0;
     if (same) return;
-    std::string msg = fmt::format("{}: ranks called different collectives:", ctx.what);
+    std::string msg = fmt::format("{}: ranks called different collectives:", ctx.what());
     for (int r = 0; r < size(); ++r) msg += fmt::format("\n  rank {}: {}", r, describe(all[r]));
     throw CommError(msg);
   }
 
   void run(Task& t) {
-    OpContext ctx = context(fmt::format("{} on '{}'", t.work->what, name));
+    const WorkState* ws = t.work.get();
+    OpContext ctx = context([ws, this] { return fmt::format("{} on '{}'", ws->what(), name); });
     if (auto* shm = transport->as_shm()) shm->note_op(t.op, t.seq);
-    recorder.started(t.seq, t.work->what);
+    recorder.started(t.work);
     try {
       if (!broken.empty())
         throw CommError(fmt::format("{}: communicator unusable after an earlier failure: {}",
-                                    t.work->what, broken));
+                                    t.work->what(), broken));
       if (opts.debug && t.collective && size() > 1) debug_check(t, ctx);
       t.body(ctx);
       recorder.finished(t.seq, true);
@@ -197,17 +199,29 @@ struct CommImpl {
     return Work(work);
   }
 
-  Task make_task(CollOp op, std::string kind, const CollArgs& args, std::string algo, std::string what) {
+  // `kind` must be a string literal or static name; `detail` replaces the
+  // standard description (rare ops only).
+  Task make_task(CollOp op, const char* kind, const CollArgs& args, std::string_view algo,
+                 std::string detail = {}) {
     Task t;
     t.op = op;
-    t.kind = std::move(kind);
+    t.kind = kind;
     t.args = args;
-    t.algo = std::move(algo);
+    t.algo = std::string(algo);
     t.work = std::make_shared<WorkState>();
+    WorkState& w = *t.work;
+    w.kind = kind;
+    w.detail = std::move(detail);
+    w.bytes = args.bytes();
+    w.dtype = static_cast<uint8_t>(args.dtype);
+    w.redop = static_cast<uint8_t>(args.redop);
+    w.op = static_cast<uint8_t>(op);
+    w.reduces = op == CollOp::Allreduce || op == CollOp::ReduceScatter || op == CollOp::Reduce;
+    w.root = args.root;
+    w.algo = algo;
     std::lock_guard lock(mu);
     t.seq = ++issued;
-    t.work->seq = t.seq;
-    t.work->what = fmt::format("{} #{} ({})", t.kind, t.seq, what);
+    w.seq = t.seq;
     return t;
   }
 
@@ -238,6 +252,19 @@ struct CommImpl {
     MT_CHECK(!candidates.empty(), "no algorithm can run {} over {}", coll_op_name(op), kind);
     if (candidates.size() == 1 || size() == 1) return candidates.front();
     return cost.choose(kind, op, bytes, size(), candidates);
+  }
+
+  // Selection is pure in (op, bytes, pins), so it is cached per op and size.
+  std::array<std::map<size_t, const Algorithm*>, kCollOpCount> selected;
+  const Algorithm* select_cached(CollOp op, size_t bytes) {
+    auto& cache = selected[static_cast<size_t>(op)];
+    std::lock_guard lock(mu);
+    auto it = cache.find(bytes);
+    if (it != cache.end()) return it->second;
+    const Algorithm* a = find_algorithm(select(op, bytes));
+    if (cache.size() > 4096) cache.clear();
+    cache[bytes] = a;
+    return a;
   }
 
   std::pair<Communicator*, Communicator*> groups(const OpContext& ctx) {
@@ -276,7 +303,7 @@ std::shared_ptr<CommImpl> new_impl(const CommOptions& opts) {
 void gather_placement(CommImpl& impl) {
   int32_t mine[2] = {impl.node_id, impl.host_id};
   std::vector<int32_t> all(2 * impl.size());
-  impl.transport->allgather_small(mine, sizeof(mine), all.data(), impl.context("placement exchange"));
+  impl.transport->allgather_small(mine, sizeof(mine), all.data(), impl.context([] { return std::string("placement exchange"); }));
   std::vector<int32_t> nodes;
   impl.single_host = true;
   for (int r = 0; r < impl.size(); ++r) {
@@ -398,6 +425,7 @@ void Communicator::set_algorithm(CollOp op, const std::string& name) {
   std::string n = name == "auto" ? "" : name;
   std::string saved = impl_->pinned[static_cast<size_t>(op)];
   impl_->pinned[static_cast<size_t>(op)] = n;
+  impl_->selected[static_cast<size_t>(op)].clear();
   try {
     if (!n.empty()) impl_->select(op, 0);  // validates the name
   } catch (...) {
@@ -445,19 +473,11 @@ Work Communicator::submit(const CollArgs& a) {
   size_t bytes = a.bytes();
   if (a.op == CollOp::Alltoall) bytes *= n;
 
-  std::string algo;
-  if (a.op != CollOp::Send && a.op != CollOp::Recv) algo = im.select(a.op, bytes);
-  std::string root_note = (a.op == CollOp::Broadcast || a.op == CollOp::Reduce)
-                              ? fmt::format(", root {}", a.root)
-                              : (a.op == CollOp::Send ? fmt::format(", to rank {}", a.root)
-                                 : a.op == CollOp::Recv ? fmt::format(", from rank {}", a.root) : "");
-  Task t = im.make_task(a.op, std::string(coll_op_name(a.op)), a, algo,
-                        fmt::format("{} bytes, {}{}{}{}", a.bytes(), dtype_name(a.dtype),
-                                    reduces ? ", " + std::string(reduce_op_name(a.redop)) : "",
-                                    algo.empty() ? "" : ", " + algo, root_note));
+  const Algorithm* alg = nullptr;
+  if (a.op != CollOp::Send && a.op != CollOp::Recv) alg = im.select_cached(a.op, bytes);
+  Task t = im.make_task(a.op, coll_op_name(a.op).data(), a, alg ? alg->name : std::string_view{});
   t.collective = a.op != CollOp::Send && a.op != CollOp::Recv;
   CommImpl* ip = impl_.get();
-  const Algorithm* alg = algo.empty() ? nullptr : find_algorithm(algo);
   t.body = [ip, alg, a, n, me](const OpContext& ctx) {
     if (a.op == CollOp::Send) return ip->transport->send(a.root, a.send, a.bytes(), ctx);
     if (a.op == CollOp::Recv) return ip->transport->recv(a.root, a.recv, a.bytes(), ctx);

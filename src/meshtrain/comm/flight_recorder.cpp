@@ -4,10 +4,14 @@
 
 namespace meshtrain::comm {
 
-void FlightRecorder::started(uint64_t seq, const std::string& what) {
+void FlightRecorder::started(std::shared_ptr<const WorkState> work) {
   std::lock_guard lock(mu_);
   Entry& e = ring_[count_++ % kEntries];
-  e = Entry{seq, what, std::chrono::steady_clock::now(), -1, true};
+  e.seq = work->seq;
+  e.work = std::move(work);
+  e.start = std::chrono::steady_clock::now();
+  e.seconds = -1;
+  e.ok = true;
 }
 
 void FlightRecorder::finished(uint64_t seq, bool ok) {
@@ -25,8 +29,8 @@ std::string FlightRecorder::dump() const {
   size_t first = count_ > kEntries ? count_ - kEntries : 0;
   for (size_t i = first; i < count_; ++i) {
     const Entry& e = ring_[i % kEntries];
-    out += e.seconds < 0 ? fmt::format("  {}: running\n", e.what)
-                         : fmt::format("  {}: {} in {:.1f} us\n", e.what, e.ok ? "done" : "FAILED",
+    out += e.seconds < 0 ? fmt::format("  {}: running\n", e.work->what())
+                         : fmt::format("  {}: {} in {:.1f} us\n", e.work->what(), e.ok ? "done" : "FAILED",
                                        e.seconds * 1e6);
   }
   return out.empty() ? "  (no operations yet)\n" : out;

@@ -5,21 +5,24 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <memory>
 #include <string>
+
+#include "meshtrain/comm/work.h"
 
 namespace meshtrain::comm {
 
 class FlightRecorder {
  public:
   static constexpr size_t kEntries = 16;
-  void started(uint64_t seq, const std::string& what);
+  void started(std::shared_ptr<const WorkState> work);
   void finished(uint64_t seq, bool ok);
   std::string dump() const;
 
  private:
   struct Entry {
     uint64_t seq = 0;
-    std::string what;
+    std::shared_ptr<const WorkState> work;
     std::chrono::steady_clock::time_point start{};
     double seconds = -1;  // -1: still running
     bool ok = true;

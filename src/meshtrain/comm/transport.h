@@ -7,6 +7,7 @@
 #pragma once
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -19,9 +20,11 @@ class ShmTransport;
 // Who is asking and until when: every wait checks the deadline and names
 // the operation, its sequence number, its bytes and the missing peer.
 struct OpContext {
-  std::string what;  // "allreduce #5 (4096 bytes, f32, ring)"
+  // "allreduce #5 (4096 bytes, f32, ring)", formatted only when an error needs it.
+  std::function<std::string()> describe;
   std::chrono::steady_clock::time_point deadline;
   double timeout_s = 0;
+  std::string what() const { return describe ? describe() : std::string("operation"); }
 };
 
 struct SendSpec {

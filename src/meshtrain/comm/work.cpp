@@ -17,7 +17,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) return;
   std::unique_lock lock(state_->mu);
   if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
-    throw CommError(fmt::format("wait for {} timed out after {} ms", state_->what, timeout.count()));
+    throw CommError(fmt::format("wait for {} timed out after {} ms", state_->what(), timeout.count()));
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
@@ -33,9 +33,18 @@ bool Work::failed() const {
   return state_->done && state_->error;
 }
 
-const std::string& Work::description() const {
-  static const std::string none = "no-op";
-  return state_ ? state_->what : none;
+std::string Work::description() const { return state_ ? state_->what() : "no-op"; }
+
+std::string WorkState::what() const {
+  if (!detail.empty()) return fmt::format("{} #{} ({})", kind, seq, detail);
+  auto o = static_cast<CollOp>(op);
+  std::string where;
+  if (o == CollOp::Broadcast || o == CollOp::Reduce) where = fmt::format(", root {}", root);
+  if (o == CollOp::Send) where = fmt::format(", to rank {}", root);
+  if (o == CollOp::Recv) where = fmt::format(", from rank {}", root);
+  return fmt::format("{} #{} ({} bytes, {}{}{}{}{})", kind, seq, bytes, dtype_name(static_cast<DType>(dtype)),
+                     reduces ? ", " : "", reduces ? reduce_op_name(static_cast<ReduceOp>(redop)) : "",
+                     algo.empty() ? "" : ", ", algo) + where;
 }
 
 void wait_all(const std::vector<Work>& works) {

@@ -18,8 +18,16 @@ struct WorkState {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
-  std::string what;  // "allreduce #5 (4096 bytes, f32, direct)"
   uint64_t seq = 0;
+  // What the operation is, kept as fields and formatted only on demand.
+  const char* kind = "";     // "allreduce", "split", ...
+  std::string detail;        // set for rare ops (split, alloc_shared)
+  size_t bytes = 0;
+  uint8_t dtype = 0, redop = 0, op = 0;
+  bool reduces = false;
+  int root = -1;             // root or peer, -1 when none
+  std::string_view algo;     // static algorithm name
+  std::string what() const;  // "allreduce #5 (4096 bytes, F32, sum, direct)"
 
   void finish(std::exception_ptr e = nullptr);
 };
@@ -37,7 +45,7 @@ class Work {
   // True when finished with an error (the error itself comes from wait()).
   bool failed() const;
   uint64_t sequence_number() const { return state_ ? state_->seq : 0; }
-  const std::string& description() const;
+  std::string description() const;
 
  private:
   std::shared_ptr<WorkState> state_;

@@ -15,7 +15,7 @@ void run_mpi_native(AlgoEnv& env, const CollArgs& a) {
   MT_CHECK(t, "algorithm 'mpi' needs the mpi transport, not {}", env.transport.kind());
   MPI_Comm comm = t->comm();
   const int n = t->size(), r = t->rank();
-  MT_CHECK(a.count <= static_cast<size_t>(INT_MAX), "{}: count {} too large for MPI", env.ctx.what, a.count);
+  MT_CHECK(a.count <= static_cast<size_t>(INT_MAX), "{}: count {} too large for MPI", env.ctx.what(), a.count);
   const int count = static_cast<int>(a.count);
   MPI_Datatype dt = mpi::datatype(a.dtype);
   MPI_Op op = mpi::reduce_op(a.redop, a.dtype);

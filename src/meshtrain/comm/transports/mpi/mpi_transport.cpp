@@ -125,8 +125,8 @@ void wait(MPI_Request& req, const OpContext& ctx, int peer) {
     if (spins > 100) std::this_thread::yield();
     if ((spins & 255) == 0 && std::chrono::steady_clock::now() > ctx.deadline)
       throw CommError(peer >= 0 ? fmt::format("{}: timed out after {:.1f} s waiting for rank {} (MPI)",
-                                              ctx.what, ctx.timeout_s, peer)
-                                : fmt::format("{}: timed out after {:.1f} s (MPI)", ctx.what, ctx.timeout_s));
+                                              ctx.what(), ctx.timeout_s, peer)
+                                : fmt::format("{}: timed out after {:.1f} s (MPI)", ctx.what(), ctx.timeout_s));
   }
 }
 
@@ -153,7 +153,7 @@ void MpiTransport::exchange(std::span<const SendSpec> sends, std::span<const Rec
     for (size_t i = 0; i < recvs.size(); ++i) {
       const RecvSpec& r = recvs[i];
       if (!r.bytes) continue;
-      MT_CHECK(r.bytes <= INT_MAX, "{}: message of {} bytes is too large for MPI", ctx.what, r.bytes);
+      MT_CHECK(r.bytes <= INT_MAX, "{}: message of {} bytes is too large for MPI", ctx.what(), r.bytes);
       void* dst = r.data;
       if (r.reduce) {
         temps[i].resize(r.bytes);
@@ -165,7 +165,7 @@ void MpiTransport::exchange(std::span<const SendSpec> sends, std::span<const Rec
     }
     for (const SendSpec& s : sends) {
       if (!s.bytes) continue;
-      MT_CHECK(s.bytes <= INT_MAX, "{}: message of {} bytes is too large for MPI", ctx.what, s.bytes);
+      MT_CHECK(s.bytes <= INT_MAX, "{}: message of {} bytes is too large for MPI", ctx.what(), s.bytes);
       reqs.emplace_back();
       peers.push_back(s.peer);
       MPI_Isend(s.data, static_cast<int>(s.bytes), MPI_BYTE, s.peer, 0, comm_, &reqs.back());

@@ -72,9 +72,13 @@ ShmTransport::ShmTransport(int rank, int size, const std::string& job_id,
       registry_(std::make_shared<Registry>()) {
   MT_CHECK(size >= 1 && rank >= 0 && rank < size, "bad rank {} of {}", rank, size);
   layout_ = Layout::make(size, chunk_bytes_from_env());
+  // Spinning pays only when every rank has a core; oversubscribed ranks yield at once.
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  spin_limit_ = size <= cores ? 20000 : 64;
   sent_.assign(size, 0);
   received_.assign(size, 0);
-  OpContext ctx{fmt::format("joining communicator '{}' ({} ranks)", comm_name, size),
+  std::string joining = fmt::format("joining communicator '{}' ({} ranks)", comm_name, size);
+  OpContext ctx{[joining] { return joining; },
                 Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(timeout_s)),
                 timeout_s};
@@ -156,7 +160,7 @@ void ShmTransport::check_abort(const OpContext& ctx) const {
   int32_t by = g.aborted_by.load(std::memory_order_acquire);
   if (by != 0 && by != rank_ + 1) {
     int r = by - 1;
-    throw CommError(fmt::format("{}: stopped because rank {} failed: {}", ctx.what, r,
+    throw CommError(fmt::format("{}: stopped because rank {} failed: {}", ctx.what(), r,
                                 control(r).abort_reason));
   }
 }
@@ -171,8 +175,8 @@ void ShmTransport::fail_waiting(int peer, const OpContext& ctx, bool dead) {
                           : fmt::format("its last operation was {} #{}, {} done",
                                         op < CollOp::kCount ? coll_op_name(op) : "?", seq, done);
   std::string msg =
-      dead ? fmt::format("{}: rank {} (pid {}) died ({})", ctx.what, peer, c.pid, where)
-           : fmt::format("{}: timed out after {:.1f} s waiting for rank {} ({})", ctx.what,
+      dead ? fmt::format("{}: rank {} (pid {}) died ({})", ctx.what(), peer, c.pid, where)
+           : fmt::format("{}: timed out after {:.1f} s waiting for rank {} ({})", ctx.what(),
                          ctx.timeout_s, peer, where);
   abort(msg);
   throw CommError(msg);
@@ -181,13 +185,14 @@ void ShmTransport::fail_waiting(int peer, const OpContext& ctx, bool dead) {
 void ShmTransport::idle(int& spins, Clock::time_point& last_check, int peer,
                         const OpContext& ctx) {
   ++spins;
-  if (spins < 64) {
+  if (spins < spin_limit_) {
     cpu_relax();
+    if ((spins & 1023) == 0) check_abort(ctx);
     return;
   }
   check_abort(ctx);
   // Yield to a rank that shares our core; sleep once waiting is clearly long.
-  if (spins < 64 + 2000) {
+  if (spins < spin_limit_ + 2000) {
     sched_yield();
   } else {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -234,7 +239,7 @@ void ShmTransport::exchange(std::span<const SendSpec> sends, std::span<const Rec
     for (size_t i = 0; i < sends.size(); ++i) {
       const SendSpec& s = sends[i];
       if (sdone[i] == s.bytes) continue;
-      if (s.peer == rank_) fail("{}: send to self", ctx.what);
+      if (s.peer == rank_) fail("{}: send to self", ctx.what());
       ChannelHeader& ch = channel(s.peer, rank_);
       char* slots = channel_slots(s.peer, rank_);
       while (sdone[i] < s.bytes) {

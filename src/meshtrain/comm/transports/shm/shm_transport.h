@@ -78,6 +78,7 @@ class ShmTransport final : public Transport {
   char* private_memory_ = nullptr;  // size 1: no segment needed
   char* base_ = nullptr;
   uint64_t step_ = 0;
+  int spin_limit_ = 64;
   std::vector<uint64_t> sent_, received_;  // FIFO cursors per peer
   uint64_t scratch_step_[shm::kScratchBuffers] = {0, 0, 0};
   int scratch_next_ = 0;
