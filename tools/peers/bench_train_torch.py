@@ -165,9 +165,9 @@ def main():
         opt.step()
         return loss.item()
 
-    times, loss = [], float("nan")
+    times, cpu_times, loss = [], [], float("nan")
     for i in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             loss = step()
         except Exception as e:  # noqa: BLE001 - compilation errors surface on the first call
@@ -180,6 +180,7 @@ def main():
         dt = time.perf_counter() - t0
         if i >= args.warmup:
             times.append(dt)
+            cpu_times.append(time.process_time() - c0)
         print(f"step {i + 1:4d}{' (warmup)' if i < args.warmup else ''}: "
               f"loss {loss:.4f}, {dt * 1e3:.1f} ms")
 
@@ -198,6 +199,9 @@ def main():
             "ms_per_step_mean": statistics.mean(times) * 1e3, "tokens_per_s": tok_s,
             "flops_per_token": flops_per_token, "model_gflops": tok_s * flops_per_token / 1e9,
             "final_loss": loss, "n_params": n_params,
+            # CPU seconds of this process per step: tracks our own work on a shared machine.
+            "cpu_ms_per_step": statistics.median(cpu_times) * 1e3,
+            "tokens_per_cpu_s": args.batch * seq / statistics.median(cpu_times),
         }))
 
 

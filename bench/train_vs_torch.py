@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Interleaved training-step benchmark: meshtrain vs PyTorch, same model,
+batch, context, optimizer and thread count, alternating runs so that machine
+noise hits both alike. Prints medians and the ratio.
+
+  python3 bench/train_vs_torch.py --preset char-6L --batch 8 --threads 1 2 --rounds 3
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_json(cmd, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               OPENBLAS_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    return json.loads(lines[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="char-6L")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=0)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
+    a = ap.parse_args()
+    seq = ["--seq", str(a.seq)] if a.seq else []
+    results = {}
+    for r in range(a.rounds):
+        for t in a.threads:
+            ours = run_json([a.binary, "bench", "train", "--preset", a.preset, "--batch",
+                             str(a.batch), "--threads", str(t), "--steps", str(a.steps),
+                             "--warmup", "2", "--json"] + seq, t)
+            peer = run_json([sys.executable, os.path.join(ROOT, "tools", "peers", "bench_train_torch.py"),
+                             "--preset", a.preset, "--batch", str(a.batch), "--threads", str(t),
+                             "--steps", str(a.steps), "--warmup", "2", "--json"] + seq, t)
+            res = results.setdefault(t, {"ours": [], "peer": [], "mfu": [], "peak": [], "torch": "",
+                                         "ours_cpu": [], "peer_cpu": []})
+            res["ours_cpu"].append(ours["tokens_per_cpu_s"])
+            res["peer_cpu"].append(peer["tokens_per_cpu_s"])
+            res["ours"].append(ours["tokens_per_s"])
+            res["peer"].append(peer["tokens_per_s"])
+            res["mfu"].append(ours["mfu"])
+            res["peak"].append(ours["sgemm_peak_gflops"])
+            res["torch"] = peer.get("torch_version", "")
+            print(f"round {r + 1} threads {t}: meshtrain {ours['tokens_per_s']:.0f} tok/s "
+                  f"(MFU {ours['mfu'] * 100:.1f}%), torch {peer['tokens_per_s']:.0f} tok/s",
+                  flush=True)
+    print()
+    print(f"{a.preset}, batch {a.batch}, f32, medians of {a.rounds} interleaved rounds "
+          f"({a.steps} timed steps each)")
+    print("| threads | meshtrain tok/s | PyTorch tok/s | ratio | tok per CPU-s: meshtrain / PyTorch (ratio) | meshtrain MFU | sgemm peak GFLOP/s |")
+    print("|---|---|---|---|---|---|---|")
+    for t, res in results.items():
+        o, p = statistics.median(res["ours"]), statistics.median(res["peer"])
+        oc, pc = statistics.median(res["ours_cpu"]), statistics.median(res["peer_cpu"])
+        print(f"| {t} | {o:.0f} | {p:.0f} | {o / p:.2f}x | {oc:.0f} / {pc:.0f} ({oc / pc:.2f}x) "
+              f"| {statistics.median(res['mfu']) * 100:.1f}% "
+              f"| {statistics.median(res['peak']):.1f} |")
+    print(f"PyTorch {results[a.threads[0]]['torch']}")
+
+
+if __name__ == "__main__":
+    main()
