@@ -1,10 +1,19 @@
-// `meshtrain train --config FILE [--set key=value]...`
+// `meshtrain train --config FILE [--set key=value]... [--nproc N]`
+// With --nproc N (outside a job) it launches N ranks of itself through the
+// local launcher; each rank, and each rank of an `mpirun` job, trains its
+// data-parallel replica (train/trainer.h).
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
 
 #include "commands.h"
 #include "meshtrain/config/config_loader.h"
+#include "meshtrain/comm/world.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/io/gpt_model_file.h"
+#include "meshtrain/launch/launcher.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain::cli {
@@ -13,6 +22,7 @@ namespace {
 struct TrainArgs {
   std::string config;
   std::vector<std::string> sets;
+  int nproc = 0;  // 0: this process is the whole job (or one rank of an mpirun/launched job)
 };
 
 // The model shape: a preset, explicit dimensions overriding it, or the shape
@@ -51,21 +61,65 @@ void refuse_unavailable(const TrainConfig& c) {
   refuse(c.zero.stage != 0, fmt::format("zero.stage = {}", c.zero.stage));
   refuse(c.precision != "fp32", fmt::format("precision = \"{}\"", c.precision));
   refuse(c.recompute != "none", fmt::format("recompute = \"{}\"", c.recompute));
-  refuse(c.parallel.tp != 1 || c.parallel.pp != 1 || c.parallel.dp > 1,
-         fmt::format("parallel = dp {} x tp {} x pp {}", c.parallel.dp, c.parallel.tp, c.parallel.pp));
+  refuse(c.parallel.tp != 1 || c.parallel.pp != 1,
+         fmt::format("parallel.tp = {} x parallel.pp = {} (data parallelism only)", c.parallel.tp,
+                     c.parallel.pp));
+  refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
+         fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));
   refuse(c.checkpoint.every > 0, fmt::format("checkpoint.every = {} (sharded checkpoints; use "
                                              "train.save_every to save the model periodically)",
                                              c.checkpoint.every));
   refuse(c.telemetry.trace, "telemetry.trace = true");
 }
 
+// parallel.dp must match the ranks the job has ("auto" = all of them).
+void check_dp(const TrainConfig& c, int world) {
+  if (c.parallel.dp == 0 || c.parallel.dp == world) return;
+  throw Error(fmt::format("parallel.dp = {} but the job has {} rank(s); run with --nproc {} (or "
+                          "mpirun -np {}), or set parallel.dp = \"auto\"", c.parallel.dp, world,
+                          c.parallel.dp, c.parallel.dp));
+}
+
+bool inside_job(const comm::WorldInfo& w) { return w.source != "none"; }
+
+// Starts `nproc` ranks of this binary with the same arguments (minus --nproc).
+void launch_ranks(const TrainArgs& a) {
+  launch::LaunchOptions lo;
+  lo.nproc = a.nproc;
+  lo.prefix_output = false;  // only rank 0 prints; errors name their rank
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  lo.command = {len > 0 ? std::string(self, static_cast<size_t>(len)) : "/proc/self/exe", "train"};
+  if (!a.config.empty()) lo.command.insert(lo.command.end(), {"--config", a.config});
+  for (const auto& s : a.sets) lo.command.insert(lo.command.end(), {"--set", s});
+  const launch::LaunchResult r = launch::run_local(lo);
+  if (r.exit_code != 0) throw Error(fmt::format("training failed: {}", r.message));
+}
+
 void run_train(const TrainArgs& a) {
+  const comm::WorldInfo world = comm::world_from_env();
+  if (a.nproc < 0) throw UsageError("--nproc must be >= 1");
+  const bool launching = a.nproc > 1 && !inside_job(world);
+  if (a.nproc > 0 && inside_job(world) && a.nproc != world.size)
+    throw UsageError(fmt::format("--nproc {} inside a job of {} ranks", a.nproc, world.size));
+  const int ranks = launching ? a.nproc : world.size;
+  const bool lead = world.rank == 0;
+
   TrainConfig c = load_config(a.config, a.sets);
-  fmt::print("resolved configuration:\n{}\n", to_string(c));
+  if (lead && !launching) fmt::print("resolved configuration:\n{}\n", to_string(c));
   refuse_unavailable(c);
+  check_dp(c, ranks);
   MT_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards (make "
            "them with `meshtrain data prepare` or `meshtrain data synth`)");
-  set_thread_count(c.train.threads > 0 ? c.train.threads : default_thread_count());
+  if (launching) {
+    model_config(c);  // fail here, once, rather than in every rank
+    launch_ranks(a);
+    return;
+  }
+  // Threads per rank: the cores shared among this node's ranks.
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  set_thread_count(c.train.threads > 0 ? c.train.threads
+                                       : static_cast<int>(std::max(1L, cores / world.local_size)));
 
   TrainerOptions o;
   o.model = model_config(c);
@@ -76,7 +130,13 @@ void run_train(const TrainArgs& a) {
   o.grad_accum = c.train.grad_accum;
   o.steps = c.train.steps;
   o.schedule.kind = c.train.schedule;
-  o.schedule.max_lr = static_cast<float>(c.train.lr);
+  const int64_t global_batch = static_cast<int64_t>(c.train.micro_batch) * world.size *
+                               c.train.grad_accum;
+  const double lr = scaled_lr(c.train, global_batch);
+  if (lead && c.train.lr_scaling != "none")
+    fmt::print("lr: {:g} scaled {} for global batch {} (tuned at {}) = {:g}\n", c.train.lr,
+               c.train.lr_scaling, global_batch, c.train.lr_base_batch, lr);
+  o.schedule.max_lr = static_cast<float>(lr);
   o.schedule.min_lr_ratio = static_cast<float>(c.train.min_lr_ratio);
   o.schedule.warmup = c.train.warmup;
   o.schedule.total = c.train.steps;
@@ -94,7 +154,26 @@ void run_train(const TrainArgs& a) {
   o.run_dir = c.telemetry.dir;
   o.model_out = c.out;
   o.resolved_config_json = resolved_json(c).dump(2);
-  run_trainer(o);
+  o.dp.bucket_bytes = static_cast<size_t>(std::llround(c.parallel.bucket_mb * (1 << 20)));
+  o.dp.first_bucket_bytes = static_cast<size_t>(std::llround(c.parallel.first_bucket_mb * (1 << 20)));
+  o.dp.verify = parallel::DataParallelOptions::from_env().verify;
+  if (world.size > 1) {
+    comm::CommOptions co = comm::CommOptions::from_env();
+    // The config chooses unless the environment already did.
+    if (c.comm.transport != "auto" && !std::getenv("MESHTRAIN_COMM_TRANSPORT"))
+      co.transport = c.comm.transport;
+    if (!std::getenv("MESHTRAIN_COMM_TIMEOUT")) co.timeout_s = c.comm.timeout_s;
+    // Bucket allreduces always go to the progress engine: run inline they
+    // would block backward until every peer arrives.
+    co.inline_bytes = 0;
+    o.comm = comm::Communicator::from_env(co);
+  }
+  try {
+    run_trainer(o);
+  } catch (const Error& e) {
+    if (world.size > 1) throw Error(fmt::format("rank {}: {}", world.rank, e.what()));
+    throw;
+  }
 }
 }  // namespace
 
@@ -104,6 +183,9 @@ void register_train(CLI::App& app) {
   c->add_option("--config", a->config, "Configuration file (JSON; keys in docs/CONFIG.md)");
   c->add_option("--set", a->sets, "Override one key, e.g. --set train.lr=3e-4 (repeatable)")
       ->take_all();
+  c->add_option("--nproc", a->nproc,
+                "Train data-parallel on N local ranks (launches N processes; results equal one "
+                "rank with N x the micro-batch)");
   c->callback([a] { run_train(*a); });
 }
 

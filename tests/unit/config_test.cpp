@@ -269,3 +269,30 @@ TEST(config, suggestions_by_edit_distance) {
   EXPECT_EQ(closest_match("stage", keys), "zero.stage");
   EXPECT_EQ(closest_match("completely_different", keys), std::nullopt);
 }
+
+TEST(config, lr_scaling_and_bucket_keys) {
+  const TrainConfig d = load_config("");
+  EXPECT_EQ(d.train.lr_scaling, "none");
+  EXPECT_EQ(d.train.lr_base_batch, 0);
+  EXPECT_DOUBLE_EQ(d.parallel.bucket_mb, 25);
+  EXPECT_DOUBLE_EQ(d.parallel.first_bucket_mb, 1);
+  EXPECT_DOUBLE_EQ(scaled_lr(d.train, 64), d.train.lr);  // none: the batch does not matter
+
+  const TrainConfig lin = load_config("", {"train.lr=1e-3", "train.lr_scaling=linear",
+                                           "train.lr_base_batch=8", "parallel.bucket_mb=0.5"});
+  EXPECT_DOUBLE_EQ(scaled_lr(lin.train, 32), 4e-3);
+  EXPECT_DOUBLE_EQ(lin.parallel.bucket_mb, 0.5);
+  const TrainConfig sq = load_config("", {"train.lr=1e-3", "train.lr_scaling=sqrt",
+                                          "train.lr_base_batch=8"});
+  EXPECT_DOUBLE_EQ(scaled_lr(sq.train, 32), 2e-3);
+  EXPECT_EQ(resolved_json(sq)["train"]["lr_scaling"], "sqrt");
+
+  EXPECT_CONTAINS(error_of([] { load_config("", {"train.lr_scaling=linear"}); }),
+                  "train.lr_base_batch must be >= 1 when train.lr_scaling is \"linear\"");
+  EXPECT_CONTAINS(error_of([] { load_config("", {"train.lr_scaling=lineal"}); }),
+                  "did you mean 'linear'?");
+  EXPECT_CONTAINS(error_of([] { load_config("", {"parallel.bucket_mb=0"}); }),
+                  "parallel.bucket_mb must be in");
+  EXPECT_CONTAINS(error_of([] { load_config("", {"parallel.first_bucket_mb=-1"}); }),
+                  "parallel.first_bucket_mb must be in");
+}

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -148,6 +149,17 @@ struct CommImpl {
     throw CommError(msg);
   }
 
+  // Test hook: MESHTRAIN_COMM_TEST_DELAY_US=D sleeps D microseconds before
+  // every allreduce (on whichever thread runs it), emulating a slow network so
+  // tests can show data parallelism overlapping communication with backward.
+  static void test_delay() {
+    static const long us = [] {
+      const char* s = std::getenv("MESHTRAIN_COMM_TEST_DELAY_US");
+      return s ? std::max(0L, std::atol(s)) : 0L;
+    }();
+    if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
+
   void run(Task& t) {
     const WorkState* ws = t.work.get();
     OpContext ctx = context([ws, this] { return fmt::format("{} on '{}'", ws->what(), name); });
@@ -158,6 +170,7 @@ struct CommImpl {
         throw CommError(fmt::format("{}: communicator unusable after an earlier failure: {}",
                                     t.work->what(), broken));
       if (opts.debug && t.collective && size() > 1) debug_check(t, ctx);
+      if (t.op == CollOp::Allreduce) test_delay();
       t.body(ctx);
       recorder.finished(t.seq, true);
       if (auto* shm = transport->as_shm()) shm->note_done();

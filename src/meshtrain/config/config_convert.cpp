@@ -160,6 +160,12 @@ TrainConfig convert_config(const nlohmann::json& j,
   t.log_every = r.integer("train.log_every", 1, INT64_MAX);
   t.sample_every = r.integer("train.sample_every", 0, INT64_MAX);
   t.save_every = r.integer("train.save_every", 0, INT64_MAX);
+  t.lr_scaling = r.choice("train.lr_scaling", {"none", "linear", "sqrt"});
+  t.lr_base_batch = r.integer("train.lr_base_batch", 0, INT64_MAX);
+  if (t.lr_scaling != "none" && t.lr_base_batch == 0)
+    r.error("train.lr_base_batch", fmt::format("must be >= 1 when train.lr_scaling is \"{}\" (the "
+                                               "global batch in sequences train.lr was tuned at)",
+                                               t.lr_scaling));
 
   // parallel.dp: "auto", a positive integer, or its decimal string (from --set).
   const json& dp = r.at("parallel.dp");
@@ -178,6 +184,8 @@ TrainConfig convert_config(const nlohmann::json& j,
   }
   c.parallel.tp = r.small_int("parallel.tp", 1);
   c.parallel.pp = r.small_int("parallel.pp", 1);
+  c.parallel.bucket_mb = r.in_range("parallel.bucket_mb", 1e-6, 1e6, false);
+  c.parallel.first_bucket_mb = r.in_range("parallel.first_bucket_mb", 1e-6, 1e6, false);
   c.zero.stage = r.small_int("zero.stage", 0, 3);
   c.precision = r.choice("precision", {"fp32", "bf16", "fp16"});
   c.recompute = r.string("recompute");

@@ -1,6 +1,7 @@
 #include "meshtrain/config/train_config.h"
 
 #include <charconv>
+#include <cmath>
 
 #include "meshtrain/core/error.h"
 
@@ -44,6 +45,8 @@ J to_json(const TrainConfig& c) {
   train["log_every"] = t.log_every;
   train["sample_every"] = t.sample_every;
   train["save_every"] = t.save_every;
+  train["lr_scaling"] = t.lr_scaling;
+  train["lr_base_batch"] = t.lr_base_batch;
   j["train"] = train;
   J parallel;
   if (c.parallel.dp == 0) {
@@ -53,6 +56,8 @@ J to_json(const TrainConfig& c) {
   }
   parallel["tp"] = c.parallel.tp;
   parallel["pp"] = c.parallel.pp;
+  parallel["bucket_mb"] = c.parallel.bucket_mb;
+  parallel["first_bucket_mb"] = c.parallel.first_bucket_mb;
   j["parallel"] = parallel;
   j["zero"] = J{{"stage", c.zero.stage}};
   j["precision"] = c.precision;
@@ -90,6 +95,16 @@ void resolve_derived_paths(TrainConfig& c) {
   if (c.telemetry.dir.empty()) c.telemetry.dir = "runs/" + c.run_name;
   if (c.checkpoint.dir.empty()) c.checkpoint.dir = c.telemetry.dir + "/ckpt";
   if (c.out.empty()) c.out = c.telemetry.dir + "/model.safetensors";
+}
+
+double scaled_lr(const TrainSection& t, int64_t global_batch) {
+  if (t.lr_scaling == "none") return t.lr;
+  MT_CHECK(t.lr_base_batch >= 1, "train.lr_scaling = \"{}\" needs train.lr_base_batch (the global "
+           "batch in sequences at which train.lr was tuned)", t.lr_scaling);
+  const double ratio = static_cast<double>(global_batch) / static_cast<double>(t.lr_base_batch);
+  if (t.lr_scaling == "linear") return t.lr * ratio;
+  if (t.lr_scaling == "sqrt") return t.lr * std::sqrt(ratio);
+  fail("train.lr_scaling must be none, linear or sqrt; got \"{}\"", t.lr_scaling);
 }
 
 RecomputePolicy parse_recompute(const std::string& value) {

@@ -45,12 +45,18 @@ struct TrainSection {
   int64_t log_every = 1;
   int64_t sample_every = 0;  // 0 = never
   int64_t save_every = 0;    // write the model to `out` every N steps; 0 = at the end only
+  // Scale lr for a global batch other than the one it was tuned at:
+  // none | linear (lr * G / base) | sqrt (lr * sqrt(G / base)), G in sequences.
+  std::string lr_scaling = "none";
+  int64_t lr_base_batch = 0;  // the global batch (sequences) lr was tuned at; needed unless none
 };
 
 struct ParallelSection {
   int dp = 0;  // data-parallel ranks; 0 = "auto" (world size / (tp * pp))
   int tp = 1;
   int pp = 1;
+  double bucket_mb = 25;       // data-parallel gradient bucket size (MiB)
+  double first_bucket_mb = 1;  // the first bucket, small so reduction starts early (MiB)
 };
 
 struct ZeroSection {
@@ -100,6 +106,10 @@ std::string to_string(const TrainConfig& config);
 
 // Fills "" derived paths: telemetry.dir, checkpoint.dir, out.
 void resolve_derived_paths(TrainConfig& config);
+
+// The learning rate after train.lr_scaling for a global batch of
+// `global_batch` sequences (micro_batch x dp x grad_accum).
+double scaled_lr(const TrainSection& train, int64_t global_batch);
 
 // Recompute policy parsed from the `recompute` string.
 struct RecomputePolicy {

@@ -26,6 +26,18 @@ GPT::GPT(const GPTConfig& cfg) : cfg_(cfg) {
   grads_ = GPTParams::view(cfg_, grad_buf_);
 }
 
+GPT::GPT(const GPTConfig& cfg, Tensor grad_buffer) : cfg_(cfg) {
+  cfg_.validate();
+  MT_CHECK(grad_buffer.dtype() == DType::F32 && grad_buffer.numel() == cfg_.num_params(),
+           "external gradient buffer must hold {} f32 values, got {} {}", cfg_.num_params(),
+           grad_buffer.numel(), dtype_name(grad_buffer.dtype()));
+  param_buf_ = Tensor::zeros({cfg_.num_params()}, DType::F32, MemCategory::Parameters);
+  grad_buf_ = std::move(grad_buffer);
+  std::fill(grad_buf_.data<float>(), grad_buf_.data<float>() + grad_buf_.numel(), 0.f);
+  params_ = GPTParams::view(cfg_, param_buf_);
+  grads_ = GPTParams::view(cfg_, grad_buf_);
+}
+
 GPT::~GPT() = default;
 
 void GPT::init_weights(uint64_t seed) {

@@ -17,6 +17,10 @@ struct GPTActivations;  // defined in gpt_activations.h
 class GPT {
  public:
   explicit GPT(const GPTConfig& cfg);
+  // Gradients in a caller-provided buffer of num_params() f32 (e.g. memory
+  // the communicator's peers can map, so bucket allreduces need no copy-in).
+  // The buffer's memory must outlive the model; it is zeroed here.
+  GPT(const GPTConfig& cfg, Tensor grad_buffer);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;

@@ -28,8 +28,9 @@ std::vector<ParamSegment> gpt_param_segments(const GPTParams& params) {
   return segs;
 }
 
-OptimizerStep::OptimizerStep(GPT& model, AdamWConfig adam, LrSchedule schedule, float clip)
-    : model_(model), schedule_(schedule), clip_(clip) {
+OptimizerStep::OptimizerStep(GPT& model, AdamWConfig adam, LrSchedule schedule, float clip,
+                             parallel::DataParallel* dp)
+    : model_(model), schedule_(schedule), clip_(clip), dp_(dp) {
   opt_ = std::make_unique<AdamW>(0, model.config().num_params(),
                                  gpt_param_segments(model.params()), adam);
 }
@@ -40,21 +41,33 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
   model_.zero_grad();
   double loss_sum = 0.0;
   const float scale = 1.0f / static_cast<float>(micro.size());
-  for (const auto& mb : micro) {
+  for (size_t i = 0; i < micro.size(); ++i) {
+    const MicroBatch& mb = micro[i];
     double t0 = now_s();
     loss_sum += model_.forward(mb.inputs, mb.targets, mb.B, mb.T);
     double t1 = now_s();
+    // Buckets are reduced during the last micro-batch's backward only.
+    if (dp_) dp_->begin_backward(i + 1 == micro.size());
     model_.backward(scale);
     st.forward_s += t1 - t0;
     st.backward_s += now_s() - t1;
   }
-  st.loss = static_cast<float>(loss_sum / micro.size());
-  double t2 = now_s();
+  double loss = loss_sum / micro.size();
+  if (dp_) {
+    dp_->finish_gradients();  // from here on every rank holds the averaged gradient
+    st.comm = dp_->timing();
+    loss = dp_->average(loss);
+  }
+  double t2 = now_s();  // optimizer time excludes the exposed communication
+  st.loss = static_cast<float>(loss);
   const Tensor& g = model_.grads().flat;
+  // After the reduction the local norm is the global one.
   const double sq = cpu::sum_squares(g.data<float>(), g.numel());
   st.grad_norm = std::sqrt(sq);
   st.lr = schedule_.at(step);
-  st.finite = std::isfinite(st.loss) && std::isfinite(sq);
+  st.finite = std::isfinite(loss) && std::isfinite(sq);
+  // Every rank must skip (or not) together, so the decision is reduced too.
+  if (dp_) st.finite = dp_->all(st.finite);
   if (st.finite) {
     opt_->step(model_.params().flat.data<float>(), g.data<float>(), st.lr,
                clip_coefficient(st.grad_norm, clip_));

@@ -1,5 +1,7 @@
-// One optimizer step of a GPT on one process: forward/backward over the
-// micro-batches of a step (gradient accumulation), global-norm clipping, AdamW.
+// One optimizer step of a GPT: forward/backward over the micro-batches of a
+// step (gradient accumulation), then, with data parallelism, the wait for the
+// gradient buckets reduced during the last backward, then global-norm
+// clipping and AdamW. Without a DataParallel nothing communicates.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -8,6 +10,7 @@
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lr_schedule.h"
+#include "meshtrain/parallel/data_parallel.h"
 
 namespace meshtrain {
 
@@ -21,16 +24,19 @@ struct MicroBatch {
 };
 
 struct StepStats {
-  float loss = 0.f;        // mean over micro-batches
+  float loss = 0.f;        // mean over micro-batches (and over ranks)
   double grad_norm = 0.0;  // before clipping
   float lr = 0.f;
-  bool finite = true;      // false: loss or gradients had inf/NaN; the update was skipped
+  bool finite = true;      // false: loss or gradients had inf/NaN (on any rank); update skipped
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
+  parallel::CommTiming comm;  // gradient reduction of this step (data parallel only)
 };
 
 class OptimizerStep {
  public:
-  OptimizerStep(GPT& model, AdamWConfig adam, LrSchedule schedule, float clip);
+  // `dp` (optional, attached to `model`): reduce gradients across its ranks.
+  OptimizerStep(GPT& model, AdamWConfig adam, LrSchedule schedule, float clip,
+                parallel::DataParallel* dp = nullptr);
   // Runs forward/backward for each micro-batch and then the update for `step`
   // (0-based, drives the schedule).
   StepStats run(const std::vector<MicroBatch>& micro, int64_t step);
@@ -42,6 +48,7 @@ class OptimizerStep {
   std::unique_ptr<AdamW> opt_;
   LrSchedule schedule_;
   float clip_;
+  parallel::DataParallel* dp_;
 };
 
 }  // namespace meshtrain

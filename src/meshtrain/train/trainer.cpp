@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 
 #include "meshtrain/core/memory.h"
@@ -26,7 +27,9 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-float evaluate(GPT& model, data::DataLoader& val, int64_t batches) {
+// Mean loss over the first `batches` global validation batches; with data
+// parallelism each rank evaluates its slice and the means are averaged.
+float evaluate(GPT& model, data::DataLoader& val, int64_t batches, parallel::DataParallel* dp) {
   val.rewind();
   double sum = 0.0;
   int64_t n = std::min<int64_t>(batches, val.batches_per_epoch());
@@ -35,7 +38,9 @@ float evaluate(GPT& model, data::DataLoader& val, int64_t batches) {
     sum += model.forward(b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
                          static_cast<int>(b.inputs.dim(0)), static_cast<int>(b.inputs.dim(1)));
   }
-  return n > 0 ? static_cast<float>(sum / n) : -1.f;
+  if (n == 0) return -1.f;
+  const double mean = sum / n;
+  return static_cast<float>(dp ? dp->average(mean) : mean);
 }
 }  // namespace
 
@@ -46,17 +51,34 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
            "model.seq_len = {}", T, cfg.seq_len);
   MT_CHECK(opt.micro_batch >= 1 && opt.grad_accum >= 1 && opt.steps >= 1,
            "micro_batch, grad_accum and steps must be >= 1");
-  std::filesystem::create_directories(opt.run_dir);
-  if (!opt.resolved_config_json.empty()) {
-    std::ofstream(opt.run_dir + "/config.json") << opt.resolved_config_json << "\n";
+  const int world = opt.comm.valid() ? opt.comm.size() : 1;
+  const int rank = opt.comm.valid() ? opt.comm.rank() : 0;
+  const bool lead = rank == 0;  // prints, writes metrics, saves the model
+  auto say = [lead](const std::string& line) {
+    if (lead) fmt::print("{}\n", line);
+  };
+  if (lead) {
+    std::filesystem::create_directories(opt.run_dir);
+    if (!opt.resolved_config_json.empty()) {
+      std::ofstream(opt.run_dir + "/config.json") << opt.resolved_config_json << "\n";
+    }
   }
 
-  GPT model(cfg);
+  // Data parallelism first: the model's gradients live in its shared buffer.
+  std::unique_ptr<parallel::DataParallel> dp;
+  if (world > 1) dp = std::make_unique<parallel::DataParallel>(opt.comm, cfg.num_params(), opt.dp);
+  std::unique_ptr<GPT> model_ptr =
+      dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
+  GPT& model = *model_ptr;
   if (opt.init_from.empty()) {
     model.init_weights(opt.seed);
   } else {
     load_gpt_weights(opt.init_from, model.params(), cfg);
-    fmt::print("loaded weights from {}\n", opt.init_from);
+    say(fmt::format("loaded weights from {}", opt.init_from));
+  }
+  if (dp) {
+    dp->attach(model);
+    dp->broadcast_parameters();  // every replica starts from rank 0's weights
   }
 
   data::LoaderOptions lo;
@@ -64,6 +86,8 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   lo.batch = opt.micro_batch;
   lo.seq_len = T;
   lo.seed = opt.seed;
+  lo.rank = rank;
+  lo.world_size = world;
   data::DataLoader train(lo);
   std::optional<data::DataLoader> val;
   if (!opt.val_pattern.empty()) {
@@ -74,20 +98,43 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     val.emplace(vo);
   }
   // Token ids are checked against the vocabulary by GPT::forward on every batch.
-  OptimizerStep stepper(model, opt.adam, opt.schedule, opt.clip);
-  const int64_t tokens_per_step = static_cast<int64_t>(opt.micro_batch) * T * opt.grad_accum;
-  fmt::print("model: {}\n", cfg.describe());
-  fmt::print("batch: {} x {} tokens x {} accumulation = {} tokens/step, {} steps, {} thread(s)\n",
-             opt.micro_batch, T, opt.grad_accum, tokens_per_step, opt.steps, thread_count());
-  fmt::print("data: {} windows in {} ({} batches/epoch)\n", train.num_windows(), opt.train_pattern,
-             train.batches_per_epoch());
+  OptimizerStep stepper(model, opt.adam, opt.schedule, opt.clip, dp.get());
+  // Effective batch: micro-batch x ranks x accumulation sequences per step.
+  const int64_t global_batch = static_cast<int64_t>(opt.micro_batch) * world * opt.grad_accum;
+  const int64_t tokens_per_step = global_batch * T;
+  say(fmt::format("model: {}", cfg.describe()));
+  say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
+                  "tokens/step, {} steps, {} thread(s) per rank", opt.micro_batch, T, world,
+                  opt.grad_accum, global_batch, tokens_per_step, opt.steps, thread_count()));
+  if (dp) {
+    const auto& b = dp->buckets();
+    auto size = [](double bytes) {
+      return bytes < (1 << 20) ? fmt::format("{:.1f} KiB", bytes / 1024)
+                               : fmt::format("{:.1f} MiB", bytes / (1 << 20));
+    };
+    say(fmt::format("data parallel: {} ranks over {}, {} gradient bucket(s) (first {}, then up "
+                    "to {}) in shared memory, reduced during backward", world,
+                    dp->comm().transport(), b.size(), size(b.front().count() * 4.0),
+                    size(static_cast<double>(opt.dp.bucket_bytes))));
+  }
+  say(fmt::format("data: {} windows in {} ({} batches/epoch)", train.num_windows(),
+                  opt.train_pattern, train.batches_per_epoch()));
   const MemoryPrediction pred = predict_training_memory(cfg, opt.micro_batch, T, thread_count());
-  fmt::print("memory (predicted): {:.1f} MB = params {:.1f} + grads {:.1f} + optimizer {:.1f} + "
-             "activations {:.1f} + workspace {:.1f}\n", pred.total_bytes() / 1e6, pred.params / 1e6,
-             pred.grads / 1e6, pred.optimizer / 1e6, pred.activations / 1e6, pred.workspace / 1e6);
+  say(fmt::format("memory (predicted): {:.1f} MB = params {:.1f} + grads {:.1f} + optimizer {:.1f} + "
+                  "activations {:.1f} + workspace {:.1f}", pred.total_bytes() / 1e6,
+                  pred.params / 1e6, pred.grads / 1e6, pred.optimizer / 1e6,
+                  pred.activations / 1e6, pred.workspace / 1e6));
 
-  MetricsLog metrics(opt.run_dir + "/metrics.jsonl");
-  ProgressDisplay progress(stdout, static_cast<int>(std::max<int64_t>(1, opt.log_every)));
+  // Only rank 0 reports; the others stay quiet unless they fail.
+  std::optional<MetricsLog> metrics;
+  std::optional<ProgressDisplay> progress;
+  if (lead) {
+    metrics.emplace(opt.run_dir + "/metrics.jsonl");
+    progress.emplace(stdout, static_cast<int>(std::max<int64_t>(1, opt.log_every)));
+  }
+  auto note = [&](const std::string& line) {
+    if (progress) progress->note(line);
+  };
   ProgressState ps;
   ps.total_steps = opt.steps;
   TrainerSummary sum;
@@ -105,9 +152,10 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     const double t_data = now_s() - t0;
     StepStats st = stepper.run(micro, step);
     const double dt = now_s() - t0;
+    // st.finite and st.loss are reduced over ranks: every rank decides alike.
     if (!st.finite) {
       ++bad_steps;
-      progress.note(fmt::format("step {}: loss {} / grad norm {} is not finite; update skipped",
+      note(fmt::format("step {}: loss {} / grad norm {} is not finite; update skipped",
                                 step + 1, st.loss, st.grad_norm));
       MT_CHECK(bad_steps < opt.max_bad_steps, "training diverged: {} consecutive steps with a "
                "non-finite loss or gradient (last at step {}); lower train.lr or check the data",
@@ -128,17 +176,27 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
                           {"backward_ms", st.backward_s * 1e3},
                           {"optimizer_ms", st.optimizer_s * 1e3},
                           {"tokens_per_s", ps.tokens_per_s}, {"skipped", !st.finite}};
+    if (dp) {
+      // Gradient reduction: exposed = waited for after backward; total = time
+      // the buckets' allreduces took; first launch vs the last backward's length
+      // shows communication starting while backward still runs.
+      rec["comm_exposed_ms"] = st.comm.exposed_s * 1e3;
+      rec["comm_total_ms"] = st.comm.total_s * 1e3;
+      rec["comm_buckets"] = st.comm.buckets;
+      rec["comm_first_launch_ms"] = st.comm.first_launch_s * 1e3;
+      rec["last_backward_ms"] = st.comm.backward_s * 1e3;
+    }
     const bool last = step + 1 == opt.steps;
     if (val && opt.eval_every > 0 && ((step + 1) % opt.eval_every == 0 || last)) {
-      ps.val_loss = evaluate(model, *val, opt.eval_batches);
+      ps.val_loss = evaluate(model, *val, opt.eval_batches, dp.get());
       rec["val_loss"] = ps.val_loss;
-      progress.note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1,
+      note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1,
                                 ps.val_loss, st.loss));
     }
-    if (opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last) {
+    if (lead && opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last) {
       save_gpt_safetensors(opt.run_dir + "/model.safetensors", model);
     }
-    if (opt.sample_every > 0 && (step + 1) % opt.sample_every == 0 && cfg.vocab_size <= 256) {
+    if (lead && opt.sample_every > 0 && (step + 1) % opt.sample_every == 0 && cfg.vocab_size <= 256) {
       // A short generation so a person sees what the model has learned so far.
       SampleOptions so;
       so.max_new_tokens = 120;
@@ -149,18 +207,21 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
       std::string text;
       for (int32_t t : generate(model, prompt, so, rng)) text.push_back(static_cast<char>(t));
       for (char& ch : text) if (ch == '\n' || ch == '\t') ch = ' ';
-      progress.note(fmt::format("step {:>6} | sample: {}", step + 1, text));
+      note(fmt::format("step {:>6} | sample: {}", step + 1, text));
     }
-    metrics.write(rec);
-    progress.update(ps);
+    if (metrics) metrics->write(rec);
+    if (progress) progress->update(ps);
     sum.final_loss = st.loss;
   }
-  progress.finish();
+  if (progress) progress->finish();
+  // Replicas that drifted apart would be a bug; checked in debug mode.
+  if (dp && opt.dp.verify) dp->verify_parameters_equal();
   sum.steps = opt.steps;
   sum.seconds = now_s() - t_start;
   sum.tokens_per_s = static_cast<double>(tokens_per_step) * opt.steps / sum.seconds;
   sum.final_val_loss = ps.val_loss;
   sum.model_path = opt.model_out.empty() ? opt.run_dir + "/model.safetensors" : opt.model_out;
+  if (!lead) return sum;
   save_gpt_safetensors(sum.model_path, model);
   const MemStats ms = mem_stats();
   fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", sum.steps,

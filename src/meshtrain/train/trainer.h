@@ -1,12 +1,18 @@
-// The single-process training loop: data, steps with gradient accumulation,
-// periodic validation, progress display, metrics and the final model file.
+// The training loop: data, steps with gradient accumulation, periodic
+// validation, progress display, metrics and the final model file. With a
+// communicator of several ranks it trains data-parallel: each rank reads its
+// slice of every global batch, gradients are averaged in buckets overlapped
+// with backward (parallel/data_parallel.h), and rank 0 alone prints, writes
+// metrics and saves the model.
 #pragma once
 #include <cstdint>
 #include <string>
 
+#include "meshtrain/comm/communicator.h"
 #include "meshtrain/nn/gpt_config.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lr_schedule.h"
+#include "meshtrain/parallel/data_parallel.h"
 
 namespace meshtrain {
 
@@ -26,6 +32,10 @@ struct TrainerOptions {
   std::string run_dir = "runs/default";
   std::string model_out;      // final model path (default run_dir/model.safetensors)
   std::string resolved_config_json;  // written to run_dir/config.json
+  // Data parallelism over this communicator's ranks when it has more than one
+  // (invalid or size 1: single process, no communication at all).
+  comm::Communicator comm;
+  parallel::DataParallelOptions dp;
 };
 
 struct TrainerSummary {

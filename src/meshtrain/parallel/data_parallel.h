@@ -1,0 +1,108 @@
+// Data parallelism: every rank holds the whole model, trains on its slice of
+// each global batch, and the gradients are averaged across ranks before the
+// optimizer, so N ranks with micro-batch b compute the step one rank would
+// with batch N*b.
+//
+//   DataParallel dp(comm, cfg.num_params());
+//   GPT model(cfg, dp.gradient_buffer());   // gradients in shared memory
+//   dp.attach(model);                       // installs the grad-ready hook
+//   dp.broadcast_parameters();              // rank 0's initial weights
+//   per step: for each micro-batch: forward; dp.begin_backward(last); backward
+//             dp.finish_gradients();        // every bucket reduced (averaged)
+//
+// Buckets (bucket_plan.h) are launched from the model's grad-ready hook during
+// the last micro-batch's backward, the moment backward has finished writing
+// them, so the allreduce of layer L-1 runs while layers L-2..0 are still in
+// backward. Earlier micro-batches only accumulate (no communication).
+// Averaging is ReduceOp::Avg. With a world of one rank nothing communicates.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/parallel/bucket_plan.h"
+#include "meshtrain/parallel/completion_clock.h"
+
+namespace meshtrain {
+class GPT;
+}
+
+namespace meshtrain::parallel {
+
+struct DataParallelOptions {
+  size_t bucket_bytes = 25u << 20;      // PyTorch DDP's default bucket_cap_mb
+  size_t first_bucket_bytes = 1u << 20;  // small, so the first reduction starts early
+  // Check after the broadcast (and on request) that every rank holds the same
+  // parameters (checksum). Default: MESHTRAIN_DEBUG or MESHTRAIN_COMM_DEBUG set.
+  bool verify = false;
+  static DataParallelOptions from_env();
+};
+
+// Communication of the last step's gradient reduction (seconds).
+struct CommTiming {
+  int buckets = 0;
+  double exposed_s = 0;       // finish_gradients() waiting after backward
+  double total_s = 0;         // time the progress engine spent on the buckets
+  double first_launch_s = 0;  // first bucket launched, after the last backward began
+  double backward_s = 0;      // the last backward, from begin_backward to finish_gradients
+};
+
+class DataParallel {
+ public:
+  DataParallel(comm::Communicator comm, int64_t num_params, DataParallelOptions opts = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
+  comm::Communicator& comm() { return comm_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+  // num_params f32 in the transport's shared memory: build the model with
+  // GPT(cfg, gradient_buffer()) so bucket allreduces skip the copy-in.
+  Tensor gradient_buffer() const;
+  // Installs the model's grad-ready hook. The model must outlive this object
+  // or be detached by destroying it first.
+  void attach(GPT& model);
+  // Rank 0's parameters to every rank (verified when options().verify).
+  void broadcast_parameters();
+  // Throws unless every rank's parameters have the same checksum.
+  void verify_parameters_equal();
+
+  // Call before each micro-batch's backward; reductions launch only during
+  // the last one of a step.
+  void begin_backward(bool last_micro_batch);
+  // After the last backward: launches any bucket backward did not report and
+  // waits for all of them. The model's gradients are then the average over ranks.
+  void finish_gradients();
+  const CommTiming& timing() const { return timing_; }
+
+  // The mean of `value` over ranks, and whether `value` is true on every rank:
+  // decisions that change the collective sequence come from these.
+  double average(double value);
+  bool all(bool value);
+
+ private:
+  void on_grad_ready(int64_t begin, int64_t end);
+  void launch_through(int64_t frontier);
+
+  comm::Communicator comm_;
+  DataParallelOptions opts_;
+  int64_t num_params_;
+  comm::SharedBuffer shared_grads_;
+  GPT* model_ = nullptr;
+  std::vector<Bucket> buckets_;
+  std::vector<comm::Work> works_;
+  std::vector<double> launched_at_;
+  size_t next_bucket_ = 0;
+  int64_t frontier_ = 0;  // [frontier_, num_params) is final for this step
+  bool armed_ = false;
+  double backward_start_ = 0;
+  CommTiming timing_;
+  std::unique_ptr<CompletionClock> clock_;
+};
+
+}  // namespace meshtrain::parallel
