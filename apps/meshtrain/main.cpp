@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   meshtrain::cli::register_data(app);
   meshtrain::cli::register_bench(app);
   meshtrain::cli::register_launch(app);
+  meshtrain::cli::register_report(app);
+  meshtrain::cli::register_ckpt(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
