@@ -14,6 +14,7 @@ PACKAGES=(
   libbenchmark-dev                # micro-benchmarks
   libzstd-dev                     # compression
   fortunes                        # English text for the default corpus
+  python3                         # a few CLI tests check JSON output with it
 )
 
 missing=()
