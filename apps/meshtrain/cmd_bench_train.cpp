@@ -1,6 +1,12 @@
 // `meshtrain bench train`: a fixed number of training steps on random tokens,
 // reported as tokens/s, ms/step, model GFLOP/s and MFU against the measured
 // sgemm rate of the same threads, plus measured vs predicted memory.
+// With --nproc N it launches N ranks of itself that train data-parallel
+// (each on its own random tokens, gradients averaged in buckets during
+// backward); rank 0 prints the aggregate tokens/s and the gradient
+// communication per step: exposed (waited for after backward) vs total (the
+// time the bucket allreduces took, mostly hidden behind backward).
+#include <unistd.h>
 #include <fmt/format.h>
 
 #include <time.h>
@@ -10,11 +16,14 @@
 #include <vector>
 
 #include "commands.h"
+#include "meshtrain/comm/world.h"
 #include "meshtrain/core/memory.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/gemm_peak.h"
+#include "meshtrain/launch/launcher.h"
 #include "meshtrain/nn/gpt.h"
+#include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/train/optimizer_step.h"
 #include "meshtrain/train/memory_model.h"
 
@@ -25,6 +34,8 @@ struct BenchTrainArgs {
   std::string preset = "char-6L";
   int batch = 8, seq = 0, threads = 0, steps = 10, warmup = 2;
   bool json = false;
+  int nproc = 0;
+  double bucket_mb = 25, first_bucket_mb = 1;
 };
 
 // CPU seconds used by this process: on a shared machine this tracks our own
@@ -53,15 +64,35 @@ void run_bench_train(const BenchTrainArgs& a) {
   double peak_gflops = cpu::measure_sgemm_gflops();
 
   mem_reset_peaks();
-  GPT model(cfg);
+  // Data parallel inside a job of several ranks (launched by --nproc or mpirun).
+  const comm::WorldInfo world = comm::world_from_env();
+  std::unique_ptr<parallel::DataParallel> dp;
+  if (world.size > 1) {
+    comm::CommOptions co = comm::CommOptions::from_env();
+    co.inline_bytes = 0;  // buckets must never run on the backward thread
+    parallel::DataParallelOptions po = parallel::DataParallelOptions::from_env();
+    po.bucket_bytes = static_cast<size_t>(a.bucket_mb * (1 << 20));
+    po.first_bucket_bytes = static_cast<size_t>(a.first_bucket_mb * (1 << 20));
+    dp = std::make_unique<parallel::DataParallel>(comm::Communicator::from_env(co),
+                                                  cfg.num_params(), po);
+  }
+  const int ranks = dp ? dp->size() : 1;
+  const bool lead = !dp || dp->rank() == 0;
+  auto model_ptr = dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
+  GPT& model = *model_ptr;
   model.init_weights(1);
+  if (dp) {
+    dp->attach(model);
+    dp->broadcast_parameters();
+  }
   LrSchedule sched;
   sched.max_lr = 3e-4f;
   sched.kind = "constant";
-  OptimizerStep stepper(model, AdamWConfig{}, sched, 1.0f);
-  Rng rng(1234);
+  OptimizerStep stepper(model, AdamWConfig{}, sched, 1.0f, dp.get());
+  Rng rng(1234 + static_cast<uint64_t>(world.rank));  // each rank its own tokens
   std::vector<int32_t> tok(static_cast<size_t>(a.batch) * (T + 1));
-  std::vector<double> step_s, fwd_s, bwd_s, opt_s, cpu_s;
+  std::vector<double> step_s, fwd_s, bwd_s, opt_s, cpu_s, exposed_s, comm_s;
+  int buckets = 0;
   float loss = 0;
   for (int s = 0; s < a.warmup + a.steps; ++s) {
     for (auto& t : tok) t = static_cast<int32_t>(rng.below(cfg.vocab_size));
@@ -76,7 +107,10 @@ void run_bench_train(const BenchTrainArgs& a) {
     const double c1 = process_cpu_s();
     loss = st.loss;
     if (s >= a.warmup) {
-      step_s.push_back(st.forward_s + st.backward_s + st.optimizer_s);
+      step_s.push_back(st.forward_s + st.backward_s + st.comm.exposed_s + st.optimizer_s);
+      exposed_s.push_back(st.comm.exposed_s);
+      comm_s.push_back(st.comm.total_s);
+      buckets = st.comm.buckets;
       fwd_s.push_back(st.forward_s);
       bwd_s.push_back(st.backward_s);
       opt_s.push_back(st.optimizer_s);
@@ -85,10 +119,12 @@ void run_bench_train(const BenchTrainArgs& a) {
   }
   peak_gflops = std::max(peak_gflops, cpu::measure_sgemm_gflops());
   const double med = median(step_s);
-  const double tokens = static_cast<double>(a.batch) * T;
+  // Aggregate over ranks: every rank processes batch x seq tokens per step.
+  const double tokens = static_cast<double>(a.batch) * T * ranks;
   const double tok_s = tokens / med;
   const double gflops = cfg.flops_per_token(T) * tok_s / 1e9;
-  const double mfu = gflops / peak_gflops;
+  const double mfu = gflops / (peak_gflops * ranks);
+  if (!lead) return;
   const MemStats ms = mem_stats();
   const MemoryPrediction pred = predict_training_memory(cfg, a.batch, T, threads);
   const double measured_mb = ms.total_peak / 1e6;
@@ -105,15 +141,26 @@ void run_bench_train(const BenchTrainArgs& a) {
                         {"mfu", mfu}, {"loss", loss},
                         {"memory_predicted_mb", pred.total_bytes() / 1e6},
                         {"memory_allocator_peak_mb", measured_mb}, {"memory_rss_peak_mb", rss_mb}};
+    if (dp) {
+      j["nproc"] = ranks;
+      j["comm_buckets"] = buckets;
+      j["comm_exposed_ms"] = median(exposed_s) * 1e3;
+      j["comm_total_ms"] = median(comm_s) * 1e3;
+    }
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("bench train: {} | batch {} x seq {} | {} thread(s)\n", cfg.describe(), a.batch, T, threads);
+  fmt::print("bench train: {} | batch {} x seq {} | {} thread(s){}\n", cfg.describe(), a.batch, T,
+             threads, dp ? fmt::format(" per rank | {} ranks data-parallel ({})", ranks,
+                                       dp->comm().transport()) : "");
   fmt::print("  sgemm peak (same threads)  {:10.1f} GFLOP/s\n", peak_gflops);
   fmt::print("  step (median of {})        {:10.2f} ms  (fwd {:.2f}, bwd {:.2f}, optim {:.2f})\n",
              a.steps, med * 1e3, median(fwd_s) * 1e3, median(bwd_s) * 1e3, median(opt_s) * 1e3);
   fmt::print("  throughput                 {:10.0f} tokens/s  (CPU time {:.2f} ms/step: {:.0f} tokens per CPU-second)\n",
              tok_s, median(cpu_s) * 1e3, tokens / median(cpu_s));
+  if (dp)
+    fmt::print("  gradient allreduce / step  {:10.2f} ms exposed (waited after backward) of {:.2f} ms "
+               "total in {} bucket(s)\n", median(exposed_s) * 1e3, median(comm_s) * 1e3, buckets);
   fmt::print("  model FLOPs                {:10.1f} GFLOP/s  ({:.1f} MFLOP/token = 6N + 6LCT)\n",
              gflops, cfg.flops_per_token(T) / 1e6);
   fmt::print("  MFU vs measured sgemm peak {:10.1f} %\n", mfu * 100);
@@ -135,7 +182,32 @@ void register_bench_train(CLI::App& bench) {
   c->add_option("--steps", args->steps, "Timed steps")->capture_default_str();
   c->add_option("--warmup", args->warmup, "Untimed warm-up steps")->capture_default_str();
   c->add_flag("--json", args->json, "Print one JSON object");
-  c->callback([args] { run_bench_train(*args); });
+  c->add_option("--nproc", args->nproc, "Launch N ranks training data-parallel (aggregate tokens/s)");
+  c->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size (MiB)")->capture_default_str();
+  c->add_option("--first-bucket-mb", args->first_bucket_mb, "First gradient bucket (MiB)")
+      ->capture_default_str();
+  c->callback([args] {
+    const comm::WorldInfo w = comm::world_from_env();
+    if (args->nproc > 1 && w.source == "none") {
+      // Run N ranks of this same command (without --nproc).
+      launch::LaunchOptions lo;
+      lo.nproc = args->nproc;
+      lo.prefix_output = false;
+      char self[4096];
+      const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+      lo.command = {len > 0 ? std::string(self, static_cast<size_t>(len)) : "/proc/self/exe",
+                    "bench", "train", "--preset", args->preset, "--batch", std::to_string(args->batch),
+                    "--seq", std::to_string(args->seq), "--threads", std::to_string(args->threads),
+                    "--steps", std::to_string(args->steps), "--warmup", std::to_string(args->warmup),
+                    "--bucket-mb", fmt::format("{}", args->bucket_mb),
+                    "--first-bucket-mb", fmt::format("{}", args->first_bucket_mb)};
+      if (args->json) lo.command.push_back("--json");
+      const launch::LaunchResult r = launch::run_local(lo);
+      if (r.exit_code != 0) throw Error(fmt::format("bench failed: {}", r.message));
+      return;
+    }
+    run_bench_train(*args);
+  });
 }
 
 }  // namespace meshtrain::cli
