@@ -1,0 +1,356 @@
+#include "meshtrain/ckpt/checkpoint_writer.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "meshtrain/ckpt/shard_file.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/io/safetensors.h"
+
+namespace meshtrain::ckpt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Snapshots in host memory at once: one being written, one waiting. A third
+// save waits for the oldest, bounding memory at two copies of the shard.
+constexpr int kMaxInFlight = 2;
+// Below this, one thread copies; above, OpenMP threads split the copy (the
+// snapshot is the only part of a save the training loop waits for).
+constexpr size_t kParallelCopyBytes = 4u << 20;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void copy_bytes(char* dst, const char* src, size_t n) {
+  if (n < kParallelCopyBytes) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  const size_t chunk = 1u << 20;
+  const int64_t chunks = static_cast<int64_t>((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t off = static_cast<size_t>(c) * chunk;
+    std::memcpy(dst + off, src + off, std::min(chunk, n - off));
+  }
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+json rank_state_json(const SaveRequest& r, int rank) {
+  return {{"rank", rank},
+          {"data_position", {{"epoch", r.data_position.epoch}, {"batch", r.data_position.batch}}},
+          {"rng", r.rng}};
+}
+
+RankState rank_state_from(const json& j) {
+  RankState s;
+  s.rank = j.at("rank").get<int>();
+  s.data_position = {j.at("data_position").at("epoch").get<int64_t>(),
+                     j.at("data_position").at("batch").get<int64_t>()};
+  s.rng = j.value("rng", json());
+  return s;
+}
+
+}  // namespace
+
+CheckpointIndex index_skeleton(const SaveRequest& r, int world_size) {
+  CheckpointIndex x;
+  x.step = r.step;
+  x.world_size = world_size;
+  x.mesh = r.mesh;
+  x.model = r.model;
+  x.config = r.config;
+  for (const auto& b : r.buffers) x.buffers.push_back({b.name, b.dtype, b.numel});
+  x.tensors = r.tensors;
+  x.optimizer_steps = r.optimizer_steps;
+  x.optimizer = r.optimizer;
+  x.lr_step = r.lr_step;
+  x.loss_scaler = r.loss_scaler;
+  x.created_utc = utc_now();
+  return x;
+}
+
+struct CheckpointWriter::Impl {
+  WriterOptions opt;
+  comm::Communicator comm;  // private: only save collectives run on it
+  bool have_comm = false;
+  int rank = 0, world = 1;
+
+  struct Job {
+    SaveRequest meta;  // buffers[].data point into `snapshot`
+    std::vector<ShardSlice> slices;
+    std::shared_ptr<std::vector<char>> snapshot;
+    double stall_s = 0;
+  };
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> queue;
+  int in_flight = 0;
+  std::vector<std::shared_ptr<std::vector<char>>> pool;  // free snapshot buffers
+  std::exception_ptr error;
+  bool stopping = false;
+  std::vector<SaveStats> done;
+  std::thread worker;
+
+  void rethrow_error_locked(std::unique_lock<std::mutex>& lock) {
+    if (!error) return;
+    std::exception_ptr e = error;
+    error = nullptr;
+    lock.unlock();
+    std::rethrow_exception(e);
+  }
+
+  Job snapshot(const SaveRequest& r);
+  SaveStats write(const Job& job);
+  void write_index_rank0(const Job& job, const std::string& dir,
+                         const std::vector<int64_t>& gathered);
+  void run_worker();
+};
+
+CheckpointWriter::Impl::Job CheckpointWriter::Impl::snapshot(const SaveRequest& r) {
+  Job job;
+  job.meta = r;
+  size_t total = 0;
+  std::vector<ElemRange> ranges;
+  for (const auto& b : r.buffers) {
+    const ElemRange want = shard_range(b.numel, world, rank);
+    MT_CHECK(b.held.begin <= want.begin && want.end <= b.held.end && (want.count() == 0 || b.data),
+             "checkpoint step {}: rank {} must hold elements [{}, {}) of buffer '{}' but holds [{}, {})",
+             r.step, rank, want.begin, want.end, b.name, b.held.begin, b.held.end);
+    ranges.push_back(want);
+    total += static_cast<size_t>(want.count()) * dtype_size(b.dtype);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!pool.empty()) {
+      job.snapshot = pool.back();
+      pool.pop_back();
+    }
+  }
+  if (!job.snapshot) job.snapshot = std::make_shared<std::vector<char>>();
+  job.snapshot->resize(total);
+  size_t at = 0;
+  for (size_t i = 0; i < r.buffers.size(); ++i) {
+    const auto& b = r.buffers[i];
+    const size_t es = dtype_size(b.dtype);
+    const size_t n = static_cast<size_t>(ranges[i].count()) * es;
+    const char* src = static_cast<const char*>(b.data) + (ranges[i].begin - b.held.begin) * es;
+    char* dst = job.snapshot->data() + at;
+    if (n) copy_bytes(dst, src, n);
+    job.slices.push_back({b.name, b.dtype, dst, ranges[i]});
+    job.meta.buffers[i].data = dst;
+    job.meta.buffers[i].held = ranges[i];
+    at += n;
+  }
+  return job;
+}
+
+void CheckpointWriter::Impl::write_index_rank0(const Job& job, const std::string& dir,
+                                               const std::vector<int64_t>& gathered) {
+  CheckpointIndex index = index_skeleton(job.meta, world);
+  for (int r = 0; r < world; ++r) {
+    FileEntry f;
+    f.path = shard_file_name(r, world);
+    f.rank = r;
+    f.bytes = static_cast<uint64_t>(gathered[3 * r + 1]);
+    f.crc32c = static_cast<uint32_t>(gathered[3 * r + 2]);
+    for (const auto& b : job.meta.buffers) f.ranges[b.name] = shard_range(b.numel, world, r);
+    index.files.push_back(f);
+    if (r == rank) {
+      index.ranks.push_back(rank_state_from(rank_state_json(job.meta, r)));
+    } else {
+      // The other ranks' own state travels in their shard files' metadata.
+      const std::string path = (fs::path(dir) / f.path).string();
+      auto meta = SafetensorsFile::open(path).metadata();
+      auto it = meta.find("rank_state");
+      MT_CHECK(it != meta.end(), "shard file {}: no rank_state metadata", path);
+      index.ranks.push_back(rank_state_from(json::parse(it->second)));
+    }
+  }
+  if (opt.skip_index_for_testing) return;
+  write_index(dir, index);
+  write_latest_pointer(opt.root, job.meta.step);
+  apply_retention(opt.root, opt.keep_last, opt.milestone_every);
+}
+
+SaveStats CheckpointWriter::Impl::write(const Job& job) {
+  const double t0 = now_s();
+  const std::string dir = step_dir(opt.root, job.meta.step);
+  std::string err;
+  ShardFileResult res;
+  try {
+    fs::create_directories(dir);
+    std::map<std::string, std::string> meta{
+        {"format", "meshtrain-checkpoint-shard"},
+        {"step", std::to_string(job.meta.step)},
+        {"rank", std::to_string(rank)},
+        {"world_size", std::to_string(world)},
+        {"rank_state", rank_state_json(job.meta, rank).dump()}};
+    res = write_shard_file((fs::path(dir) / shard_file_name(rank, world)).string(), job.slices, meta);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  // Every rank learns every rank's outcome, size and checksum; this is also
+  // the barrier after which rank 0 may write the index.
+  std::vector<int64_t> mine{err.empty() ? 1 : 0, static_cast<int64_t>(res.bytes),
+                            static_cast<int64_t>(res.crc32c)};
+  std::vector<int64_t> all(3 * static_cast<size_t>(world));
+  if (have_comm)
+    comm.allgather(mine.data(), all.data(), all.size(), DType::I64).wait();
+  else
+    all = mine;
+  std::string failed;
+  for (int r = 0; r < world; ++r)
+    if (all[3 * r] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  if (!failed.empty())
+    fail("checkpoint {}: rank(s) {} could not write their shard file{}", dir, failed,
+         err.empty() ? "" : " (this rank: " + err + ")");
+
+  std::string index_err;
+  if (rank == 0) {
+    try {
+      write_index_rank0(job, dir, all);
+    } catch (const std::exception& e) {
+      index_err = e.what();
+    }
+  }
+  int64_t ok = index_err.empty() ? 1 : 0;
+  if (have_comm) ok = comm.allreduce_scalar(ok, comm::ReduceOp::Min);
+  if (!ok)
+    fail("checkpoint {}: {}", dir, rank == 0 ? index_err : "rank 0 could not write the index");
+
+  SaveStats s;
+  s.step = job.meta.step;
+  s.stall_s = job.stall_s;
+  s.write_s = now_s() - t0;
+  s.bytes = res.bytes;
+  s.dir = dir;
+  return s;
+}
+
+void CheckpointWriter::Impl::run_worker() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;
+      job = std::move(queue.front());
+      queue.pop_front();
+    }
+    std::exception_ptr e;
+    SaveStats s;
+    try {
+      s = write(job);
+    } catch (...) {
+      e = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (e && !error) error = e;
+    if (!e) done.push_back(s);
+    pool.push_back(std::move(job.snapshot));
+    --in_flight;
+    cv.notify_all();
+  }
+}
+
+CheckpointWriter::CheckpointWriter(WriterOptions options, comm::Communicator* comm)
+    : impl_(std::make_unique<Impl>()) {
+  MT_CHECK(!options.root.empty(), "checkpoint writer: no checkpoint directory given");
+  impl_->opt = std::move(options);
+  if (comm && comm->valid()) {
+    impl_->comm = comm->split(0, comm->rank());
+    impl_->have_comm = true;
+    impl_->rank = impl_->comm.rank();
+    impl_->world = impl_->comm.size();
+  }
+  if (impl_->rank == 0) fs::create_directories(impl_->opt.root);
+  if (impl_->opt.async) impl_->worker = std::thread([this] { impl_->run_worker(); });
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: checkpoint save failed: %s\n", e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->worker.joinable()) impl_->worker.join();
+}
+
+void CheckpointWriter::save(const SaveRequest& request) {
+  Impl& m = *impl_;
+  const double t0 = now_s();
+  if (!m.opt.async) {
+    Impl::Job job = m.snapshot(request);
+    job.stall_s = now_s() - t0;
+    SaveStats s = m.write(job);
+    s.stall_s = now_s() - t0;  // synchronous: the caller waited for everything
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.done.push_back(s);
+    m.pool.push_back(std::move(job.snapshot));
+    return;
+  }
+  {
+    std::unique_lock<std::mutex> lock(m.mu);
+    m.rethrow_error_locked(lock);
+    m.cv.wait(lock, [&] { return m.in_flight < kMaxInFlight || m.error; });
+    m.rethrow_error_locked(lock);
+    ++m.in_flight;  // reserves a snapshot slot
+  }
+  Impl::Job job;
+  try {
+    job = m.snapshot(request);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(m.mu);
+    --m.in_flight;
+    m.cv.notify_all();
+    throw;
+  }
+  job.stall_s = now_s() - t0;
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.queue.push_back(std::move(job));
+  m.cv.notify_all();
+}
+
+void CheckpointWriter::wait() {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  m.cv.wait(lock, [&] { return m.in_flight == 0; });
+  m.rethrow_error_locked(lock);
+}
+
+std::vector<SaveStats> CheckpointWriter::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->done;
+}
+const WriterOptions& CheckpointWriter::options() const { return impl_->opt; }
+int CheckpointWriter::rank() const { return impl_->rank; }
+int CheckpointWriter::world_size() const { return impl_->world; }
+
+}  // namespace meshtrain::ckpt

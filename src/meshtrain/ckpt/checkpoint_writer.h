@@ -1,0 +1,105 @@
+// Saving checkpoints from every rank: each rank writes its equal contiguous
+// range of every flat buffer (shard_layout.h) to its own shard file, all ranks
+// meet at a barrier, then rank 0 writes index.json and moves <root>/latest and
+// applies retention. Until the index exists the checkpoint is torn and no
+// reader uses it.
+//
+// Asynchronous mode (the default): save() copies this rank's slices into one
+// of two host snapshot buffers (the only time the caller waits, reported as
+// stall_s) and a background thread writes them; a third save() waits for the
+// oldest write. Errors on the background thread are re-thrown by the next
+// save() or wait(). Synchronous mode writes inside save().
+//
+// The collectives of a save run on a private communicator split from the
+// caller's at construction, so background writes never interleave with the
+// training collectives of the caller's communicator.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meshtrain/ckpt/checkpoint_dir.h"
+#include "meshtrain/ckpt/checkpoint_index.h"
+#include "meshtrain/comm/communicator.h"
+
+namespace meshtrain::ckpt {
+
+// One flat buffer as this rank holds it.
+struct SaveBuffer {
+  std::string name;             // kParams, kExpAvg, kExpAvgSq, ...
+  DType dtype = DType::F32;
+  int64_t numel = 0;            // global size of the flat buffer
+  const void* data = nullptr;   // element `held.begin` of the buffer
+  ElemRange held;               // the elements this rank holds (must contain its shard range)
+};
+
+// Everything one save records. Fields other than buffers, data_position and
+// rng must be the same on every rank (rank 0's go into the index).
+struct SaveRequest {
+  int64_t step = 0;
+  std::vector<SaveBuffer> buffers;
+  std::vector<TensorEntry> tensors;          // names/shapes inside the buffers
+  data::LoaderPosition data_position;        // this rank's
+  nlohmann::json rng;                        // this rank's opaque RNG state
+  GPTConfig model;
+  nlohmann::json config = nlohmann::json::object();  // resolved_json(config)
+  MeshShape mesh;
+  int64_t optimizer_steps = 0;
+  nlohmann::json optimizer;                  // null = no optimizer state saved
+  int64_t lr_step = 0;
+  nlohmann::json loss_scaler;                // null = none
+};
+
+struct WriterOptions {
+  std::string root;             // checkpoint root directory
+  bool async = true;
+  int keep_last = 3;            // 0 = keep all
+  int64_t milestone_every = 0;  // also keep steps that are multiples of this; 0 = none
+  // Test hook: stop after the shard files, before the index (a simulated crash).
+  bool skip_index_for_testing = false;
+};
+
+// What one save cost this rank.
+struct SaveStats {
+  int64_t step = 0;
+  double stall_s = 0;   // the caller's wait inside save(): snapshot copy (+ waiting for a free buffer)
+  double write_s = 0;   // shard write + barrier + index, on the writer thread
+  uint64_t bytes = 0;   // this rank's shard file size
+  std::string dir;
+};
+
+class CheckpointWriter {
+ public:
+  // Collective over `comm` (all ranks construct together); comm == nullptr
+  // means a single process (world 1).
+  CheckpointWriter(WriterOptions options, comm::Communicator* comm);
+  // Waits for outstanding saves; errors are printed, not thrown.
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Collective: every rank calls save() for the same steps in the same order.
+  void save(const SaveRequest& request);
+  // Blocks until every save issued so far is complete (index written on
+  // every rank's return); re-throws a background error.
+  void wait();
+
+  // Finished saves, oldest first.
+  std::vector<SaveStats> stats() const;
+  const WriterOptions& options() const;
+  int rank() const;
+  int world_size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The index a save produces, before files and ranks are filled in (exposed
+// for tools that write a checkpoint from one process).
+CheckpointIndex index_skeleton(const SaveRequest& request, int world_size);
+
+}  // namespace meshtrain::ckpt

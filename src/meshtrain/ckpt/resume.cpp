@@ -1,0 +1,71 @@
+#include "meshtrain/ckpt/resume.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain::ckpt {
+
+ResumeResult load_checkpoint(const std::string& step_dir, const std::vector<FillRequest>& fills,
+                             const ResumeOptions& options) {
+  CheckpointReader reader = CheckpointReader::open(step_dir, {options.verify});
+  if (options.model) reader.check_model(*options.model);
+  ResumeResult r;
+  r.dir = step_dir;
+  r.index = reader.index();
+  for (const auto& f : fills) {
+    const BufferEntry* b = reader.index().find_buffer(f.buffer);
+    if (!b && f.zero_if_absent) {
+      // dtype unknown without the buffer: the caller's buffers are f32.
+      std::memset(f.dst, 0, static_cast<size_t>(f.range.count()) * sizeof(float));
+      r.absent_buffers.push_back(f.buffer);
+      continue;
+    }
+    reader.read(f.buffer, f.range, f.dst);
+  }
+  const int rank = options.comm && options.comm->valid() ? options.comm->rank() : options.rank;
+  r.state = reader.rank_state(rank);
+  return r;
+}
+
+std::optional<ResumeResult> resume_latest(const std::string& root,
+                                          const std::vector<FillRequest>& fills,
+                                          const ResumeOptions& options) {
+  const bool collective = options.comm && options.comm->valid();
+  // Every rank must see the same root (one machine, or a shared filesystem);
+  // the step check below turns a differing listing into a skip, not a mix.
+  std::vector<CheckpointStatus> all = list_checkpoints(root);
+  std::vector<std::string> skipped;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    int64_t step = it->step;
+    if (collective) step = options.comm->allreduce_scalar(it->step, comm::ReduceOp::Max);
+    std::string why;
+    std::optional<ResumeResult> result;
+    if (!it->complete) {
+      why = it->problem;
+    } else if (step == it->step) {
+      try {
+        result = load_checkpoint(it->dir, fills, options);
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    } else {
+      why = "not present on every rank";
+    }
+    int64_t ok = result ? 1 : 0;
+    if (collective) ok = options.comm->allreduce_scalar(ok, comm::ReduceOp::Min);
+    if (ok) {
+      result->skipped = skipped;
+      return result;
+    }
+    if (why.empty()) why = "another rank could not load it";
+    const std::string msg = fmt::format("not resuming from {}: {}", it->dir, why);
+    if (options.warn) options.warn(msg);
+    skipped.push_back(msg);
+  }
+  return std::nullopt;
+}
+
+}  // namespace meshtrain::ckpt
