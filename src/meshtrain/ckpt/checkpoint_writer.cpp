@@ -90,6 +90,20 @@ CheckpointIndex index_skeleton(const SaveRequest& r, int world_size) {
   return x;
 }
 
+// Host memory for one snapshot; grows but never zero-fills (every byte is
+// overwritten by the copy, and zeroing would double the caller's stall).
+struct SnapshotBuffer {
+  std::unique_ptr<char[]> bytes;
+  size_t capacity = 0;
+  char* reserve(size_t n) {
+    if (n > capacity) {
+      bytes.reset(new char[n]);
+      capacity = n;
+    }
+    return bytes.get();
+  }
+};
+
 struct CheckpointWriter::Impl {
   WriterOptions opt;
   comm::Communicator comm;  // private: only save collectives run on it
@@ -99,7 +113,7 @@ struct CheckpointWriter::Impl {
   struct Job {
     SaveRequest meta;  // buffers[].data point into `snapshot`
     std::vector<ShardSlice> slices;
-    std::shared_ptr<std::vector<char>> snapshot;
+    std::shared_ptr<SnapshotBuffer> snapshot;
     double stall_s = 0;
   };
 
@@ -107,7 +121,7 @@ struct CheckpointWriter::Impl {
   std::condition_variable cv;
   std::deque<Job> queue;
   int in_flight = 0;
-  std::vector<std::shared_ptr<std::vector<char>>> pool;  // free snapshot buffers
+  std::vector<std::shared_ptr<SnapshotBuffer>> pool;  // free snapshot buffers
   std::exception_ptr error;
   bool stopping = false;
   std::vector<SaveStats> done;
@@ -148,15 +162,15 @@ CheckpointWriter::Impl::Job CheckpointWriter::Impl::snapshot(const SaveRequest& 
       pool.pop_back();
     }
   }
-  if (!job.snapshot) job.snapshot = std::make_shared<std::vector<char>>();
-  job.snapshot->resize(total);
+  if (!job.snapshot) job.snapshot = std::make_shared<SnapshotBuffer>();
+  char* base = job.snapshot->reserve(total);
   size_t at = 0;
   for (size_t i = 0; i < r.buffers.size(); ++i) {
     const auto& b = r.buffers[i];
     const size_t es = dtype_size(b.dtype);
     const size_t n = static_cast<size_t>(ranges[i].count()) * es;
     const char* src = static_cast<const char*>(b.data) + (ranges[i].begin - b.held.begin) * es;
-    char* dst = job.snapshot->data() + at;
+    char* dst = base + at;
     if (n) copy_bytes(dst, src, n);
     job.slices.push_back({b.name, b.dtype, dst, ranges[i]});
     job.meta.buffers[i].data = dst;
