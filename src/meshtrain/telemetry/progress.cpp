@@ -28,10 +28,17 @@ std::string ProgressDisplay::render(const ProgressState& s, int bar_width) {
   }
   const double eta = s.step > 0 ? s.elapsed_s / s.step * (s.total_steps - s.step) : -1;
   std::string val = s.val_loss >= 0 ? fmt::format("{:.4f}", s.val_loss) : "-";
+  std::string extra;
+  if (s.mfu >= 0) extra += fmt::format(" | MFU {:.1f}%", 100.0 * s.mfu);
+  if (s.comm_total_s >= 0)
+    extra += fmt::format(" | comm {:.1f}/{:.1f} ms exposed", std::max(0.0, s.comm_exposed_s) * 1e3,
+                         s.comm_total_s * 1e3);
+  if (s.straggler_rank >= 0)
+    extra += fmt::format(" | slowest r{} +{:.1f} ms", s.straggler_rank, s.straggler_lag_s * 1e3);
   return fmt::format("{}step {}/{} | loss {:.4f} | val {} | lr {:.2e} | gnorm {:.2f} | {:.0f} tok/s | "
-                     "{:.0f} ms/step | ETA {}",
+                     "{:.0f} ms/step{} | ETA {}",
                      bar, s.step, s.total_steps, s.loss, val, s.lr, s.grad_norm, s.tokens_per_s,
-                     s.step_s * 1e3, format_duration(eta));
+                     s.step_s * 1e3, extra, format_duration(eta));
 }
 
 void ProgressDisplay::update(const ProgressState& s) {

@@ -16,6 +16,12 @@ struct ProgressState {
   double tokens_per_s = 0.0;
   double step_s = 0.0;
   double elapsed_s = 0.0;
+  // Optional telemetry (shown only when set): MFU in [0, 1], communication
+  // the step waited for / all communication, and the slowest rank's lag.
+  double mfu = -1.0;
+  double comm_exposed_s = -1.0, comm_total_s = -1.0;
+  int straggler_rank = -1;
+  double straggler_lag_s = 0.0;
 };
 
 class ProgressDisplay {

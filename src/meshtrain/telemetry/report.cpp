@@ -1,0 +1,569 @@
+#include "meshtrain/telemetry/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/telemetry/run_summary.h"
+#include "meshtrain/telemetry/trace_writer.h"
+
+namespace meshtrain::telemetry {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------- reading
+
+namespace {
+
+std::optional<double> num(const nlohmann::json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) fail("{}: \"{}\" is not a number", where, key);
+  return it->get<double>();
+}
+
+}  // namespace
+
+std::vector<MetricsRecord> read_metrics(const std::string& path) {
+  std::ifstream f(path);
+  MT_CHECK(f.good(), "cannot open metrics file {}", path);
+  std::vector<MetricsRecord> out;
+  std::string line;
+  int64_t lineno = 0;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, lineno);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("{}: not a JSON record ({})", where, e.what());
+    }
+    if (!j.is_object()) fail("{}: expected a JSON object per line", where);
+    if (!j.contains("step")) continue;  // another record kind
+    if (!j["step"].is_number_integer()) fail("{}: \"step\" is not an integer", where);
+    MetricsRecord r;
+    r.step = j["step"].get<int64_t>();
+    r.loss = num(j, "loss", where);
+    r.val_loss = num(j, "val_loss", where);
+    r.lr = num(j, "lr", where);
+    r.tokens_per_s = num(j, "tokens_per_s", where);
+    r.samples_per_s = num(j, "samples_per_s", where);
+    r.mfu = num(j, "mfu", where);
+    r.model_tflops = num(j, "model_tflops", where);
+    r.peak_mem_mb = num(j, "peak_mem_mb", where);
+    r.usd_per_million_tokens = num(j, "usd_per_million_tokens", where);
+    r.usd_per_million_samples = num(j, "usd_per_million_samples", where);
+    if (j.contains("straggler") && j["straggler"].is_object())
+      r.straggler_lag_ms = num(j["straggler"], "lag_ms", where);
+    auto ms = [&](const char* key) { return num(j, key, where).value_or(0.0) / 1e3; };
+    if (auto s = num(j, "step_ms", where)) {
+      r.has_time = true;
+      r.time.step_s = *s / 1e3;
+    }
+    r.time.data_wait_s = ms("data_ms");
+    r.time.forward_s = ms("forward_ms");
+    r.time.backward_s = ms("backward_ms");
+    r.time.optimizer_s = ms("optimizer_ms");
+    r.time.comm_exposed_s = ms("comm_exposed_ms");
+    r.time.comm_total_s = ms("comm_total_ms");
+    r.has_comm = j.contains("comm_total_ms") || j.contains("comm_exposed_ms");
+    r.tokens = static_cast<int64_t>(num(j, "tokens", where).value_or(0));
+    if (r.tokens == 0 && r.tokens_per_s && r.has_time)  // older records: derive from the rate
+      r.tokens = std::llround(*r.tokens_per_s * r.time.step_s);
+    r.samples = static_cast<int64_t>(num(j, "samples", where).value_or(0));
+    r.devices = static_cast<int>(num(j, "devices", where).value_or(0));
+    out.push_back(std::move(r));
+  }
+  MT_CHECK(!out.empty(), "{}: no step records (is this a meshtrain metrics file?)", path);
+  return out;
+}
+
+// ---------------------------------------------------------------- text
+
+namespace {
+
+std::vector<double> collect(const std::vector<MetricsRecord>& recs, size_t from,
+                            std::optional<double> MetricsRecord::*m) {
+  std::vector<double> v;
+  for (size_t i = from; i < recs.size(); ++i)
+    if (recs[i].*m) v.push_back(*(recs[i].*m));
+  return v;
+}
+
+}  // namespace
+
+std::string report_text(const std::vector<MetricsRecord>& recs, const ReportOptions& o) {
+  std::string t = fmt::format("{} step records (steps {}..{})\n\n", recs.size(), recs.front().step,
+                              recs.back().step);
+  std::vector<StepBreakdown> times;
+  for (const auto& r : recs)
+    if (r.has_time) times.push_back(r.time);
+  const size_t from = first_steady_step(times.size());
+  const size_t rfrom = first_steady_step(recs.size());
+  if (!times.empty()) {
+    const BreakdownStats b = aggregate({times.begin() + from, times.end()});
+    t += breakdown_table(b, from > 0 ? fmt::format("time per step ({} steps; the first is warm-up "
+                                                   "and left out):", times.size() - from)
+                                     : fmt::format("time per step ({} steps):", times.size()));
+    if (b.mean.other_s() < -(kBreakdownRelTol * b.mean.step_s + kBreakdownAbsTolS))
+      t += "  warning: the parts exceed the step time; the phases overlap or were mis-timed\n";
+    double total_s = 0;
+    int64_t tokens = 0, samples = 0;
+    int devices = o.devices;
+    for (const auto& r : recs) {
+      total_s += r.time.step_s;
+      tokens += r.tokens;
+      samples += r.samples;
+      if (devices == 0) devices = r.devices;
+    }
+    devices = std::max(devices, 1);
+    t += "\n";
+    if (o.price_per_device_hour > 0) {
+      const double usd = o.price_per_device_hour * devices * total_s / 3600.0;
+      if (tokens > 0)
+        t += fmt::format("cost: ${:.4f} per million tokens{} (${:.2f}/device-hour x {} device(s); "
+                         "run total ${:.4f})\n", usd / tokens * 1e6,
+                         samples > 0 ? fmt::format(", ${:.4f} per million samples", usd / samples * 1e6)
+                                     : std::string(),
+                         o.price_per_device_hour, devices, usd);
+      else
+        t += fmt::format("cost: run total ${:.4f} (${:.2f}/device-hour x {} device(s); the records "
+                         "carry no token counts)\n", usd, o.price_per_device_hour, devices);
+    }
+  }
+  auto line = [&](const char* label, std::optional<double> MetricsRecord::*m, const char* fmtstr,
+                  double scale) {
+    std::vector<double> v = collect(recs, rfrom, m);
+    if (v.empty()) return;
+    t += fmt::format("{:<24} ", label);
+    t += fmt::format(fmt::runtime(fmtstr), median_of(v) * scale);
+    t += "\n";
+  };
+  line("tokens/s (median)", &MetricsRecord::tokens_per_s, "{:.0f}", 1);
+  line("samples/s (median)", &MetricsRecord::samples_per_s, "{:.1f}", 1);
+  line("model TFLOP/s (median)", &MetricsRecord::model_tflops, "{:.3f}", 1);
+  line("MFU (median)", &MetricsRecord::mfu, "{:.1f}%", 100);
+  line("peak memory MB (max)", &MetricsRecord::peak_mem_mb, "{:.1f}", 1);
+  if (o.price_per_device_hour <= 0) {
+    line("$ per million tokens", &MetricsRecord::usd_per_million_tokens, "{:.4f}", 1);
+    line("$ per million samples", &MetricsRecord::usd_per_million_samples, "{:.4f}", 1);
+  }
+  line("straggler lag ms (med.)", &MetricsRecord::straggler_lag_ms, "{:.2f}", 1);
+  // Losses.
+  const MetricsRecord* best = nullptr;
+  const MetricsRecord* last = nullptr;
+  const MetricsRecord* best_val = nullptr;
+  const MetricsRecord* last_val = nullptr;
+  for (const auto& r : recs) {
+    if (r.loss && std::isfinite(*r.loss)) {
+      last = &r;
+      if (!best || *r.loss < *best->loss) best = &r;
+    }
+    if (r.val_loss && std::isfinite(*r.val_loss)) {
+      last_val = &r;
+      if (!best_val || *r.val_loss < *best_val->val_loss) best_val = &r;
+    }
+  }
+  if (last)
+    t += fmt::format("{:<24} final {:.4f} (step {}), best {:.4f} (step {})\n", "train loss",
+                     *last->loss, last->step, *best->loss, best->step);
+  if (last_val)
+    t += fmt::format("{:<24} final {:.4f} (step {}), best {:.4f} (step {})\n", "val loss",
+                     *last_val->val_loss, last_val->step, *best_val->val_loss, best_val->step);
+  return t;
+}
+
+// ---------------------------------------------------------------- picture
+
+namespace {
+
+constexpr const char* kFont = "Helvetica, Arial, sans-serif";
+
+struct Ticks {
+  double lo, hi, step;
+  std::vector<double> at;
+  int decimals;
+};
+
+// "Nice" ticks (1, 2, 5 × 10^k) covering [lo, hi] with about `target` intervals.
+Ticks nice_ticks(double lo, double hi, int target, bool integer = false) {
+  if (!(hi > lo)) {
+    const double pad = std::abs(lo) > 0 ? std::abs(lo) * 0.1 : 1.0;
+    lo -= pad;
+    hi += pad;
+  }
+  const double raw = (hi - lo) / std::max(1, target);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    step = m * mag;
+    if (step >= raw) break;
+  }
+  if (integer) step = std::max(1.0, std::round(step));
+  Ticks t;
+  t.step = step;
+  t.lo = std::floor(lo / step + 1e-9) * step;
+  t.hi = std::ceil(hi / step - 1e-9) * step;
+  for (double v = t.lo; v <= t.hi + step * 1e-6; v += step) t.at.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  t.decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
+  if (std::abs(step / std::pow(10.0, -t.decimals) - std::round(step / std::pow(10.0, -t.decimals))) > 1e-6)
+    ++t.decimals;  // 2.5 × 10^k
+  return t;
+}
+
+std::string fmt_tick(double v, int decimals) { return fmt::format("{:.{}f}", v, decimals); }
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+struct Panel {
+  double x, y, w, h;  // plot area in pixels
+  double x0, x1, y0, y1;  // data range
+  double px(double v) const { return x + (v - x0) / (x1 - x0) * w; }
+  double py(double v) const { return y + h - (v - y0) / (y1 - y0) * h; }
+};
+
+void axes(std::string& s, const Panel& p, const Ticks& xt, const Ticks& yt, const std::string& xlabel,
+          const std::string& ylabel) {
+  s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fbfbfd\"/>\n",
+                   p.x, p.y, p.w, p.h);
+  for (double v : yt.at) {
+    const double y = p.py(v);
+    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e3e3e8\"/>\n",
+                     p.x, y, p.x + p.w, y);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"12\" "
+                     "fill=\"#555\">{}</text>\n", p.x - 8, y + 4, fmt_tick(v, yt.decimals));
+  }
+  for (double v : xt.at) {
+    const double x = p.px(v);
+    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#eeeef2\"/>\n",
+                     x, p.y, x, p.y + p.h);
+    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#888\"/>\n",
+                     x, p.y + p.h, x, p.y + p.h + 5);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"12\" "
+                     "fill=\"#555\">{}</text>\n", x, p.y + p.h + 19, fmt_tick(v, xt.decimals));
+  }
+  s += fmt::format("<path d=\"M{:.1f},{:.1f} V{:.1f} H{:.1f}\" fill=\"none\" stroke=\"#888\"/>\n",
+                   p.x, p.y, p.y + p.h, p.x + p.w);
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"13\" "
+                   "fill=\"#333\">{}</text>\n", p.x + p.w / 2, p.y + p.h + 40, esc(xlabel));
+  s += fmt::format("<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\" "
+                   "font-size=\"13\" fill=\"#333\">{}</text>\n", p.x - 52, p.y + p.h / 2, esc(ylabel));
+}
+
+std::string points(const Panel& p, const std::vector<std::pair<double, double>>& xy) {
+  std::string s;
+  for (const auto& [x, y] : xy) s += fmt::format("{:.1f},{:.1f} ", p.px(x), p.py(y));
+  if (!s.empty()) s.pop_back();
+  return s;
+}
+
+// Legend entries: kind 'l' line, 'd' dashed line, 'o' line with dot, 'r' filled square.
+struct LegendItem {
+  std::string label, color;
+  char kind;
+};
+
+void legend(std::string& s, double x, double y, const std::vector<LegendItem>& items, bool boxed) {
+  double w = 0;
+  for (const auto& it : items) w += 34 + 7.0 * it.label.size() + 16;
+  if (boxed)
+    s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"24\" rx=\"4\" "
+                     "fill=\"white\" fill-opacity=\"0.9\" stroke=\"#ddd\"/>\n", x - 8, y - 16, w);
+  for (const auto& it : items) {
+    switch (it.kind) {
+      case 'r':
+        s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"12\" rx=\"2\" "
+                         "fill=\"{}\"/>\n", x + 6, y - 10, it.color);
+        break;
+      case 'd':
+        s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
+                         "stroke-width=\"2\" stroke-dasharray=\"5,3\"/>\n", x, y - 4, x + 26, y - 4, it.color);
+        break;
+      default:
+        s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
+                         "stroke-width=\"{}\"{}/>\n", x, y - 4, x + 26, y - 4, it.color,
+                         it.kind == 'f' ? 1.2 : 2.2, it.kind == 'f' ? " stroke-opacity=\"0.4\"" : "");
+        if (it.kind == 'o')
+          s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"white\" stroke=\"{}\" "
+                           "stroke-width=\"2\"/>\n", x + 13, y - 4, it.color);
+    }
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12.5\" fill=\"#333\">{}</text>\n",
+                     x + 32, y, esc(it.label));
+    x += 34 + 7.0 * it.label.size() + 16;
+  }
+}
+
+constexpr const char* kTrain = "#3b6fb6";
+constexpr const char* kVal = "#d9534f";
+
+struct Part {
+  const char* label;
+  const char* color;
+  double StepBreakdown::*m;  // nullptr: other
+};
+const Part kParts[] = {
+    {"data wait", "#9d9da6", &StepBreakdown::data_wait_s},
+    {"forward", "#4e79a7", &StepBreakdown::forward_s},
+    {"backward", "#f28e2b", &StepBreakdown::backward_s},
+    {"optimizer", "#59a14f", &StepBreakdown::optimizer_s},
+    {"comm exposed", "#e15759", &StepBreakdown::comm_exposed_s},
+    {"other", "#d4cfc9", nullptr},
+};
+
+}  // namespace
+
+std::string report_svg(const std::vector<MetricsRecord>& recs, const ReportOptions& o) {
+  const double W = 960, L = 84, R = 36;
+  const double pw = W - L - R;
+  const double loss_top = 124, loss_h = 290;
+  const double time_top = loss_top + loss_h + 118, time_h = 250;
+  const double H = time_top + time_h + 62;
+  std::string s;
+  s += fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+                   "viewBox=\"0 0 {:.0f} {:.0f}\" font-family=\"{}\">\n", W, H, W, H, kFont);
+  s += fmt::format("<rect width=\"{:.0f}\" height=\"{:.0f}\" fill=\"white\"/>\n", W, H);
+
+  // Header: title and the numbers a person asks first.
+  std::vector<StepBreakdown> times;
+  for (const auto& r : recs)
+    if (r.has_time) times.push_back(r.time);
+  const size_t tfrom = first_steady_step(times.size());
+  const BreakdownStats bs = aggregate({times.begin() + tfrom, times.end()});
+  std::vector<double> tps;
+  for (size_t i = first_steady_step(recs.size()); i < recs.size(); ++i)
+    if (recs[i].tokens_per_s) tps.push_back(*recs[i].tokens_per_s);
+  std::string sub = fmt::format("{} steps", recs.size());
+  if (!times.empty()) sub += fmt::format(" · median step {:.1f} ms", bs.median.step_s * 1e3);
+  if (!tps.empty()) sub += fmt::format(" · {:.0f} tokens/s", median_of(tps));
+  const MetricsRecord* last_loss = nullptr;
+  const MetricsRecord* last_val = nullptr;
+  for (const auto& r : recs) {
+    if (r.loss && std::isfinite(*r.loss)) last_loss = &r;
+    if (r.val_loss && std::isfinite(*r.val_loss)) last_val = &r;
+  }
+  if (last_loss) sub += fmt::format(" · final loss {:.4f}", *last_loss->loss);
+  if (last_val) sub += fmt::format(" · val {:.4f}", *last_val->val_loss);
+  s += fmt::format("<text x=\"{:.0f}\" y=\"38\" font-size=\"22\" font-weight=\"bold\" fill=\"#222\">{}</text>\n",
+                   L - 50, esc(o.title.empty() ? std::string("meshtrain run report") : o.title));
+  s += fmt::format("<text x=\"{:.0f}\" y=\"62\" font-size=\"14\" fill=\"#666\">{}</text>\n", L - 50, esc(sub));
+
+  const double xmin = static_cast<double>(recs.front().step);
+  double xmax = static_cast<double>(recs.back().step);
+  for (const auto& r : recs) xmax = std::max(xmax, static_cast<double>(r.step));
+  const Ticks xt = nice_ticks(xmin, xmax, 10, true);
+
+  // ---- Loss panel.
+  {
+    std::vector<std::pair<double, double>> train, val, smooth;
+    double lo = INFINITY, hi = -INFINITY;
+    for (const auto& r : recs) {
+      if (r.loss && std::isfinite(*r.loss)) {
+        train.emplace_back(r.step, *r.loss);
+        lo = std::min(lo, *r.loss);
+        hi = std::max(hi, *r.loss);
+      }
+      if (r.val_loss && std::isfinite(*r.val_loss)) {
+        val.emplace_back(r.step, *r.val_loss);
+        lo = std::min(lo, *r.val_loss);
+        hi = std::max(hi, *r.val_loss);
+      }
+    }
+    s += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" font-size=\"16\" font-weight=\"bold\" fill=\"#333\">"
+                     "Loss</text>\n", L - 50, loss_top - 20);
+    if (train.empty() && val.empty()) {
+      lo = 0;
+      hi = 1;
+    }
+    const Ticks yt = nice_ticks(lo, hi, 6);
+    Panel p{L, loss_top, pw, loss_h, xt.lo, xt.hi, yt.lo, yt.hi};
+    axes(s, p, xt, yt, "step", "loss");
+    // Exponential moving average, debiased like TensorBoard's smoothing, with
+    // a window of about 2% of the run (raw values shown faintly behind it).
+    const double alpha = std::clamp(1.0 - 1.0 / std::max(1.0, train.size() / 50.0), 0.0, 0.98);
+    double ema = 0, wsum = 0;
+    for (const auto& [x, y] : train) {
+      ema = alpha * ema + (1 - alpha) * y;
+      wsum = alpha * wsum + (1 - alpha);
+      smooth.emplace_back(x, ema / wsum);
+    }
+    std::vector<LegendItem> items;
+    if (!train.empty()) {
+      const bool show_raw = alpha > 0.3;
+      if (show_raw) {
+        s += fmt::format("<polyline class=\"train-loss-raw\" points=\"{}\" fill=\"none\" stroke=\"{}\" "
+                         "stroke-width=\"1.2\" stroke-opacity=\"0.35\" stroke-linejoin=\"round\"/>\n",
+                         points(p, train), kTrain);
+        items.push_back({"train (raw)", kTrain, 'f'});
+      }
+      s += fmt::format("<polyline class=\"train-loss\" points=\"{}\" fill=\"none\" stroke=\"{}\" "
+                       "stroke-width=\"2.4\" stroke-linejoin=\"round\" stroke-linecap=\"round\"/>\n",
+                       points(p, show_raw ? smooth : train), kTrain);
+      items.push_back({show_raw ? "train (smoothed)" : "train", kTrain, 'l'});
+    }
+    if (!val.empty()) {
+      s += fmt::format("<polyline class=\"val-loss\" points=\"{}\" fill=\"none\" stroke=\"{}\" "
+                       "stroke-width=\"2.2\" stroke-linejoin=\"round\"/>\n", points(p, val), kVal);
+      if (val.size() <= 60)
+        for (const auto& [x, y] : val)
+          s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"white\" stroke=\"{}\" "
+                           "stroke-width=\"2\"/>\n", p.px(x), p.py(y), kVal);
+      items.push_back({"validation", kVal, 'o'});
+    }
+    if (!items.empty()) {
+      double lw = 0;
+      for (const auto& it : items) lw += 34 + 7.0 * it.label.size() + 16;
+      legend(s, p.x + p.w - lw - 4, p.y + 24, items, true);
+    } else {
+      s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"14\" "
+                       "fill=\"#999\">no loss values in the records</text>\n", p.x + p.w / 2, p.y + p.h / 2);
+    }
+  }
+
+  // ---- Time breakdown panel: stacked bars, one per bin of steps (mean of the bin).
+  {
+    s += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" font-size=\"16\" font-weight=\"bold\" fill=\"#333\">"
+                     "Time per step</text>\n", L - 50, time_top - 50);
+    std::vector<const MetricsRecord*> tr;
+    bool has_comm = false;
+    for (const auto& r : recs)
+      if (r.has_time) {
+        tr.push_back(&r);
+        has_comm = has_comm || r.has_comm;
+      }
+    std::vector<LegendItem> items;
+    for (const Part& pt : kParts) {
+      if (pt.m == &StepBreakdown::comm_exposed_s && !has_comm) continue;
+      items.push_back({pt.label, pt.color, 'r'});
+    }
+    if (has_comm) items.push_back({"comm total (overlapped)", "#222", 'd'});
+    legend(s, L - 6, time_top - 22, items, false);
+    const size_t n = tr.size();
+    const size_t nb = std::min<size_t>(n, 80);
+    struct Bin {
+      double x0, x1;
+      StepBreakdown mean;
+      double total;
+    };
+    std::vector<Bin> bins;
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t i0 = b * n / nb, i1 = (b + 1) * n / nb;
+      Bin bin{};
+      bin.x0 = static_cast<double>(tr[i0]->step) - 0.5;
+      bin.x1 = static_cast<double>(tr[i1 - 1]->step) + 0.5;
+      std::vector<StepBreakdown> v;
+      for (size_t i = i0; i < i1; ++i) v.push_back(tr[i]->time);
+      bin.mean = aggregate(v).mean;
+      bin.total = std::max(bin.mean.step_s, bin.mean.parts_s()) * 1e3;
+      bins.push_back(bin);
+    }
+    // Scale to the typical bar, not the warm-up outlier: bars past the top are
+    // clipped and labelled with their height.
+    std::vector<double> tot;
+    for (const auto& b : bins) tot.push_back(b.total);
+    std::sort(tot.begin(), tot.end());
+    double ymax = tot.empty() ? 1.0 : tot.back();
+    if (tot.size() >= 4) {
+      const double p90 = tot[static_cast<size_t>(0.9 * (tot.size() - 1))];
+      if (ymax > 1.6 * p90) ymax = 1.25 * p90;
+    }
+    for (const auto& b : bins) ymax = std::max(ymax, b.mean.comm_total_s * 1e3 * 1.02);
+    const Ticks yt = nice_ticks(0, ymax > 0 ? ymax : 1.0, 5);
+    const Ticks bxt = nice_ticks(bins.empty() ? xmin : bins.front().x0 + 0.5,
+                                 bins.empty() ? xmax : bins.back().x1 - 0.5, 10, true);
+    Panel p{L, time_top, pw, time_h, std::min(bxt.lo, bins.empty() ? bxt.lo : bins.front().x0),
+            std::max(bxt.hi, bins.empty() ? bxt.hi : bins.back().x1), 0, yt.hi};
+    axes(s, p, bxt, yt, n == nb ? "step" : fmt::format("step (each bar: mean of {:.0f} steps)",
+                                                      static_cast<double>(n) / nb),
+         "milliseconds");
+    s += "<g class=\"time-breakdown\">\n";
+    for (const auto& b : bins) {
+      const double x0 = p.px(b.x0), x1 = p.px(b.x1);
+      const double gap = std::min(2.0, (x1 - x0) * 0.15);
+      double acc = 0;
+      for (const Part& pt : kParts) {
+        double v = (pt.m ? b.mean.*(pt.m) : std::max(0.0, b.mean.other_s())) * 1e3;
+        if (v <= 0) continue;
+        const double lo = std::min(acc, yt.hi), hi = std::min(acc + v, yt.hi);
+        acc += v;
+        if (hi <= lo) continue;
+        s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\">"
+                         "<title>{}: {:.2f} ms</title></rect>\n", x0 + gap / 2, p.py(hi),
+                         std::max(0.5, x1 - x0 - gap), p.py(lo) - p.py(hi), pt.color, pt.label, v);
+      }
+      if (acc > yt.hi) {
+        // Beside the bar's left edge (or right edge near the right border), so
+        // the label never covers the axis.
+        const bool right = x0 > p.x + p.w - 80;
+        s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" font-size=\"11\" "
+                         "fill=\"#b00\">&#9650; {:.0f} ms</text>\n", right ? x1 - 2 : x0 + 2,
+                         p.y + 13, right ? "end" : "start", acc);
+      }
+    }
+    s += "</g>\n";
+    if (has_comm) {
+      std::vector<std::pair<double, double>> ct;
+      for (const auto& b : bins) {
+        ct.emplace_back(b.x0, b.mean.comm_total_s * 1e3);
+        ct.emplace_back(b.x1, b.mean.comm_total_s * 1e3);
+      }
+      s += fmt::format("<polyline class=\"comm-total\" points=\"{}\" fill=\"none\" stroke=\"#222\" "
+                       "stroke-width=\"1.8\" stroke-dasharray=\"5,3\"/>\n", points(p, ct));
+    }
+    if (bins.empty())
+      s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"14\" "
+                       "fill=\"#999\">no step times in the records</text>\n", p.x + p.w / 2, p.y + p.h / 2);
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+// ---------------------------------------------------------------- command
+
+ReportResult write_report(const std::string& run_dir, ReportOptions o) {
+  std::error_code ec;
+  MT_CHECK(fs::is_directory(run_dir, ec), "run directory {} does not exist", run_dir);
+  const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
+  MT_CHECK(fs::exists(metrics, ec), "{} not found (is {} a meshtrain run directory?)", metrics, run_dir);
+  const std::vector<MetricsRecord> recs = read_metrics(metrics);
+  if (o.title.empty()) {
+    fs::path d = fs::path(run_dir);
+    if (d.filename().empty()) d = d.parent_path();
+    o.title = "meshtrain run " + d.filename().string();
+  }
+  ReportResult res;
+  res.records = static_cast<int64_t>(recs.size());
+  res.text = report_text(recs, o);
+  res.svg_path = (fs::path(run_dir) / "report.svg").string();
+  {
+    std::ofstream f(res.svg_path, std::ios::trunc);
+    MT_CHECK(f.good(), "cannot write {}", res.svg_path);
+    f << report_svg(recs, o);
+    MT_CHECK(f.good(), "cannot write {}", res.svg_path);
+  }
+  const int merged = merge_trace_dir(run_dir);
+  if (merged > 0)
+    res.text += fmt::format("trace: merged {} rank file(s) into {}\n", merged,
+                            (fs::path(run_dir) / "trace.json").string());
+  return res;
+}
+
+}  // namespace meshtrain::telemetry
