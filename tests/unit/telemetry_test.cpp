@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -300,7 +301,9 @@ TEST(telemetry, trace_events_from_two_threads_both_appear) {
 }
 
 TEST(telemetry, trace_many_threads_record_concurrently) {
-  Tracer t(temp_dir("trace_mt").string() + "/trace_rank0.json", 0);
+  const fs::path dir = temp_dir("trace_mt");
+  std::optional<Tracer> tr(std::in_place, (dir / "trace_rank0.json").string(), 0);
+  Tracer& t = *tr;
   std::vector<std::thread> th;
   for (int k = 0; k < 4; ++k)
     th.emplace_back([&t, k] {
@@ -313,11 +316,16 @@ TEST(telemetry, trace_many_threads_record_concurrently) {
   for (const auto& e : j["traceEvents"])
     if (e["ph"] == "X") tids.insert(e["tid"].get<int>());
   EXPECT_EQ(tids.size(), 4u);
+  tr.reset();  // writes the file
+  EXPECT_TRUE(fs::exists(dir / "trace_rank0.json"));
+  fs::remove_all(dir);
 }
 
 TEST(telemetry, trace_global_tracer_and_indexed_names) {
   EXPECT_EQ(global_tracer(), nullptr);
-  Tracer t(temp_dir("trace_global").string() + "/trace_rank0.json", 0);
+  const fs::path dir = temp_dir("trace_global");
+  std::optional<Tracer> tr(std::in_place, (dir / "trace_rank0.json").string(), 0);
+  Tracer& t = *tr;
   set_global_tracer(&t);
   for (int layer = 0; layer < 3; ++layer) TraceScope s(global_tracer(), "backward layer", layer, "compute");
   set_global_tracer(nullptr);
@@ -327,6 +335,8 @@ TEST(telemetry, trace_global_tracer_and_indexed_names) {
   for (const auto& e : j["traceEvents"])
     if (e["ph"] == "X") names.push_back(e["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"backward layer 0", "backward layer 1", "backward layer 2"}));
+  tr.reset();
+  fs::remove_all(dir);
 }
 
 TEST(telemetry, trace_disabled_records_nothing) {
