@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "../comm/harness.h"
 #include "meshtrain/ckpt/checkpoint_reader.h"
@@ -74,27 +75,31 @@ std::string save_world(Communicator& c, const std::string& root) {
 }
 
 // Loads the newest checkpoint onto this world and checks every element.
-std::string load_world(Communicator& c, const std::string& root, int saved_world) {
+// own_params_only: ZeRO-3-like, each rank asks for its own parameter range
+// too, so ranks touch different shard files.
+std::string load_world(Communicator& c, const std::string& root, int saved_world,
+                       int64_t want_step = 10, bool own_params_only = false) {
   const int r = c.rank(), w = c.size();
   std::vector<float> params(kParamsN, NAN);
   const ElemRange mine = shard_range(kParamsN, w, r);
+  const ElemRange param_range = own_params_only ? mine : ElemRange{0, kParamsN};
   std::vector<float> m(mine.count(), NAN), v(mine.count(), NAN);
   ResumeOptions o;
   o.comm = &c;
-  auto res = resume_latest(root, {{kParams, {0, kParamsN}, params.data()},
+  auto res = resume_latest(root, {{kParams, param_range, params.data() + param_range.begin},
                                   {kExpAvg, mine, m.data()},
                                   {kExpAvgSq, mine, v.data()}}, o);
   if (!res) return "no checkpoint resumed";
   std::string e;
-  if (res->index.step != 10) e += fmt::format("resumed step {} ", res->index.step);
+  if (res->index.step != want_step) e += fmt::format("resumed step {} ", res->index.step);
   if (res->index.world_size != saved_world) e += "wrong saved world size ";
   int64_t bad = 0;
-  for (int64_t i = 0; i < kParamsN; ++i) bad += params[i] != value(0, i);
+  for (int64_t i = param_range.begin; i < param_range.end; ++i) bad += params[i] != value(0, i);
   for (int64_t i = mine.begin; i < mine.end; ++i)
     bad += (m[i - mine.begin] != value(1, i)) + (v[i - mine.begin] != value(2, i));
   if (bad) e += fmt::format("{} wrong elements ", bad);
   if (r < saved_world && res->state.rng.value("rank", -1) != r) e += "wrong rng blob ";
-  if (!(res->state.data_position == data::LoaderPosition{1, 10})) e += "wrong data position ";
+  if (!(res->state.data_position == data::LoaderPosition{1, want_step})) e += "wrong data position ";
   return e;
 }
 
@@ -120,3 +125,21 @@ TEST(ckpt, reshard_4_to_2) { reshard(2); }
 TEST(ckpt, reshard_4_to_3) { reshard(3); }
 TEST(ckpt, reshard_4_to_1) { reshard(1); }
 TEST(ckpt, reshard_4_to_4) { reshard(4); }
+
+// A flipped byte in the last shard of the newest checkpoint: only the last
+// loading rank reads that file, yet every rank falls back to the previous
+// checkpoint together (the choice is collective).
+TEST(ckpt, reshard_falls_back_together_when_a_shard_is_corrupt) {
+  const std::string root = fresh_root("corrupt");
+  auto saved = run_world(4, [&](Communicator& c) { return save_world(c, root); });
+  ASSERT_TRUE(saved.ok()) << saved.report();
+  {
+    const std::string bad = step_dir(root, 10) + "/" + shard_file_name(3, 4);
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-8, std::ios::end);
+    f.put('\x7f');
+  }
+  auto loaded = run_world(3, [&](Communicator& c) { return load_world(c, root, 4, 5, true); });
+  EXPECT_TRUE(loaded.ok()) << loaded.report();
+  fs::remove_all(root);
+}
