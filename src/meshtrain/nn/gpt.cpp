@@ -13,6 +13,7 @@
 #include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/nn/gpt_activations.h"
+#include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain {
 
@@ -109,6 +110,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 
   encoder_forward(a.encoded, inputs, params_.wte.data<float>(), params_.wpe.data<float>(), B, T, C);
   for (int l = 0; l < cfg_.n_layer; ++l) {
+    telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
     const GPTLayerParams& p = params_.layers[l];
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
     float* ln1 = a.ln1 + l * BT * C;
@@ -176,6 +178,7 @@ void GPT::backward(float loss_scale) {
   if (grad_ready_hook_) grad_ready_hook_(total - 2 * C, total);
 
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", l, "compute");
     const GPTLayerParams& p = params_.layers[l];
     GPTLayerParams& g = grads_.layers[l];
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;

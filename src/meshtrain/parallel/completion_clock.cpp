@@ -1,6 +1,9 @@
 #include "meshtrain/parallel/completion_clock.h"
 
+#include <algorithm>
 #include <chrono>
+
+#include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain::parallel {
 
@@ -26,10 +29,10 @@ void CompletionClock::reset() {
   watched_ = 0;
 }
 
-void CompletionClock::watch(comm::Work work) {
+void CompletionClock::watch(comm::Work work, TraceLabel label) {
   {
     std::lock_guard lock(mu_);
-    pending_.push_back(std::move(work));
+    pending_.emplace_back(std::move(work), std::move(label));
     ++watched_;
   }
   cv_.notify_all();
@@ -46,7 +49,7 @@ void CompletionClock::loop() {
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
     if (pending_.empty()) return;
-    comm::Work w = std::move(pending_.front());
+    auto [w, label] = std::move(pending_.front());
     pending_.pop_front();
     lock.unlock();
     try {
@@ -55,10 +58,27 @@ void CompletionClock::loop() {
       // The owner's own wait() reports the error.
     }
     const double t = steady_now_s();
+    trace(label, t);
     lock.lock();
     done_.push_back(t);
     cv_.notify_all();
   }
+}
+
+void CompletionClock::trace(const TraceLabel& label, double done_s) {
+  telemetry::Tracer* tracer = telemetry::global_tracer();
+  if (label.name.empty() || !tracer || !tracer->enabled()) return;
+  // Only this thread appends to done_ between reset()s, so reading it unlocked is safe.
+  const double prev = done_.empty() ? 0.0 : done_.back();
+  const double begin_s = std::max(label.launched_s, prev);
+  // Steady-clock seconds to the trace clock (system µs), offset taken now.
+  const double offset_us = telemetry::Tracer::now_us() - steady_now_s() * 1e6;
+  if (tracer != named_for_) {
+    tracer->set_thread_name("comm progress");
+    named_for_ = tracer;
+  }
+  tracer->complete(label.name, "comm", begin_s * 1e6 + offset_us, (done_s - begin_s) * 1e6,
+                   label.args);
 }
 
 }  // namespace meshtrain::parallel

@@ -4,8 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "meshtrain/core/error.h"
 #include "meshtrain/nn/gpt.h"
+#include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain::parallel {
 
@@ -114,7 +117,16 @@ void DataParallel::launch_through(int64_t frontier) {
     float* g = model_->grads().flat.data<float>() + b.begin;
     launched_at_.push_back(steady_now_s());
     works_.push_back(comm_.allreduce(g, static_cast<size_t>(b.count()), DType::F32, comm::ReduceOp::Avg));
-    clock_->watch(works_.back());
+    TraceLabel label;
+    if (telemetry::Tracer* t = telemetry::global_tracer(); t && t->enabled()) {
+      const size_t bytes = static_cast<size_t>(b.count()) * sizeof(float);
+      const size_t index = next_bucket_ - 1;
+      label = {fmt::format("allreduce bucket {}", index),
+               {{"bytes", bytes}, {"algorithm", comm_.algorithm_for(comm::CollOp::Allreduce, bytes)},
+                {"bucket", index}, {"transport", std::string(comm_.transport())}},
+               launched_at_.back()};
+    }
+    clock_->watch(works_.back(), std::move(label));
   }
 }
 

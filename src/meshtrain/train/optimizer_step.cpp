@@ -5,6 +5,7 @@
 
 #include "meshtrain/kernels/cpu/reduce.h"
 #include "meshtrain/optim/grad_clip.h"
+#include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain {
 
@@ -54,6 +55,7 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
   }
   double loss = loss_sum / micro.size();
   if (dp_) {
+    telemetry::TraceScope wait(telemetry::global_tracer(), "wait gradients", "comm");
     dp_->finish_gradients();  // from here on every rank holds the averaged gradient
     st.comm = dp_->timing();
     loss = dp_->average(loss);
@@ -69,6 +71,7 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
   // Every rank must skip (or not) together, so the decision is reduced too.
   if (dp_) st.finite = dp_->all(st.finite);
   if (st.finite) {
+    telemetry::TraceScope trace(telemetry::global_tracer(), "optimizer", "compute");
     opt_->step(model_.params().flat.data<float>(), g.data<float>(), st.lr,
                clip_coefficient(st.grad_norm, clip_));
   }
