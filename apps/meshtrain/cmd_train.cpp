@@ -23,6 +23,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> sets;
   int nproc = 0;  // 0: this process is the whole job (or one rank of an mpirun/launched job)
+  bool trace = false;  // --trace: same as telemetry.trace = true
 };
 
 // The model shape: a preset, explicit dimensions overriding it, or the shape
@@ -66,10 +67,6 @@ void refuse_unavailable(const TrainConfig& c) {
                      c.parallel.pp));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));
-  refuse(c.checkpoint.every > 0, fmt::format("checkpoint.every = {} (sharded checkpoints; use "
-                                             "train.save_every to save the model periodically)",
-                                             c.checkpoint.every));
-  refuse(c.telemetry.trace, "telemetry.trace = true");
 }
 
 // parallel.dp must match the ranks the job has ("auto" = all of them).
@@ -92,6 +89,7 @@ void launch_ranks(const TrainArgs& a) {
   lo.command = {len > 0 ? std::string(self, static_cast<size_t>(len)) : "/proc/self/exe", "train"};
   if (!a.config.empty()) lo.command.insert(lo.command.end(), {"--config", a.config});
   for (const auto& s : a.sets) lo.command.insert(lo.command.end(), {"--set", s});
+  if (a.trace) lo.command.push_back("--trace");
   const launch::LaunchResult r = launch::run_local(lo);
   if (r.exit_code != 0) throw Error(fmt::format("training failed: {}", r.message));
 }
@@ -105,7 +103,9 @@ void run_train(const TrainArgs& a) {
   const int ranks = launching ? a.nproc : world.size;
   const bool lead = world.rank == 0;
 
-  TrainConfig c = load_config(a.config, a.sets);
+  std::vector<std::string> sets = a.sets;
+  if (a.trace) sets.push_back("telemetry.trace=true");
+  TrainConfig c = load_config(a.config, sets);
   if (lead && !launching) fmt::print("resolved configuration:\n{}\n", to_string(c));
   refuse_unavailable(c);
   check_dp(c, ranks);
@@ -157,6 +157,14 @@ void run_train(const TrainArgs& a) {
   o.dp.bucket_bytes = static_cast<size_t>(std::llround(c.parallel.bucket_mb * (1 << 20)));
   o.dp.first_bucket_bytes = static_cast<size_t>(std::llround(c.parallel.first_bucket_mb * (1 << 20)));
   o.dp.verify = parallel::DataParallelOptions::from_env().verify;
+  o.trace = c.telemetry.trace;
+  o.price_per_device_hour = c.telemetry.price_per_device_hour;
+  o.checkpoint.dir = c.checkpoint.dir;
+  o.checkpoint.every = c.checkpoint.every;
+  o.checkpoint.keep_last = c.checkpoint.keep_last;
+  o.checkpoint.milestone_every = c.checkpoint.milestone_every;
+  o.checkpoint.async = c.checkpoint.async;
+  o.checkpoint.resume = c.checkpoint.resume;
   if (world.size > 1) {
     comm::CommOptions co = comm::CommOptions::from_env();
     // The config chooses unless the environment already did.
@@ -186,6 +194,8 @@ void register_train(CLI::App& app) {
   c->add_option("--nproc", a->nproc,
                 "Train data-parallel on N local ranks (launches N processes; results equal one "
                 "rank with N x the micro-batch)");
+  c->add_flag("--trace", a->trace,
+              "Write a Chrome/Perfetto trace (RUN_DIR/trace.json; same as --set telemetry.trace=true)");
   c->callback([a] { run_train(*a); });
 }
 

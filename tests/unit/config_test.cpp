@@ -296,3 +296,21 @@ TEST(config, lr_scaling_and_bucket_keys) {
   EXPECT_CONTAINS(error_of([] { load_config("", {"parallel.first_bucket_mb=-1"}); }),
                   "parallel.first_bucket_mb must be in");
 }
+
+TEST(config, checkpoint_resume_and_milestones) {
+  const TrainConfig d = load_config("", {});
+  EXPECT_EQ(d.checkpoint.resume, "auto");
+  EXPECT_EQ(d.checkpoint.milestone_every, 0);
+  const TrainConfig c = load_config("", {"checkpoint.every=4", "checkpoint.milestone_every=100",
+                                         "checkpoint.resume=runs/x/ckpt/step_00000008"});
+  EXPECT_EQ(c.checkpoint.every, 4);
+  EXPECT_EQ(c.checkpoint.milestone_every, 100);
+  EXPECT_EQ(c.checkpoint.resume, "runs/x/ckpt/step_00000008");
+  EXPECT_EQ(resolved_json(c)["checkpoint"]["resume"], "runs/x/ckpt/step_00000008");
+  EXPECT_CONTAINS(error_of([] { load_config("", {"checkpoint.milestone_every=-1"}); }),
+                  "checkpoint.milestone_every must be >= 0");
+  EXPECT_CONTAINS(error_of([] { load_config("", {"checkpoint.resume=null"}); }),
+                  "checkpoint.resume");
+  TempFile f(R"({"checkpoint": {"resum": "never"}})");
+  EXPECT_CONTAINS(error_of([&] { load_config(f.path()); }), "did you mean 'checkpoint.resume'?");
+}

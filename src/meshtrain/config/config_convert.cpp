@@ -201,7 +201,11 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.checkpoint.dir = r.string("checkpoint.dir");
   c.checkpoint.every = r.integer("checkpoint.every", 0, INT64_MAX);
   c.checkpoint.keep_last = r.small_int("checkpoint.keep_last", 0);
+  c.checkpoint.milestone_every = r.integer("checkpoint.milestone_every", 0, INT64_MAX);
   c.checkpoint.async = r.boolean("checkpoint.async");
+  c.checkpoint.resume = r.string("checkpoint.resume");
+  if (c.checkpoint.resume.empty())
+    r.error("checkpoint.resume", "must be \"auto\", \"never\" or a checkpoint directory, got \"\"");
   c.telemetry.dir = r.string("telemetry.dir");
   c.telemetry.trace = r.boolean("telemetry.trace");
   c.telemetry.price_per_device_hour = r.in_range(

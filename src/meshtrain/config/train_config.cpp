@@ -67,7 +67,9 @@ J to_json(const TrainConfig& c) {
   ckpt["dir"] = c.checkpoint.dir;
   ckpt["every"] = c.checkpoint.every;
   ckpt["keep_last"] = c.checkpoint.keep_last;
+  ckpt["milestone_every"] = c.checkpoint.milestone_every;
   ckpt["async"] = c.checkpoint.async;
+  ckpt["resume"] = c.checkpoint.resume;
   j["checkpoint"] = ckpt;
   J tel;
   tel["dir"] = c.telemetry.dir;

@@ -67,7 +67,9 @@ struct CheckpointSection {
   std::string dir;      // "" = <telemetry.dir>/ckpt
   int64_t every = 0;    // steps between checkpoints; 0 = none
   int keep_last = 3;    // 0 = keep all
+  int64_t milestone_every = 0;  // also keep steps that are multiples of this; 0 = none
   bool async = true;    // write in the background
+  std::string resume = "auto";  // auto | never | a checkpoint directory (step dir or root)
 };
 
 struct TelemetrySection {

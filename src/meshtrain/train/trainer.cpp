@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -13,14 +14,21 @@
 #include "meshtrain/core/threads.h"
 #include "meshtrain/data/data_loader.h"
 #include "meshtrain/io/gpt_model_file.h"
+#include "meshtrain/kernels/cpu/gemm_peak.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/nn/sampler.h"
 #include "meshtrain/telemetry/metrics_log.h"
 #include "meshtrain/telemetry/progress.h"
+#include "meshtrain/telemetry/run_summary.h"
+#include "meshtrain/telemetry/step_timer.h"
+#include "meshtrain/telemetry/tensorboard_writer.h"
+#include "meshtrain/telemetry/trace_writer.h"
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/optimizer_step.h"
 
 namespace meshtrain {
+
+using telemetry::TraceScope;
 
 namespace {
 double now_s() {
@@ -30,6 +38,7 @@ double now_s() {
 // Mean loss over the first `batches` global validation batches; with data
 // parallelism each rank evaluates its slice and the means are averaged.
 float evaluate(GPT& model, data::DataLoader& val, int64_t batches, parallel::DataParallel* dp) {
+  TraceScope trace(telemetry::global_tracer(), "eval", "compute");
   val.rewind();
   double sum = 0.0;
   int64_t n = std::min<int64_t>(batches, val.batches_per_epoch());
@@ -41,6 +50,21 @@ float evaluate(GPT& model, data::DataLoader& val, int64_t batches, parallel::Dat
   if (n == 0) return -1.f;
   const double mean = sum / n;
   return static_cast<float>(dp ? dp->average(mean) : mean);
+}
+
+// Each rank's busy time (step minus the communication it waited for), gathered
+// so rank 0 can name the slowest rank.
+telemetry::StragglerReport gather_busy_times(parallel::DataParallel& dp, double busy_s) {
+  std::vector<double> all(static_cast<size_t>(dp.size()));
+  dp.comm().allgather(&busy_s, all.data(), 1, DType::F64).wait();
+  return telemetry::straggler_report(all);
+}
+
+// Test hook: stop every rank abruptly after this step (and its checkpoint),
+// as a killed job would, so resume tests can interrupt a run at a known step.
+int64_t crash_after_step() {
+  const char* s = std::getenv("MESHTRAIN_TEST_CRASH_AFTER_STEP");
+  return s && *s ? std::atoll(s) : 0;
 }
 }  // namespace
 
@@ -63,10 +87,21 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
       std::ofstream(opt.run_dir + "/config.json") << opt.resolved_config_json << "\n";
     }
   }
+  // Every rank traces into its own file; layers and the communication thread
+  // find the tracer through the global pointer.
+  std::unique_ptr<telemetry::Tracer> tracer =
+      opt.trace ? std::make_unique<telemetry::Tracer>(telemetry::rank_trace_path(opt.run_dir, rank), rank)
+                : std::make_unique<telemetry::Tracer>();
+  tracer->set_thread_name("main");
+  telemetry::set_global_tracer(tracer.get());
+  struct ClearTracer {  // never leave a dangling global pointer behind an error
+    ~ClearTracer() { telemetry::set_global_tracer(nullptr); }
+  } clear_tracer;
 
   // Data parallelism first: the model's gradients live in its shared buffer.
   std::unique_ptr<parallel::DataParallel> dp;
   if (world > 1) dp = std::make_unique<parallel::DataParallel>(opt.comm, cfg.num_params(), opt.dp);
+  comm::Communicator* comm = dp ? &dp->comm() : nullptr;
   std::unique_ptr<GPT> model_ptr =
       dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
   GPT& model = *model_ptr;
@@ -76,10 +111,28 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     load_gpt_weights(opt.init_from, model.params(), cfg);
     say(fmt::format("loaded weights from {}", opt.init_from));
   }
-  if (dp) {
-    dp->attach(model);
-    dp->broadcast_parameters();  // every replica starts from rank 0's weights
+  if (dp) dp->attach(model);
+  // Token ids are checked against the vocabulary by GPT::forward on every batch.
+  OptimizerStep stepper(model, opt.adam, opt.schedule, opt.clip, dp.get());
+  // Effective batch: micro-batch x ranks x accumulation sequences per step.
+  const int64_t global_batch = static_cast<int64_t>(opt.micro_batch) * world * opt.grad_accum;
+  const int64_t tokens_per_step = global_batch * T;
+
+  // Resume (every rank; the checkpoint is chosen collectively) before the
+  // broadcast, which then hands every rank the same restored weights.
+  const std::optional<ResumePoint> resumed =
+      resume_training(opt.checkpoint, model, stepper.optimizer(), comm, global_batch);
+  const int64_t start_step = resumed ? resumed->step : 0;
+  if (resumed) {
+    for (const std::string& why : resumed->skipped) say(fmt::format("warning: {}", why));
+    say(fmt::format("resumed from {} at step {} (data epoch {} batch {}, optimizer step {})",
+                    resumed->dir, resumed->step, resumed->position.epoch,
+                    resumed->position.batch, stepper.optimizer().steps_taken()));
+    if (!resumed->data_note.empty()) say(fmt::format("warning: {}", resumed->data_note));
+  } else if (opt.checkpoint.resume == "auto" && !opt.checkpoint.dir.empty()) {
+    say(fmt::format("no checkpoint to resume from in {}: starting at step 0", opt.checkpoint.dir));
   }
+  if (dp) dp->broadcast_parameters();  // every replica starts from rank 0's weights
 
   data::LoaderOptions lo;
   lo.pattern = opt.train_pattern;
@@ -88,6 +141,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   lo.seed = opt.seed;
   lo.rank = rank;
   lo.world_size = world;
+  if (resumed) lo.start = resumed->position;
   data::DataLoader train(lo);
   std::optional<data::DataLoader> val;
   if (!opt.val_pattern.empty()) {
@@ -95,13 +149,9 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     vo.pattern = opt.val_pattern;
     vo.mode = data::LoaderMode::Eval;
     vo.prefetch = 0;
+    vo.start = {};
     val.emplace(vo);
   }
-  // Token ids are checked against the vocabulary by GPT::forward on every batch.
-  OptimizerStep stepper(model, opt.adam, opt.schedule, opt.clip, dp.get());
-  // Effective batch: micro-batch x ranks x accumulation sequences per step.
-  const int64_t global_batch = static_cast<int64_t>(opt.micro_batch) * world * opt.grad_accum;
-  const int64_t tokens_per_step = global_batch * T;
   say(fmt::format("model: {}", cfg.describe()));
   say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
                   "tokens/step, {} steps, {} thread(s) per rank", opt.micro_batch, T, world,
@@ -125,11 +175,30 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
                   pred.params / 1e6, pred.grads / 1e6, pred.optimizer / 1e6,
                   pred.activations / 1e6, pred.workspace / 1e6));
 
-  // Only rank 0 reports; the others stay quiet unless they fail.
+  // Collective on every rank (the writer splits its own communicator).
+  TrainingCheckpointer checkpoints(
+      opt.checkpoint, comm,
+      opt.resolved_config_json.empty() ? nlohmann::json::object()
+                                       : nlohmann::json::parse(opt.resolved_config_json),
+      world, global_batch);
+  if (opt.checkpoint.every > 0)
+    say(fmt::format("checkpoints: every {} steps to {} ({}, keep last {})", opt.checkpoint.every,
+                    opt.checkpoint.dir, opt.checkpoint.async ? "async" : "sync",
+                    opt.checkpoint.keep_last));
+
+  // MFU is quoted against the sgemm rate this rank's threads reach (measured once).
+  const double peak_flops = cpu::measure_sgemm_gflops() * 1e9;
+  const double flops_per_token = cfg.flops_per_token(T);
+
+  // Only rank 0 reports; the others stay quiet unless they fail. A resumed
+  // run appends to the metrics of the run it continues.
   std::optional<MetricsLog> metrics;
   std::optional<ProgressDisplay> progress;
+  std::optional<telemetry::TensorBoardWriter> tb;
+  telemetry::RunSummary summary;
   if (lead) {
-    metrics.emplace(opt.run_dir + "/metrics.jsonl");
+    metrics.emplace(opt.run_dir + "/metrics.jsonl", /*append=*/resumed.has_value());
+    tb.emplace(opt.run_dir);
     progress.emplace(stdout, static_cast<int>(std::max<int64_t>(1, opt.log_every)));
   }
   auto note = [&](const std::string& line) {
@@ -138,16 +207,21 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   ProgressState ps;
   ps.total_steps = opt.steps;
   TrainerSummary sum;
+  sum.resumed_step = start_step;
   const double t_start = now_s();
   int64_t bad_steps = 0;
+  const int64_t crash_after = crash_after_step();
   std::vector<data::Batch> batches(opt.grad_accum);
-  for (int64_t step = 0; step < opt.steps; ++step) {
+  for (int64_t step = start_step; step < opt.steps; ++step) {
     const double t0 = now_s();
     std::vector<MicroBatch> micro;
-    for (int a = 0; a < opt.grad_accum; ++a) {
-      batches[a] = train.next();
-      micro.push_back({batches[a].inputs.data<int32_t>(), batches[a].targets.data<int32_t>(),
-                       opt.micro_batch, T});
+    {
+      TraceScope trace(tracer.get(), "data wait", "data");
+      for (int a = 0; a < opt.grad_accum; ++a) {
+        batches[a] = train.next();
+        micro.push_back({batches[a].inputs.data<int32_t>(), batches[a].targets.data<int32_t>(),
+                         opt.micro_batch, T});
+      }
     }
     const double t_data = now_s() - t0;
     StepStats st = stepper.run(micro, step);
@@ -163,35 +237,40 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     } else {
       bad_steps = 0;
     }
-    ps.step = step + 1;
-    ps.loss = st.loss;
-    ps.lr = st.lr;
-    ps.grad_norm = st.grad_norm;
-    ps.step_s = dt;
-    ps.tokens_per_s = tokens_per_step / dt;
-    ps.elapsed_s = now_s() - t_start;
-    nlohmann::json rec = {{"step", step + 1}, {"loss", st.loss}, {"lr", st.lr},
-                          {"grad_norm", st.grad_norm}, {"step_ms", dt * 1e3},
-                          {"data_ms", t_data * 1e3}, {"forward_ms", st.forward_s * 1e3},
-                          {"backward_ms", st.backward_s * 1e3},
-                          {"optimizer_ms", st.optimizer_s * 1e3},
-                          {"tokens_per_s", ps.tokens_per_s}, {"skipped", !st.finite}};
-    if (dp) {
-      // Gradient reduction: exposed = waited for after backward; total = time
-      // the buckets' allreduces took; first launch vs the last backward's length
-      // shows communication starting while backward still runs.
-      rec["comm_exposed_ms"] = st.comm.exposed_s * 1e3;
-      rec["comm_total_ms"] = st.comm.total_s * 1e3;
-      rec["comm_buckets"] = st.comm.buckets;
-      rec["comm_first_launch_ms"] = st.comm.first_launch_s * 1e3;
-      rec["last_backward_ms"] = st.comm.backward_s * 1e3;
-    }
+    telemetry::StepTelemetry t;
+    t.step = step + 1;
+    t.loss = st.loss;
+    t.lr = st.lr;
+    t.grad_norm = st.grad_norm;
+    t.skipped = !st.finite;
+    t.time.data_wait_s = t_data;
+    t.time.forward_s = st.forward_s;
+    t.time.backward_s = st.backward_s;
+    t.time.optimizer_s = st.optimizer_s;
+    t.time.comm_exposed_s = st.comm.exposed_s;
+    t.time.comm_total_s = st.comm.total_s;
+    t.time.step_s = dt;
+    t.tokens = tokens_per_step;
+    t.samples = global_batch;
+    t.devices = world;
+    t.flops_per_token = flops_per_token;
+    t.peak_flops_per_device = peak_flops;
+    t.peak_mem_bytes = static_cast<double>(mem_stats().total_peak);
+    t.price_per_device_hour = opt.price_per_device_hour;
+    if (dp) t.straggler = gather_busy_times(*dp, dt - st.comm.exposed_s);
     const bool last = step + 1 == opt.steps;
     if (val && opt.eval_every > 0 && ((step + 1) % opt.eval_every == 0 || last)) {
-      ps.val_loss = evaluate(model, *val, opt.eval_batches, dp.get());
-      rec["val_loss"] = ps.val_loss;
-      note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1,
-                                ps.val_loss, st.loss));
+      t.val_loss = evaluate(model, *val, opt.eval_batches, dp.get());
+      note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1, *t.val_loss,
+                       st.loss));
+    }
+    if (checkpoints.due(step + 1)) {
+      TraceScope trace(tracer.get(), "checkpoint save", "io");
+      const double stall = checkpoints.save(step + 1, model, stepper.optimizer(), train.position());
+      note(fmt::format("step {:>6} | checkpoint {}/step_{:08d} ({}; training waited {:.1f} ms)",
+                       step + 1, opt.checkpoint.dir, step + 1,
+                       opt.checkpoint.async ? "writing in the background" : "written",
+                       stall * 1e3));
     }
     if (lead && opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last) {
       save_gpt_safetensors(opt.run_dir + "/model.safetensors", model);
@@ -205,26 +284,62 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
       Rng rng(opt.seed + static_cast<uint64_t>(step));
       std::vector<int32_t> prompt = {batches[0].inputs.data<int32_t>()[0]};
       std::string text;
-      for (int32_t t : generate(model, prompt, so, rng)) text.push_back(static_cast<char>(t));
+      for (int32_t tok : generate(model, prompt, so, rng)) text.push_back(static_cast<char>(tok));
       for (char& ch : text) if (ch == '\n' || ch == '\t') ch = ' ';
       note(fmt::format("step {:>6} | sample: {}", step + 1, text));
     }
-    if (metrics) metrics->write(rec);
-    if (progress) progress->update(ps);
+    if (lead) {
+      nlohmann::json rec = t.to_json();
+      if (dp) {
+        // Gradient reduction detail: first launch vs the last backward's length
+        // shows communication starting while backward still runs.
+        rec["comm_buckets"] = st.comm.buckets;
+        rec["comm_first_launch_ms"] = st.comm.first_launch_s * 1e3;
+        rec["last_backward_ms"] = st.comm.backward_s * 1e3;
+      }
+      metrics->write(rec);
+      tb->add_scalars(t.step, t.scalars());
+      summary.add(t);
+      t.fill_progress(ps);
+      ps.elapsed_s = now_s() - t_start;
+      progress->update(ps);
+    }
     sum.final_loss = st.loss;
+    if (t.val_loss) ps.val_loss = static_cast<float>(*t.val_loss);
+    if (crash_after > 0 && step + 1 == crash_after) {
+      checkpoints.wait();
+      fmt::print(stderr, "MESHTRAIN_TEST_CRASH_AFTER_STEP: rank {} exits after step {}\n", rank,
+                 step + 1);
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
   }
   if (progress) progress->finish();
+  checkpoints.wait();  // every save complete (index written) before the run ends
   // Replicas that drifted apart would be a bug; checked in debug mode.
   if (dp && opt.dp.verify) dp->verify_parameters_equal();
-  sum.steps = opt.steps;
+  const int64_t steps_run = opt.steps - std::min(opt.steps, start_step);
+  sum.steps = std::max(opt.steps, start_step);
   sum.seconds = now_s() - t_start;
-  sum.tokens_per_s = static_cast<double>(tokens_per_step) * opt.steps / sum.seconds;
+  sum.tokens_per_s = steps_run > 0 ? static_cast<double>(tokens_per_step) * steps_run / sum.seconds : 0;
   sum.final_val_loss = ps.val_loss;
   sum.model_path = opt.model_out.empty() ? opt.run_dir + "/model.safetensors" : opt.model_out;
+  // The trace: each rank writes its file, then rank 0 merges them.
+  telemetry::set_global_tracer(nullptr);
+  if (tracer->enabled()) {
+    tracer->write();
+    if (dp) dp->comm().barrier().wait();
+    if (lead) {
+      const int n = telemetry::merge_trace_dir(opt.run_dir);
+      say(fmt::format("trace: {}/trace.json ({} rank file(s); open in https://ui.perfetto.dev)",
+                      opt.run_dir, n));
+    }
+  }
   if (!lead) return sum;
+  if (summary.steps() > 0) fmt::print("{}", summary.text());
   save_gpt_safetensors(sum.model_path, model);
   const MemStats ms = mem_stats();
-  fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", sum.steps,
+  fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", steps_run,
              ProgressDisplay::format_duration(sum.seconds), sum.tokens_per_s, sum.final_loss,
              sum.final_val_loss >= 0 ? fmt::format("{:.4f}", sum.final_val_loss) : "-");
   fmt::print("memory (measured): allocator peak {:.1f} MB (predicted {:.1f} MB), process peak RSS "

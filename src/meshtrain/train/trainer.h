@@ -3,7 +3,10 @@
 // communicator of several ranks it trains data-parallel: each rank reads its
 // slice of every global batch, gradients are averaged in buckets overlapped
 // with backward (parallel/data_parallel.h), and rank 0 alone prints, writes
-// metrics and saves the model.
+// metrics and saves the model. Telemetry: metrics.jsonl, TensorBoard events,
+// an optional per-rank trace merged into trace.json, and an end-of-run
+// summary. Checkpoints (train/training_checkpoints.h): resume at start, save
+// every checkpoint.every steps.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,6 +16,7 @@
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/data_parallel.h"
+#include "meshtrain/train/training_checkpoints.h"
 
 namespace meshtrain {
 
@@ -36,10 +40,14 @@ struct TrainerOptions {
   // (invalid or size 1: single process, no communication at all).
   comm::Communicator comm;
   parallel::DataParallelOptions dp;
+  bool trace = false;                  // Chrome/Perfetto trace of every rank
+  double price_per_device_hour = 0;    // cost numbers; 0 = none
+  CheckpointOptions checkpoint;
 };
 
 struct TrainerSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;          // the last step taken (the resumed step counts)
+  int64_t resumed_step = 0;   // 0 = started fresh
   float final_loss = 0.f, final_val_loss = -1.f;
   double tokens_per_s = 0.0, seconds = 0.0;
   std::string model_path;

@@ -1,0 +1,114 @@
+#include "meshtrain/train/training_checkpoints.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "meshtrain/ckpt/gpt_checkpoint.h"
+#include "meshtrain/ckpt/resume.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Sequences per step when the checkpoint was written: recorded in every
+// rank's state blob by TrainingCheckpointer::save.
+int64_t saved_global_batch(const ckpt::ResumeResult& r) {
+  if (r.state.rng.is_object() && r.state.rng.contains("global_batch"))
+    return r.state.rng["global_batch"].get<int64_t>();
+  return 0;  // unknown: taken as unchanged
+}
+
+}  // namespace
+
+std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const GPT& model,
+                                           AdamW& adam, comm::Communicator* comm,
+                                           int64_t global_batch) {
+  if (opt.resume == "never") return std::nullopt;
+  const std::vector<ckpt::FillRequest> fills = ckpt::gpt_fill_requests(model.params(), &adam);
+  ckpt::ResumeOptions ro;
+  ro.model = &model.config();
+  ro.comm = comm && comm->valid() ? comm : nullptr;
+  ro.warn = nullptr;  // the caller reports ResumePoint::skipped, once
+  std::optional<ckpt::ResumeResult> r;
+  if (opt.resume == "auto") {
+    if (opt.dir.empty() || !fs::exists(opt.dir)) return std::nullopt;
+    r = ckpt::resume_latest(opt.dir, fills, ro);
+    if (!r) return std::nullopt;
+  } else if (fs::exists(fs::path(opt.resume) / ckpt::kIndexFileName)) {
+    r = ckpt::load_checkpoint(opt.resume, fills, ro);
+  } else {
+    MT_CHECK(fs::is_directory(opt.resume), "checkpoint.resume = \"{}\": no such checkpoint "
+             "directory (give \"auto\", \"never\", a step_* folder or a checkpoint root)",
+             opt.resume);
+    r = ckpt::resume_latest(opt.resume, fills, ro);
+    MT_CHECK(r.has_value(), "checkpoint.resume = \"{}\": no complete, intact checkpoint there",
+             opt.resume);
+  }
+  ckpt::apply_optimizer_state(*r, &adam);
+  ResumePoint p;
+  p.dir = r->dir;
+  p.step = r->index.step;
+  p.position = r->state.data_position;
+  p.skipped = r->skipped;
+  const int64_t old_batch = saved_global_batch(*r);
+  if (old_batch > 0 && old_batch != global_batch) {
+    // The loader's window order depends on (seed, global batch): another
+    // global batch is another order. Continue about as far into the epoch.
+    p.position.batch = p.position.batch * old_batch / global_batch;
+    p.data_note = fmt::format("the global batch changed from {} to {} sequences, so the data "
+                              "order differs from the saved run's; continuing at epoch {} batch "
+                              "{} (keep micro_batch x ranks x grad_accum equal to continue "
+                              "exactly)", old_batch, global_batch, p.position.epoch,
+                              p.position.batch);
+  }
+  return p;
+}
+
+TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::Communicator* comm,
+                                           nlohmann::json config, int world, int64_t global_batch)
+    : every_(opt.every), config_(std::move(config)), world_(world), global_batch_(global_batch) {
+  if (every_ <= 0) return;
+  MT_CHECK(!opt.dir.empty(), "checkpoint.every = {} needs a checkpoint.dir", every_);
+  ckpt::WriterOptions wo;
+  wo.root = opt.dir;
+  wo.async = opt.async;
+  wo.keep_last = opt.keep_last;
+  wo.milestone_every = opt.milestone_every;
+  writer_ = std::make_unique<ckpt::CheckpointWriter>(wo, comm && comm->valid() ? comm : nullptr);
+}
+
+double TrainingCheckpointer::save(int64_t step, const GPT& model, AdamW& adam,
+                                  data::LoaderPosition next) {
+  MT_CHECK(writer_, "save() without checkpoint.every");
+  const double t0 = now_s();
+  ckpt::SaveRequest req = ckpt::gpt_save_request(step, model.params(), model.config(), &adam);
+  req.data_position = next;
+  // No trainer RNG carries across steps (samples are seeded by step); the blob
+  // records what a resume needs to judge the data position.
+  req.rng = {{"global_batch", global_batch_}};
+  req.config = config_;
+  req.mesh = {world_, 1, 1};
+  req.lr_step = step;
+  // A fresh run (checkpoint.resume = never) may rewrite a step an earlier run
+  // saved: its old index goes first, so the directory reads as torn, never as
+  // complete with a mix of old and new shards. Rank 0 writes the index last.
+  if (writer_->rank() == 0)
+    fs::remove(fs::path(ckpt::step_dir(writer_->options().root, step)) / ckpt::kIndexFileName);
+  writer_->save(req);
+  return now_s() - t0;
+}
+
+void TrainingCheckpointer::wait() {
+  if (writer_) writer_->wait();
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,67 @@
+// The trainer's side of checkpoints: resuming model, optimizer and data
+// position at start, and saving them every N steps through ckpt::CheckpointWriter
+// (async by default). Every rank calls both; the choice of checkpoint and the
+// saves are collective (docs/FAULT_TOLERANCE.md).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshtrain/ckpt/checkpoint_writer.h"
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/data/data_loader.h"
+#include "meshtrain/nn/gpt.h"
+#include "meshtrain/optim/adamw.h"
+
+namespace meshtrain {
+
+struct CheckpointOptions {
+  std::string dir;              // checkpoint root ("" = no checkpoints and no resume)
+  int64_t every = 0;            // steps between saves; 0 = none
+  int keep_last = 3;            // 0 = keep all
+  int64_t milestone_every = 0;  // also keep multiples of this; 0 = none
+  bool async = true;
+  std::string resume = "never";  // "auto" | "never" | a checkpoint directory
+};
+
+// Where a resumed run continues.
+struct ResumePoint {
+  std::string dir;
+  int64_t step = 0;                  // steps already taken: the loop continues at step + 1
+  data::LoaderPosition position;     // the next global batch
+  std::vector<std::string> skipped;  // newer checkpoints passed over, with reasons
+  std::string data_note;             // non-empty when the data order cannot continue exactly
+};
+
+// Restores parameters and optimizer state per `opt.resume`; nullopt = start
+// fresh ("never", or "auto" with no usable checkpoint). An explicit directory
+// that cannot be loaded is an error. `global_batch` (sequences per step)
+// decides whether the saved data position carries over as is.
+std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const GPT& model,
+                                           AdamW& adam, comm::Communicator* comm,
+                                           int64_t global_batch);
+
+// Saves every `every` steps. Construct on every rank (collective).
+class TrainingCheckpointer {
+ public:
+  TrainingCheckpointer(const CheckpointOptions& opt, comm::Communicator* comm,
+                       nlohmann::json config, int world, int64_t global_batch);
+  bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
+  // Collective. `step` = steps taken; `next` = the loader position of the next
+  // step's batch. Returns the time training waited (snapshot copy).
+  double save(int64_t step, const GPT& model, AdamW& adam, data::LoaderPosition next);
+  // Blocks until every save is complete; re-throws a background error.
+  void wait();
+
+ private:
+  int64_t every_;
+  nlohmann::json config_;
+  int world_;
+  int64_t global_batch_;
+  std::unique_ptr<ckpt::CheckpointWriter> writer_;
+};
+
+}  // namespace meshtrain
