@@ -64,6 +64,8 @@ class Communicator {
     return allreduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), t.dtype(), op);
   }
   Work reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op = ReduceOp::Sum);
+  // reduce_scatter and allgather take the TOTAL count (the size of the full
+  // buffer); rank r's block is block_of(count, size, r).
   Work allgather(const void* send, void* recv, size_t count, DType dtype);
   Work broadcast(void* buf, size_t count, DType dtype, int root);
   Work broadcast(const Tensor& t, int root) {

@@ -56,7 +56,8 @@ float evaluate(GPT& model, data::DataLoader& val, int64_t batches, parallel::Dat
 // so rank 0 can name the slowest rank.
 telemetry::StragglerReport gather_busy_times(parallel::DataParallel& dp, double busy_s) {
   std::vector<double> all(static_cast<size_t>(dp.size()));
-  dp.comm().allgather(&busy_s, all.data(), 1, DType::F64).wait();
+  // allgather takes the total count: one double from each rank.
+  dp.comm().allgather(&busy_s, all.data(), all.size(), DType::F64).wait();
   return telemetry::straggler_report(all);
 }
 
