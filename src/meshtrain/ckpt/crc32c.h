@@ -1,16 +1,15 @@
-// CRC32C (Castagnoli), the checksum of checkpoint files: detects every
-// single flipped byte and every burst up to 32 bits, and runs at memory speed
-// with the SSE4.2 crc32 instruction (a table fallback elsewhere).
+// Checkpoint checksums: CRC32C (core/crc32c.h) of whole files, and the hex
+// form the index stores.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "meshtrain/core/crc32c.h"
+
 namespace meshtrain::ckpt {
 
-// Extends `crc` (0 for a fresh checksum) over `bytes` bytes at `data`:
-// crc32c(b, crc32c(a)) == crc32c(a ++ b).
-uint32_t crc32c(const void* data, size_t bytes, uint32_t crc = 0);
+using meshtrain::crc32c;  // core/crc32c.h
 
 // The CRC32C of a whole file, read in large blocks. Throws naming the file.
 uint32_t crc32c_file(const std::string& path, uint64_t* bytes_read = nullptr);

@@ -17,10 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "meshtrain/core/crc32c.h"
+
 namespace meshtrain::telemetry {
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), continuing from `crc`.
-uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
+using meshtrain::crc32c;  // CRC-32C (core/crc32c.h), as TFRecord framing needs
 // The TFRecord masking: rotate right by 15 and add 0xa282ead8.
 uint32_t masked_crc32c(const void* data, size_t n);
 
