@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "gradcheck.h"
@@ -141,4 +142,45 @@ TEST(gpt, presets_have_expected_parameter_counts) {
   EXPECT_EQ(gpt_preset("char-6L").padded_vocab, 256);
   EXPECT_EQ(gpt_preset("tiny").padded_vocab, 64);
   EXPECT_THROW(gpt_preset("gpt5"), Error);
+}
+
+// ZeRO-3 relies on this contract: units tile the buffer, every parameter use
+// happens between a Need and a Done of its unit, in the documented order.
+TEST(gpt, param_hook_brackets_every_unit_in_the_documented_order) {
+  GPT m(tiny());
+  m.init_weights(3);
+  const GPTParams& p = m.params();
+  const int L = m.config().n_layer;
+  ASSERT_EQ(p.num_units(), L + 2);
+  int64_t at = 0;
+  for (int u = 0; u < p.num_units(); ++u) {
+    auto [b, e] = p.unit_range(u);
+    EXPECT_EQ(b, at);
+    EXPECT_GT(e, b);
+    at = e;
+  }
+  EXPECT_EQ(at, m.config().num_params());
+  std::vector<std::tuple<char, int, bool>> log;
+  m.set_param_hook([&](GPT::ParamEvent ev, int unit, bool bwd) {
+    log.emplace_back(ev == GPT::ParamEvent::Need ? 'N' : 'D', unit, bwd);
+  });
+  const int B = 2, T = 8;
+  auto in = tokens(B * T, m.config().vocab_size, 1), tg = tokens(B * T, m.config().vocab_size, 2);
+  m.forward(in.data(), tg.data(), B, T);
+  m.backward();
+  std::vector<std::tuple<char, int, bool>> want = {{'N', 0, false}, {'D', 0, false}};
+  for (int l = 1; l <= L; ++l) {
+    want.emplace_back('N', l, false);
+    want.emplace_back('D', l, false);
+  }
+  for (auto e : std::vector<std::tuple<char, int, bool>>{{'N', L + 1, false}, {'N', 0, false},
+                                                         {'D', 0, false}, {'D', L + 1, false},
+                                                         {'N', 0, true}, {'N', L + 1, true},
+                                                         {'D', L + 1, true}, {'D', 0, true}})
+    want.push_back(e);
+  for (int l = L; l >= 1; --l) {
+    want.emplace_back('N', l, true);
+    want.emplace_back('D', l, true);
+  }
+  EXPECT_EQ(log, want);
 }

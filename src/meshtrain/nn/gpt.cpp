@@ -39,6 +39,20 @@ GPT::GPT(const GPTConfig& cfg, Tensor grad_buffer) : cfg_(cfg) {
   grads_ = GPTParams::view(cfg_, grad_buf_);
 }
 
+GPT::GPT(const GPTConfig& cfg, Tensor param_buffer, Tensor grad_buffer, bool zero_grads)
+    : cfg_(cfg) {
+  cfg_.validate();
+  for (const Tensor* t : {&param_buffer, &grad_buffer})
+    MT_CHECK(t->dtype() == DType::F32 && t->numel() == cfg_.num_params(),
+             "external parameter/gradient buffer must hold {} f32 values, got {} {}",
+             cfg_.num_params(), t->numel(), dtype_name(t->dtype()));
+  param_buf_ = std::move(param_buffer);
+  grad_buf_ = std::move(grad_buffer);
+  if (zero_grads) grad_buf_.zero_();
+  params_ = GPTParams::view(cfg_, param_buf_);
+  grads_ = GPTParams::view(cfg_, grad_buf_);
+}
+
 GPT::~GPT() = default;
 
 void GPT::init_weights(uint64_t seed) {
@@ -108,9 +122,13 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   if (targets) targets_copy_.assign(targets, targets + BT);
   have_targets_ = targets != nullptr;
 
+  const int L = cfg_.n_layer;
+  use_params(ParamEvent::Need, 0, false);
   encoder_forward(a.encoded, inputs, params_.wte.data<float>(), params_.wpe.data<float>(), B, T, C);
+  use_params(ParamEvent::Done, 0, false);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
+    use_params(ParamEvent::Need, 1 + l, false);
     const GPTLayerParams& p = params_.layers[l];
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
     float* ln1 = a.ln1 + l * BT * C;
@@ -138,11 +156,16 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
     copy(residual3, residual2, BT * C);
     matmul_forward(residual3, fch_gelu, p.fcprojw.data<float>(), p.fcprojb.data<float>(), BT,
                    4 * C, C, /*accumulate=*/true);
+    use_params(ParamEvent::Done, 1 + l, false);
   }
   const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
+  use_params(ParamEvent::Need, L + 1, false);
   layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, params_.lnfw.data<float>(),
                     params_.lnfb.data<float>(), BT, C);
+  use_params(ParamEvent::Need, 0, false);
   matmul_forward(a.logits, a.lnf, params_.wte.data<float>(), nullptr, BT, C, Vp);
+  use_params(ParamEvent::Done, 0, false);
+  use_params(ParamEvent::Done, L + 1, false);
   if (!targets) return std::numeric_limits<float>::quiet_NaN();
 
   const int64_t counted = softmax_cross_entropy_forward(a.losses, a.logits, targets, BT, V, Vp);
@@ -163,7 +186,10 @@ void GPT::backward(float loss_scale) {
   const int32_t* targets = targets_copy_.data();
   const int64_t total = cfg_.num_params();
 
+  const int L = cfg_.n_layer;
   // Classifier: logits -> dlogits in place, then through the tied embedding.
+  use_params(ParamEvent::Need, 0, true);
+  use_params(ParamEvent::Need, L + 1, true);
   softmax_cross_entropy_backward(a.logits, targets, loss_scale / static_cast<float>(counted_), BT,
                                  V, Vp);
   float* dlnf = a.dbtc;
@@ -175,10 +201,13 @@ void GPT::backward(float loss_scale) {
   const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
   layernorm_backward(dres, grads_.lnfw.data<float>(), grads_.lnfb.data<float>(), dlnf, last,
                      params_.lnfw.data<float>(), a.lnf_mean, a.lnf_rstd, BT, C);
+  use_params(ParamEvent::Done, L + 1, true);
+  use_params(ParamEvent::Done, 0, true);
   if (grad_ready_hook_) grad_ready_hook_(total - 2 * C, total);
 
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", l, "compute");
+    use_params(ParamEvent::Need, 1 + l, true);
     const GPTLayerParams& p = params_.layers[l];
     GPTLayerParams& g = grads_.layers[l];
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
@@ -210,6 +239,7 @@ void GPT::backward(float loss_scale) {
                     p.qkvw.data<float>(), BT, C, 3 * C);
     layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
                        p.ln1w.data<float>(), a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
+    use_params(ParamEvent::Done, 1 + l, true);
     if (grad_ready_hook_) {
       auto [b, e] = params_.layer_range(l);
       grad_ready_hook_(b, e);

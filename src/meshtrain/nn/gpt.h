@@ -21,6 +21,9 @@ class GPT {
   // the communicator's peers can map, so bucket allreduces need no copy-in).
   // The buffer's memory must outlive the model; it is zeroed here.
   GPT(const GPTConfig& cfg, Tensor grad_buffer);
+  // Parameters and gradients both in caller-provided buffers of num_params()
+  // f32 (ZeRO-3 keeps only the units in use resident). Neither is zeroed.
+  GPT(const GPTConfig& cfg, Tensor param_buffer, Tensor grad_buffer, bool zero_grads);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -58,6 +61,19 @@ class GPT {
   using GradReadyHook = std::function<void(int64_t begin, int64_t end)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
 
+  // Called when forward or backward is about to use the parameters of a unit
+  // (GPTParams::unit_range) and when it is done with them until the next
+  // Need. ZeRO-3 gathers a unit's parameters on Need, frees them on Done and
+  // prefetches the next unit of kParamOrder* meanwhile. Order of calls:
+  //   forward:  Need/Done 0 (embedding), Need/Done 1..L (layers), Need L+1,
+  //             Need 0 (output projection), Done 0, Done L+1
+  //   backward: Need 0, Need L+1 (head and final LayerNorm), Done L+1, Done 0,
+  //             Need/Done L..1 (layers, last first); the embedding backward
+  //             reads no parameters.
+  enum class ParamEvent { Need, Done };
+  using ParamHook = std::function<void(ParamEvent event, int unit, bool backward)>;
+  void set_param_hook(ParamHook hook) { param_hook_ = std::move(hook); }
+
   // Bytes of activations (and backward scratch) laid out for (B, T).
   static int64_t activation_bytes(const GPTConfig& cfg, int B, int T);
 
@@ -73,6 +89,10 @@ class GPT {
   int64_t counted_ = 0;  // positions with a target in the last forward
   std::vector<int32_t> inputs_copy_, targets_copy_;
   GradReadyHook grad_ready_hook_;
+  ParamHook param_hook_;
+  void use_params(ParamEvent ev, int unit, bool backward) {
+    if (param_hook_) param_hook_(ev, unit, backward);
+  }
 };
 
 }  // namespace meshtrain

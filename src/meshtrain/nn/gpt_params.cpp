@@ -69,4 +69,12 @@ std::pair<int64_t, int64_t> GPTParams::layer_range(int l) const {
   return {begin, end};
 }
 
+std::pair<int64_t, int64_t> GPTParams::unit_range(int unit) const {
+  const int L = static_cast<int>(layers.size());
+  MT_CHECK(unit >= 0 && unit <= L + 1, "parameter unit {} is outside [0, {}]", unit, L + 1);
+  if (unit == 0) return {0, layer_range(0).first};
+  if (unit <= L) return layer_range(unit - 1);
+  return {layer_range(L - 1).second, flat.numel()};
+}
+
 }  // namespace meshtrain

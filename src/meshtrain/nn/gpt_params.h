@@ -36,6 +36,13 @@ struct GPTParams {
   std::vector<std::pair<std::string, Tensor>> named() const;
   // Element range [begin, end) of layer l inside the flat buffer.
   std::pair<int64_t, int64_t> layer_range(int l) const;
+
+  // Parameter units: the groups whose parameters a forward or backward step
+  // uses together (ZeRO-3 gathers one unit at a time). Unit 0 = embeddings
+  // (wte, wpe; wte is also the tied output projection), units 1..L = layers
+  // 0..L-1, unit L+1 = the final LayerNorm. They tile the flat buffer in order.
+  int num_units() const { return static_cast<int>(layers.size()) + 2; }
+  std::pair<int64_t, int64_t> unit_range(int unit) const;
 };
 
 }  // namespace meshtrain
