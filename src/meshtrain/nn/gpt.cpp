@@ -82,16 +82,31 @@ void GPT::init_weights(uint64_t seed) {
   fill(params_.lnfw, 1.f);
 }
 
-int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T) {
-  return 4 * (GPTActivations::buffer_floats(cfg, B, T) +
-              GPTActivations::workspace_floats(cfg, T, thread_count()));
+int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, const Recompute& recompute) {
+  return 4 * GPTActivations::buffer_floats(cfg, B, T, recompute);
+}
+
+int64_t GPT::workspace_bytes(const GPTConfig& cfg, int T, int nthreads) {
+  return 4 * GPTActivations::workspace_floats(cfg, T, nthreads);
+}
+
+void GPT::set_recompute(const Recompute& recompute) {
+  MT_CHECK(recompute.mode != Recompute::Mode::EveryK || recompute.every >= 1,
+           "recompute every:K needs K >= 1 (got {})", recompute.every);
+  if (recompute == recompute_) return;
+  recompute_ = recompute;
+  // The layout depends on the policy: drop it, and with it the last forward.
+  acts_.reset();
+  have_targets_ = false;
 }
 
 void GPT::ensure_activations(int B, int T) {
   const int nt = thread_count();
-  if (acts_ && acts_->B == B && acts_->T == T && acts_->nthreads == nt) return;
+  if (acts_ && acts_->B == B && acts_->T == T && acts_->nthreads == nt &&
+      acts_->recompute == recompute_)
+    return;
   acts_.reset();  // free first so peak memory holds one layout
-  acts_ = std::make_unique<GPTActivations>(cfg_, B, T, nt);
+  acts_ = std::make_unique<GPTActivations>(cfg_, B, T, nt, recompute_);
 }
 
 const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
@@ -99,12 +114,44 @@ const float* GPT::losses() const { return acts_ ? acts_->losses : nullptr; }
 
 void GPT::zero_grad() { grad_buf_.zero_(); }
 
+// The one code path for a block's forward, used by forward and by backward's
+// recompute, so recomputed activations are the same floats.
+void GPT::attention_core_forward(const GPTBlockActivations& s) {
+  const int64_t C = cfg_.n_embd, NH = cfg_.n_head;
+  GPTActivations& a = *acts_;
+  attention_forward(s.atty, s.att_lse, s.qkv, B_, T_, C, NH, a.workspace.data<float>(), a.nthreads);
+}
+
+void GPT::block_forward(int l, const float* residual, const GPTBlockActivations& s,
+                        float* residual3) {
+  const int64_t C = cfg_.n_embd;
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const GPTLayerParams& p = params_.layers[l];
+  layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
+                    p.ln1b.data<float>(), BT, C);
+  matmul_forward(s.qkv, s.ln1, p.qkvw.data<float>(), p.qkvb.data<float>(), BT, C, 3 * C);
+  attention_core_forward(s);
+  // residual2 = residual + atty @ Wproj^T + b (the add is fused into the GEMM)
+  copy(s.residual2, residual, BT * C);
+  matmul_forward(s.residual2, s.atty, p.attprojw.data<float>(), p.attprojb.data<float>(), BT, C,
+                 C, /*accumulate=*/true);
+  layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, p.ln2w.data<float>(),
+                    p.ln2b.data<float>(), BT, C);
+  matmul_forward(s.fch, s.ln2, p.fcw.data<float>(), p.fcb.data<float>(), BT, C, 4 * C);
+  gelu_forward(s.fch_gelu, s.fch, BT * 4 * C);
+  // Backward never reads a block's own output, so its recompute stops here.
+  if (!residual3) return;
+  copy(residual3, s.residual2, BT * C);
+  matmul_forward(residual3, s.fch_gelu, p.fcprojw.data<float>(), p.fcprojb.data<float>(), BT,
+                 4 * C, C, /*accumulate=*/true);
+}
+
 float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
   MT_CHECK(B >= 1, "batch size must be >= 1 (got {})", B);
   MT_CHECK(T >= 1 && T <= cfg_.seq_len,
            "sequence length {} is outside [1, {}] (the model's context, model.seq_len)", T,
            cfg_.seq_len);
-  const int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
+  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
   const int64_t BT = static_cast<int64_t>(B) * T;
   for (int64_t i = 0; i < BT; ++i) {
     MT_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id {} at batch {} position {} is outside the "
@@ -115,6 +162,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   }
   ensure_activations(B, T);
   GPTActivations& a = *acts_;
+  scratch_block_ = -1;
   // The activation buffers are laid out for (B, T); strides below use them.
   B_ = B;
   T_ = T;
@@ -126,36 +174,12 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   use_params(ParamEvent::Need, 0, false);
   encoder_forward(a.encoded, inputs, params_.wte.data<float>(), params_.wpe.data<float>(), B, T, C);
   use_params(ParamEvent::Done, 0, false);
-  for (int l = 0; l < cfg_.n_layer; ++l) {
+  for (int l = 0; l < L; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
     use_params(ParamEvent::Need, 1 + l, false);
-    const GPTLayerParams& p = params_.layers[l];
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-    float* ln1 = a.ln1 + l * BT * C;
-    float* qkv = a.qkv + l * BT * 3 * C;
-    float* atty = a.atty + l * BT * C;
-    float* residual2 = a.residual2 + l * BT * C;
-    float* ln2 = a.ln2 + l * BT * C;
-    float* fch = a.fch + l * BT * 4 * C;
-    float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
-    float* residual3 = a.residual3 + l * BT * C;
-
-    layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, p.ln1w.data<float>(),
-                      p.ln1b.data<float>(), BT, C);
-    matmul_forward(qkv, ln1, p.qkvw.data<float>(), p.qkvb.data<float>(), BT, C, 3 * C);
-    attention_forward(atty, a.att_lse + l * B * NH * T, qkv, B, T, C, NH,
-                      a.workspace.data<float>(), a.nthreads);
-    // residual2 = residual + atty @ Wproj^T + b (the add is fused into the GEMM)
-    copy(residual2, residual, BT * C);
-    matmul_forward(residual2, atty, p.attprojw.data<float>(), p.attprojb.data<float>(), BT, C, C,
-                   /*accumulate=*/true);
-    layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2,
-                      p.ln2w.data<float>(), p.ln2b.data<float>(), BT, C);
-    matmul_forward(fch, ln2, p.fcw.data<float>(), p.fcb.data<float>(), BT, C, 4 * C);
-    gelu_forward(fch_gelu, fch, BT * 4 * C);
-    copy(residual3, residual2, BT * C);
-    matmul_forward(residual3, fch_gelu, p.fcprojw.data<float>(), p.fcprojb.data<float>(), BT,
-                   4 * C, C, /*accumulate=*/true);
+    block_forward(l, residual, a.blocks[l], a.residual3 + l * BT * C);
+    if (recompute_.recomputes_block(l) || recompute_.recomputes_attention()) scratch_block_ = l;
     use_params(ParamEvent::Done, 1 + l, false);
   }
   const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
@@ -180,6 +204,10 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 void GPT::backward(float loss_scale) {
   MT_CHECK(acts_ && have_targets_, "backward() needs a forward() with targets first");
   GPTActivations& a = *acts_;
+  // Recomputed activations must be the same floats: same kernels, same threads.
+  MT_CHECK(recompute_.mode == Recompute::Mode::None || thread_count() == a.nthreads,
+           "thread count changed from {} to {} between forward and backward; recompute = {} "
+           "needs the forward's", a.nthreads, thread_count(), recompute_.name());
   const int B = B_, T = T_;
   const int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
   const int64_t BT = static_cast<int64_t>(B) * T;
@@ -211,13 +239,25 @@ void GPT::backward(float loss_scale) {
     const GPTLayerParams& p = params_.layers[l];
     GPTLayerParams& g = grads_.layers[l];
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-    const float* ln1 = a.ln1 + l * BT * C;
-    const float* qkv = a.qkv + l * BT * 3 * C;
-    const float* atty = a.atty + l * BT * C;
-    const float* residual2 = a.residual2 + l * BT * C;
-    const float* ln2 = a.ln2 + l * BT * C;
-    const float* fch = a.fch + l * BT * 4 * C;
-    const float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
+    const GPTBlockActivations& s = a.blocks[l];
+    // Re-run what the policy did not keep, unless the scratch slot still
+    // holds this block from forward (the last block that used it).
+    if (recompute_.recomputes_block(l) && scratch_block_ != l) {
+      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute layer", l, "compute");
+      block_forward(l, residual, s, nullptr);
+      scratch_block_ = l;
+    } else if (recompute_.recomputes_attention() && scratch_block_ != l) {
+      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute attention", l, "compute");
+      attention_core_forward(s);
+      scratch_block_ = l;
+    }
+    const float* ln1 = s.ln1;
+    const float* qkv = s.qkv;
+    const float* atty = s.atty;
+    const float* residual2 = s.residual2;
+    const float* ln2 = s.ln2;
+    const float* fch = s.fch;
+    const float* fch_gelu = s.fch_gelu;
     float* dbt4c = a.dbt4c;
     float* dbtc = a.dbtc;
 
@@ -228,17 +268,17 @@ void GPT::backward(float loss_scale) {
     matmul_backward(dbtc, g.fcw.data<float>(), g.fcb.data<float>(), dbt4c, ln2,
                     p.fcw.data<float>(), BT, C, 4 * C);
     layernorm_backward(dres, g.ln2w.data<float>(), g.ln2b.data<float>(), dbtc, residual2,
-                       p.ln2w.data<float>(), a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
+                       p.ln2w.data<float>(), s.ln2_mean, s.ln2_rstd, BT, C);
     // Attention: residual2 = residual + attproj(attn(qkv(ln1(residual))))
     matmul_backward(dbtc, g.attprojw.data<float>(), g.attprojb.data<float>(), dres, atty,
                     p.attprojw.data<float>(), BT, C, C);
     float* dqkv = dbt4c;
-    attention_backward(dqkv, dbtc, qkv, atty, a.att_lse + l * B * NH * T, B, T, C, NH,
+    attention_backward(dqkv, dbtc, qkv, atty, s.att_lse, B, T, C, NH,
                        a.workspace.data<float>(), a.nthreads);
     matmul_backward(dbtc, g.qkvw.data<float>(), g.qkvb.data<float>(), dqkv, ln1,
                     p.qkvw.data<float>(), BT, C, 3 * C);
     layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
-                       p.ln1w.data<float>(), a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
+                       p.ln1w.data<float>(), s.ln1_mean, s.ln1_rstd, BT, C);
     use_params(ParamEvent::Done, 1 + l, true);
     if (grad_ready_hook_) {
       auto [b, e] = params_.layer_range(l);

@@ -9,10 +9,12 @@
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/nn/gpt_config.h"
 #include "meshtrain/nn/gpt_params.h"
+#include "meshtrain/nn/recompute.h"
 
 namespace meshtrain {
 
 struct GPTActivations;  // defined in gpt_activations.h
+struct GPTBlockActivations;
 
 class GPT {
  public:
@@ -74,16 +76,35 @@ class GPT {
   using ParamHook = std::function<void(ParamEvent event, int unit, bool backward)>;
   void set_param_hook(ParamHook hook) { param_hook_ = std::move(hook); }
 
-  // Bytes of activations (and backward scratch) laid out for (B, T).
-  static int64_t activation_bytes(const GPTConfig& cfg, int B, int T);
+  // Activation checkpointing (nn/recompute.h). Recomputed activations are
+  // re-run in backward with the same kernels and thread count, so losses and
+  // gradients are bit-identical to Recompute::none(). A recomputed block's
+  // forward runs inside its backward Need/Done (the hook order above holds
+  // for every policy). Takes effect at the next forward; a forward done
+  // under another policy needs a new forward before backward.
+  void set_recompute(const Recompute& recompute);
+  const Recompute& recompute() const { return recompute_; }
+
+  // Bytes the activation buffers take for (B, T) under a policy: exactly what
+  // the allocator counts as MemCategory::Activations for this model.
+  static int64_t activation_bytes(const GPTConfig& cfg, int B, int T,
+                                  const Recompute& recompute = {});
+  // Bytes of attention scratch (MemCategory::Workspace) for T and a thread count.
+  static int64_t workspace_bytes(const GPTConfig& cfg, int T, int nthreads);
 
  private:
   void ensure_activations(int B, int T);
+  // Block l's forward from `input` into `s`; with `output`, also the block's
+  // output (the residual stream); backward's recompute passes null (stored).
+  void block_forward(int l, const float* input, const GPTBlockActivations& s, float* output);
+  void attention_core_forward(const GPTBlockActivations& s);
   GPTConfig cfg_;
+  Recompute recompute_;
   Tensor param_buf_, grad_buf_;
   GPTParams params_, grads_;
   std::unique_ptr<GPTActivations> acts_;
   int B_ = 0, T_ = 0;          // shape of the last forward
+  int scratch_block_ = -1;     // the block whose activations the scratch slot holds
   bool have_targets_ = false;
   float mean_loss_ = 0.f;
   int64_t counted_ = 0;  // positions with a target in the last forward

@@ -5,8 +5,11 @@
 namespace meshtrain {
 
 namespace {
-// Walks the layout once; with base == nullptr it only counts.
-int64_t layout(GPTActivations* a, float* base, const GPTConfig& cfg, int B, int T) {
+// Walks the layout once; with a == nullptr it only counts. Both the
+// allocation and GPT::activation_bytes use this walk, so the prediction is
+// exact by construction.
+int64_t layout(GPTActivations* a, float* base, const GPTConfig& cfg, int B, int T,
+               const Recompute& rc) {
   const int64_t C = cfg.n_embd, L = cfg.n_layer, NH = cfg.n_head, Vp = cfg.padded_vocab;
   const int64_t BT = static_cast<int64_t>(B) * T;
   int64_t off = 0;
@@ -17,20 +20,50 @@ int64_t layout(GPTActivations* a, float* base, const GPTConfig& cfg, int B, int 
   };
   GPTActivations dummy_holder;
   GPTActivations* t = a ? a : &dummy_holder;
+  t->blocks.assign(static_cast<size_t>(L), GPTBlockActivations{});
+  // Storage for the parts of a block; the attention core's output and lse
+  // are skipped when `with_attention_core` is false.
+  auto take_block = [&](GPTBlockActivations& s, bool with_attention_core) {
+    take(s.ln1, BT * C);
+    take(s.ln1_mean, BT);
+    take(s.ln1_rstd, BT);
+    take(s.qkv, BT * 3 * C);
+    if (with_attention_core) {
+      take(s.atty, BT * C);
+      take(s.att_lse, B * NH * T);
+    }
+    take(s.residual2, BT * C);
+    take(s.ln2, BT * C);
+    take(s.ln2_mean, BT);
+    take(s.ln2_rstd, BT);
+    take(s.fch, BT * 4 * C);
+    take(s.fch_gelu, BT * 4 * C);
+  };
   take(t->encoded, BT * C);
-  take(t->ln1, L * BT * C);
-  take(t->ln1_mean, L * BT);
-  take(t->ln1_rstd, L * BT);
-  take(t->qkv, L * BT * 3 * C);
-  take(t->atty, L * BT * C);
-  take(t->att_lse, L * B * NH * T);
-  take(t->residual2, L * BT * C);
-  take(t->ln2, L * BT * C);
-  take(t->ln2_mean, L * BT);
-  take(t->ln2_rstd, L * BT);
-  take(t->fch, L * BT * 4 * C);
-  take(t->fch_gelu, L * BT * 4 * C);
   take(t->residual3, L * BT * C);
+  bool any_block_recomputed = false;
+  for (int l = 0; l < L; ++l) {
+    if (rc.recomputes_block(l))
+      any_block_recomputed = true;
+    else
+      take_block(t->blocks[l], !rc.recomputes_attention());
+  }
+  t->scratch = GPTBlockActivations{};
+  if (any_block_recomputed) {
+    take_block(t->scratch, true);
+  } else if (rc.recomputes_attention()) {
+    take(t->scratch.atty, BT * C);
+    take(t->scratch.att_lse, B * NH * T);
+  }
+  for (int l = 0; l < L; ++l) {
+    GPTBlockActivations& s = t->blocks[l];
+    if (rc.recomputes_block(l)) {
+      s = t->scratch;
+    } else if (rc.recomputes_attention()) {
+      s.atty = t->scratch.atty;
+      s.att_lse = t->scratch.att_lse;
+    }
+  }
   take(t->lnf, BT * C);
   take(t->lnf_mean, BT);
   take(t->lnf_rstd, BT);
@@ -43,19 +76,20 @@ int64_t layout(GPTActivations* a, float* base, const GPTConfig& cfg, int B, int 
 }
 }  // namespace
 
-int64_t GPTActivations::buffer_floats(const GPTConfig& cfg, int B, int T) {
-  return layout(nullptr, nullptr, cfg, B, T);
+int64_t GPTActivations::buffer_floats(const GPTConfig& cfg, int B, int T, const Recompute& rc) {
+  return layout(nullptr, nullptr, cfg, B, T, rc);
 }
 
 int64_t GPTActivations::workspace_floats(const GPTConfig& cfg, int T, int nthreads) {
   return static_cast<int64_t>(nthreads) * cpu::attention_workspace_floats(T, cfg.head_dim());
 }
 
-GPTActivations::GPTActivations(const GPTConfig& cfg, int B_, int T_, int nthreads_)
-    : B(B_), T(T_), nthreads(nthreads_) {
-  buffer = Tensor::zeros({buffer_floats(cfg, B, T)}, DType::F32, MemCategory::Activations);
+GPTActivations::GPTActivations(const GPTConfig& cfg, int B_, int T_, int nthreads_,
+                               const Recompute& rc)
+    : B(B_), T(T_), nthreads(nthreads_), recompute(rc) {
+  buffer = Tensor::zeros({buffer_floats(cfg, B, T, rc)}, DType::F32, MemCategory::Activations);
   workspace = Tensor::zeros({workspace_floats(cfg, T, nthreads)}, DType::F32, MemCategory::Workspace);
-  layout(this, buffer.data<float>(), cfg, B, T);
+  layout(this, buffer.data<float>(), cfg, B, T, rc);
 }
 
 }  // namespace meshtrain

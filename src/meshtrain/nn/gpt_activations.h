@@ -1,46 +1,61 @@
-// Activation and backward-scratch buffers of a GPT for a fixed (B, T), laid
-// out up front in one allocation (tagged as activations).
+// Activation and backward-scratch buffers of a GPT for a fixed (B, T) and
+// recompute policy, laid out up front in one allocation (tagged as
+// activations). Only what the policy keeps for backward gets per-block
+// storage; what backward recomputes goes to one shared scratch slot.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/recompute.h"
 
 namespace meshtrain {
 
+// One block's intermediate activations. For a block kept whole these point
+// into its own storage; parts a policy recomputes point into the shared
+// scratch slot (GPTActivations::scratch), which holds one block's worth.
+struct GPTBlockActivations {
+  float* ln1 = nullptr;        // (B,T,C)
+  float* ln1_mean = nullptr;   // (B,T)
+  float* ln1_rstd = nullptr;   // (B,T)
+  float* qkv = nullptr;        // (B,T,3C)
+  float* atty = nullptr;       // (B,T,C)   attention core output
+  float* att_lse = nullptr;    // (B,NH,T)  attention core log-sum-exp
+  float* residual2 = nullptr;  // (B,T,C)
+  float* ln2 = nullptr;        // (B,T,C)
+  float* ln2_mean = nullptr;   // (B,T)
+  float* ln2_rstd = nullptr;   // (B,T)
+  float* fch = nullptr;        // (B,T,4C)
+  float* fch_gelu = nullptr;   // (B,T,4C)
+};
+
 struct GPTActivations {
   int B = 0, T = 0, nthreads = 1;
+  Recompute recompute;
   Tensor buffer;      // everything below points into it
   Tensor workspace;   // attention scratch, nthreads slices
-  float* encoded = nullptr;     // (B,T,C)
-  float* ln1;         // (L,B,T,C)
-  float* ln1_mean;    // (L,B,T)
-  float* ln1_rstd;    // (L,B,T)
-  float* qkv;         // (L,B,T,3C)
-  float* atty;        // (L,B,T,C)
-  float* att_lse;     // (L,B,NH,T)
-  float* residual2;   // (L,B,T,C)
-  float* ln2;         // (L,B,T,C)
-  float* ln2_mean;    // (L,B,T)
-  float* ln2_rstd;    // (L,B,T)
-  float* fch;         // (L,B,T,4C)
-  float* fch_gelu;    // (L,B,T,4C)
-  float* residual3;   // (L,B,T,C)
-  float* lnf;         // (B,T,C)
-  float* lnf_mean;    // (B,T)
-  float* lnf_rstd;    // (B,T)
-  float* logits;      // (B,T,Vp)
-  float* losses;      // (B,T)
+  // The residual stream, kept under every policy: block 0's input and each
+  // block's output (= the next block's input, the last one's feeds ln_f).
+  float* encoded = nullptr;    // (B,T,C)
+  float* residual3 = nullptr;  // (L,B,T,C)
+  std::vector<GPTBlockActivations> blocks;  // per block, see GPTBlockActivations
+  GPTBlockActivations scratch;  // the recompute slot (null parts: not needed)
+  float* lnf = nullptr;        // (B,T,C)
+  float* lnf_mean = nullptr;   // (B,T)
+  float* lnf_rstd = nullptr;   // (B,T)
+  float* logits = nullptr;     // (B,T,Vp)
+  float* losses = nullptr;     // (B,T)
   // backward scratch
-  float* dresidual;   // (B,T,C)
-  float* dbtc;        // (B,T,C)
-  float* dbt4c;       // (B,T,4C), also holds dqkv (B,T,3C)
+  float* dresidual = nullptr;  // (B,T,C)
+  float* dbtc = nullptr;       // (B,T,C)
+  float* dbt4c = nullptr;      // (B,T,4C), also holds dqkv (B,T,3C)
 
-  // Element counts of `buffer` and `workspace` for a config and (B, T).
-  static int64_t buffer_floats(const GPTConfig& cfg, int B, int T);
+  // Element counts of `buffer` and `workspace` for a config, (B, T) and policy.
+  static int64_t buffer_floats(const GPTConfig& cfg, int B, int T, const Recompute& recompute = {});
   static int64_t workspace_floats(const GPTConfig& cfg, int T, int nthreads);
   GPTActivations() = default;
-  GPTActivations(const GPTConfig& cfg, int B, int T, int nthreads);
+  GPTActivations(const GPTConfig& cfg, int B, int T, int nthreads, const Recompute& recompute = {});
 };
 
 }  // namespace meshtrain
