@@ -21,6 +21,20 @@ target_link_libraries(meshtrain_blas INTERFACE ${OPENBLAS_LIB})
 target_include_directories(meshtrain_blas INTERFACE ${CBLAS_INCLUDE_DIR})
 message(STATUS "OpenBLAS: ${OPENBLAS_LIB} (cblas.h in ${CBLAS_INCLUDE_DIR})")
 
+# oneDNN (Debian libdnnl-dev): the bf16 GEMM on AVX512_BF16 CPUs. Optional: without
+# it bf16 GEMMs widen to f32 and use sgemm (kernels/cpu/gemm_bf16.h).
+find_library(DNNL_LIB NAMES dnnl)
+find_path(DNNL_INCLUDE_DIR NAMES oneapi/dnnl/dnnl.hpp)
+add_library(meshtrain_dnnl INTERFACE)
+if(DNNL_LIB AND DNNL_INCLUDE_DIR)
+  target_link_libraries(meshtrain_dnnl INTERFACE ${DNNL_LIB})
+  target_include_directories(meshtrain_dnnl INTERFACE ${DNNL_INCLUDE_DIR})
+  target_compile_definitions(meshtrain_dnnl INTERFACE MESHTRAIN_HAVE_DNNL=1)
+  message(STATUS "oneDNN: ${DNNL_LIB} (bf16 GEMM)")
+else()
+  message(STATUS "oneDNN: not found (bf16 GEMM falls back to f32 sgemm; install libdnnl-dev)")
+endif()
+
 set(MESHTRAIN_HAVE_MPI OFF)
 if(MESHTRAIN_WITH_MPI)
   find_package(MPI COMPONENTS C)

@@ -1,4 +1,8 @@
-// bf16 and IEEE f16 conversions, round-to-nearest-even, NaN preserved.
+// bf16 and IEEE f16 conversions, round-to-nearest-even, NaN kept NaN.
+// The scalar functions define the results; the bulk functions give the same
+// bits for every input (subnormals included), vectorized with AVX-512 / F16C
+// when the running CPU has them (chosen at run time, so a portable build
+// still uses them).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +13,9 @@ namespace meshtrain {
 inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
+// bf16: the top half of the f32 bits, rounded to nearest even. NaN stays NaN
+// (quiet bit set, upper payload kept); subnormals round like any other value
+// (unlike VCVTNEPS2BF16, which flushes them to zero).
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
@@ -17,6 +24,8 @@ inline uint16_t f32_to_bf16(float f) {
 }
 inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
 
+// f16 as F16C's VCVTPS2PH/VCVTPH2PS do it: overflow rounds to inf, subnormals
+// exact, NaN quieted with its upper payload kept.
 uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
 
@@ -24,5 +33,8 @@ void f32_to_bf16(const float* in, uint16_t* out, size_t n);
 void bf16_to_f32(const uint16_t* in, float* out, size_t n);
 void f32_to_f16(const float* in, uint16_t* out, size_t n);
 void f16_to_f32(const uint16_t* in, float* out, size_t n);
+
+// Which code the bulk conversions run on this CPU, e.g. "avx512" or "scalar".
+const char* half_conversion_isa();
 
 }  // namespace meshtrain
