@@ -14,6 +14,8 @@
 #include "meshtrain/core/threads.h"
 #include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/launch/launcher.h"
+#include "meshtrain/train/memory_model.h"
+#include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain::cli {
@@ -59,7 +61,6 @@ void refuse_unavailable(const TrainConfig& c) {
     if (cond) throw Error(what + " is not available in this build yet (single-process fp32 "
                                  "training); remove the setting to train");
   };
-  refuse(c.zero.stage != 0, fmt::format("zero.stage = {}", c.zero.stage));
   refuse(c.precision != "fp32", fmt::format("precision = \"{}\"", c.precision));
   refuse(c.recompute != "none", fmt::format("recompute = \"{}\"", c.recompute));
   refuse(c.parallel.tp != 1 || c.parallel.pp != 1,
@@ -78,6 +79,25 @@ void check_dp(const TrainConfig& c, int world) {
 }
 
 bool inside_job(const comm::WorldInfo& w) { return w.source != "none"; }
+
+// memory.limit_mb against the formulas (train/memory_report.h) for `ranks`
+// ranks, with the threads each rank would get.
+void check_memory_limit_of(const TrainConfig& c, const GPTConfig& g, int ranks) {
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const int threads = c.train.threads > 0 ? c.train.threads
+                                          : static_cast<int>(std::max(1L, cores / std::max(1, ranks)));
+  const int T = g.seq_len;
+  MemoryPlan plan;
+  plan.model = g;
+  plan.B = c.train.micro_batch;
+  plan.T = T;
+  plan.threads = threads;
+  plan.world = ranks;
+  plan.zero_stage = ranks > 1 ? c.zero.stage : 0;
+  plan.persist_threshold = c.zero.persist_threshold;
+  plan.base = predict_training_memory(g, plan.B, T, threads);
+  check_memory_limit(plan, c.memory.limit_mb * 1e6);
+}
 
 // Starts `nproc` ranks of this binary with the same arguments (minus --nproc).
 void launch_ranks(const TrainArgs& a) {
@@ -112,7 +132,10 @@ void run_train(const TrainArgs& a) {
   MT_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards (make "
            "them with `meshtrain data prepare` or `meshtrain data synth`)");
   if (launching) {
-    model_config(c);  // fail here, once, rather than in every rank
+    // Fail here, once, rather than in every rank: the model shape and the
+    // memory limit (rank 0 holds the largest ZeRO shard).
+    const GPTConfig g = model_config(c);
+    if (c.memory.limit_mb > 0) check_memory_limit_of(c, g, ranks);
     launch_ranks(a);
     return;
   }
@@ -157,6 +180,9 @@ void run_train(const TrainArgs& a) {
   o.dp.bucket_bytes = static_cast<size_t>(std::llround(c.parallel.bucket_mb * (1 << 20)));
   o.dp.first_bucket_bytes = static_cast<size_t>(std::llround(c.parallel.first_bucket_mb * (1 << 20)));
   o.dp.verify = parallel::DataParallelOptions::from_env().verify;
+  o.zero_stage = c.zero.stage;
+  o.zero_persist_threshold = c.zero.persist_threshold;
+  o.memory_limit_bytes = c.memory.limit_mb * 1e6;
   o.trace = c.telemetry.trace;
   o.price_per_device_hour = c.telemetry.price_per_device_hour;
   o.checkpoint.dir = c.checkpoint.dir;

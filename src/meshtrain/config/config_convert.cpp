@@ -187,6 +187,8 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.parallel.bucket_mb = r.in_range("parallel.bucket_mb", 1e-6, 1e6, false);
   c.parallel.first_bucket_mb = r.in_range("parallel.first_bucket_mb", 1e-6, 1e6, false);
   c.zero.stage = r.small_int("zero.stage", 0, 3);
+  c.zero.persist_threshold = r.integer("zero.persist_threshold", 0, INT64_MAX);
+  c.memory.limit_mb = r.in_range("memory.limit_mb", 0.0, std::numeric_limits<double>::max(), false);
   c.precision = r.choice("precision", {"fp32", "bf16", "fp16"});
   c.recompute = r.string("recompute");
   try {

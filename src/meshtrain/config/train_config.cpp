@@ -59,7 +59,8 @@ J to_json(const TrainConfig& c) {
   parallel["bucket_mb"] = c.parallel.bucket_mb;
   parallel["first_bucket_mb"] = c.parallel.first_bucket_mb;
   j["parallel"] = parallel;
-  j["zero"] = J{{"stage", c.zero.stage}};
+  j["zero"] = J{{"stage", c.zero.stage}, {"persist_threshold", c.zero.persist_threshold}};
+  j["memory"] = J{{"limit_mb", c.memory.limit_mb}};
   j["precision"] = c.precision;
   j["recompute"] = c.recompute;
   j["deterministic"] = c.deterministic;

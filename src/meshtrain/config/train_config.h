@@ -61,6 +61,12 @@ struct ParallelSection {
 
 struct ZeroSection {
   int stage = 0;  // 0 (off), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)
+  // Stage 3: parameter units with fewer elements stay resident (replicated).
+  int64_t persist_threshold = 100000;
+};
+
+struct MemorySection {
+  double limit_mb = 0;  // per-rank limit; a configuration predicted above it is refused; 0 = none
 };
 
 struct CheckpointSection {
@@ -90,6 +96,7 @@ struct TrainConfig {
   TrainSection train;
   ParallelSection parallel;
   ZeroSection zero;
+  MemorySection memory;
   std::string precision = "fp32";  // fp32 | bf16 | fp16
   std::string recompute = "none";  // none | full | every:K | selective
   bool deterministic = false;

@@ -46,6 +46,15 @@ void* aligned_alloc_tagged(size_t bytes, MemCategory cat) {
   return p;
 }
 
+void mem_track_external(MemCategory cat, int64_t delta) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto i = static_cast<size_t>(cat);
+  g_stats.current[i] += delta;
+  if (g_stats.current[i] > g_stats.peak[i]) g_stats.peak[i] = g_stats.current[i];
+  g_stats.total_current += delta;
+  if (g_stats.total_current > g_stats.total_peak) g_stats.total_peak = g_stats.total_current;
+}
+
 void aligned_free_tagged(void* p, size_t bytes, MemCategory cat) {
   if (!p) return;
   std::free(p);

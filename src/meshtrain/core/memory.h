@@ -20,6 +20,32 @@ constexpr size_t kAlignment = 64;
 void* aligned_alloc_tagged(size_t bytes, MemCategory cat);  // zero-filled
 void aligned_free_tagged(void* p, size_t bytes, MemCategory cat);
 
+// Bytes this program holds outside aligned_alloc_tagged (mmap'ed regions
+// whose pages come and go, shared-memory buffers): `delta` > 0 when they are
+// committed, < 0 when returned. They count in the same per-category
+// counters and peaks.
+void mem_track_external(MemCategory cat, int64_t delta);
+
+// Keeps `bytes()` counted in one category and adjusts the counters when it
+// changes: the accounting of one externally managed region.
+class ExternalBytes {
+ public:
+  explicit ExternalBytes(MemCategory cat = MemCategory::Other) : cat_(cat) {}
+  ~ExternalBytes() { set(0); }
+  ExternalBytes(const ExternalBytes&) = delete;
+  ExternalBytes& operator=(const ExternalBytes&) = delete;
+  void set(int64_t bytes) {
+    if (bytes != bytes_) mem_track_external(cat_, bytes - bytes_);
+    bytes_ = bytes;
+  }
+  void add(int64_t delta) { set(bytes_ + delta); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  MemCategory cat_;
+  int64_t bytes_ = 0;
+};
+
 struct MemStats {
   std::array<int64_t, kMemCategoryCount> current{};
   std::array<int64_t, kMemCategoryCount> peak{};

@@ -47,6 +47,7 @@ DataParallel::DataParallel(comm::Communicator comm, int64_t num_params, DataPara
   buckets_ = plan_buckets(num_params_, elements(opts_.first_bucket_bytes), elements(opts_.bucket_bytes));
   // Collective: every rank maps every peer's gradient buffer.
   shared_grads_ = comm_.alloc_shared(static_cast<size_t>(num_params_) * sizeof(float));
+  grads_counted_.set(num_params_ * static_cast<int64_t>(sizeof(float)));
   clock_ = std::make_unique<CompletionClock>();
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/core/memory.h"
 #include "meshtrain/parallel/bucket_plan.h"
 #include "meshtrain/parallel/completion_clock.h"
 
@@ -93,6 +94,7 @@ class DataParallel {
   DataParallelOptions opts_;
   int64_t num_params_;
   comm::SharedBuffer shared_grads_;
+  ExternalBytes grads_counted_{MemCategory::Gradients};  // the shared buffer, for the report
   GPT* model_ = nullptr;
   std::vector<Bucket> buckets_;
   std::vector<comm::Work> works_;

@@ -29,17 +29,35 @@ std::vector<ParamSegment> gpt_param_segments(const GPTParams& params) {
   return segs;
 }
 
+GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
+                              comm::Communicator* comm, bool sharded) {
+  GradientCheck c;
+  double sq = cpu::sum_squares(grads + begin, end - begin);
+  if (sharded && comm) sq = comm->allreduce_scalar(sq, comm::ReduceOp::Sum);
+  c.norm = std::sqrt(sq);
+  c.finite = std::isfinite(loss) && std::isfinite(sq);
+  // Every rank must skip (or not) together, so the decision is reduced too.
+  if (comm) c.finite = comm->allreduce_scalar(int64_t{c.finite}, comm::ReduceOp::Min) == 1;
+  return c;
+}
+
 OptimizerStep::OptimizerStep(GPT& model, AdamWConfig adam, LrSchedule schedule, float clip,
-                             parallel::DataParallel* dp)
-    : model_(model), schedule_(schedule), clip_(clip), dp_(dp) {
-  opt_ = std::make_unique<AdamW>(0, model.config().num_params(),
-                                 gpt_param_segments(model.params()), adam);
+                             parallel::DataParallel* dp, parallel::Zero* zero)
+    : model_(model), schedule_(schedule), clip_(clip), dp_(dp), zero_(zero) {
+  MT_CHECK(!(dp && zero), "an optimizer step uses data parallelism or ZeRO, not both");
+  int64_t begin = 0, end = model.config().num_params();
+  if (zero_) begin = zero_->own().begin, end = zero_->own().end;
+  opt_ = std::make_unique<AdamW>(begin, end, gpt_param_segments(model.params()), adam);
 }
 
 StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
   MT_CHECK(!micro.empty(), "a step needs at least one micro-batch");
   StepStats st;
-  model_.zero_grad();
+  if (zero_) {
+    zero_->zero_grad();
+  } else {
+    model_.zero_grad();
+  }
   double loss_sum = 0.0;
   const float scale = 1.0f / static_cast<float>(micro.size());
   for (size_t i = 0; i < micro.size(); ++i) {
@@ -48,8 +66,15 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
     loss_sum += model_.forward(mb.inputs, mb.targets, mb.B, mb.T);
     double t1 = now_s();
     // Buckets are reduced during the last micro-batch's backward only.
-    if (dp_) dp_->begin_backward(i + 1 == micro.size());
+    const bool last = i + 1 == micro.size();
+    if (dp_) dp_->begin_backward(last);
+    if (zero_) zero_->begin_backward(last);
     model_.backward(scale);
+    if (zero_) {
+      // Stages 2/3 reduce every micro-batch; stage 1 waits after the last.
+      telemetry::TraceScope wait(telemetry::global_tracer(), "wait gradients", "comm");
+      zero_->end_backward(last);
+    }
     st.forward_s += t1 - t0;
     st.backward_s += now_s() - t1;
   }
@@ -60,20 +85,26 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
     st.comm = dp_->timing();
     loss = dp_->average(loss);
   }
+  if (zero_) {
+    st.comm = zero_->timing();
+    loss = zero_->comm().allreduce_scalar(loss, comm::ReduceOp::Avg);
+  }
   double t2 = now_s();  // optimizer time excludes the exposed communication
   st.loss = static_cast<float>(loss);
-  const Tensor& g = model_.grads().flat;
-  // After the reduction the local norm is the global one.
-  const double sq = cpu::sum_squares(g.data<float>(), g.numel());
-  st.grad_norm = std::sqrt(sq);
+  // With data parallelism the reduced gradient is replicated (the local norm
+  // is the global one); with ZeRO each rank checks its own range.
+  const float* g = zero_ ? zero_->gradients() : model_.grads().flat.data<float>();
+  comm::Communicator* comm = zero_ ? &zero_->comm() : dp_ ? &dp_->comm() : nullptr;
+  const GradientCheck check = check_gradients(loss, g, opt_->begin(), opt_->end(), comm,
+                                              zero_ != nullptr);
+  st.grad_norm = check.norm;
   st.lr = schedule_.at(step);
-  st.finite = std::isfinite(loss) && std::isfinite(sq);
-  // Every rank must skip (or not) together, so the decision is reduced too.
-  if (dp_) st.finite = dp_->all(st.finite);
+  st.finite = check.finite;
   if (st.finite) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "optimizer", "compute");
-    opt_->step(model_.params().flat.data<float>(), g.data<float>(), st.lr,
-               clip_coefficient(st.grad_norm, clip_));
+    if (zero_) zero_->before_update();
+    opt_->step(model_.params().flat.data<float>(), g, st.lr, clip_coefficient(st.grad_norm, clip_));
+    if (zero_) zero_->after_update();  // gathers the updated parameters (async)
   }
   st.optimizer_s = now_s() - t2;
   return st;

@@ -1,7 +1,9 @@
 // One optimizer step of a GPT: forward/backward over the micro-batches of a
 // step (gradient accumulation), then, with data parallelism, the wait for the
 // gradient buckets reduced during the last backward, then global-norm
-// clipping and AdamW. Without a DataParallel nothing communicates.
+// clipping and AdamW. Without a DataParallel nothing communicates. With ZeRO
+// (parallel/zero.h) gradients are reduced to their owners, each rank updates
+// its own range of the flat buffer and the parameters are gathered back.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -11,11 +13,25 @@
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/data_parallel.h"
+#include "meshtrain/parallel/zero.h"
 
 namespace meshtrain {
 
 // Weight decay on matrices and embeddings (2-D), none on biases and LayerNorm.
 std::vector<ParamSegment> gpt_param_segments(const GPTParams& params);
+
+// The fp32 gradient decision every rank takes alike: the global gradient norm
+// and whether the loss and every gradient are finite on every rank.
+struct GradientCheck {
+  double norm = 0.0;
+  bool finite = true;
+};
+// `grads` holds elements [begin, end) of the flat gradient buffer (indexed
+// from the buffer's start). sharded: each rank holds a different range and the
+// sums of squares are added across `comm`; otherwise the range is replicated
+// (already averaged) and only the finiteness is agreed. comm may be null.
+GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
+                              comm::Communicator* comm, bool sharded);
 
 struct MicroBatch {
   const int32_t* inputs;
@@ -35,8 +51,10 @@ struct StepStats {
 class OptimizerStep {
  public:
   // `dp` (optional, attached to `model`): reduce gradients across its ranks.
+  // `zero` (optional, instead of dp, attached to `model`): ZeRO stages 1-3;
+  // the optimizer state covers the rank's own range only.
   OptimizerStep(GPT& model, AdamWConfig adam, LrSchedule schedule, float clip,
-                parallel::DataParallel* dp = nullptr);
+                parallel::DataParallel* dp = nullptr, parallel::Zero* zero = nullptr);
   // Runs forward/backward for each micro-batch and then the update for `step`
   // (0-based, drives the schedule).
   StepStats run(const std::vector<MicroBatch>& micro, int64_t step);
@@ -49,6 +67,7 @@ class OptimizerStep {
   LrSchedule schedule_;
   float clip_;
   parallel::DataParallel* dp_;
+  parallel::Zero* zero_;
 };
 
 }  // namespace meshtrain

@@ -24,6 +24,7 @@
 #include "meshtrain/telemetry/tensorboard_writer.h"
 #include "meshtrain/telemetry/trace_writer.h"
 #include "meshtrain/train/memory_model.h"
+#include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/optimizer_step.h"
 
 namespace meshtrain {
@@ -37,7 +38,7 @@ double now_s() {
 
 // Mean loss over the first `batches` global validation batches; with data
 // parallelism each rank evaluates its slice and the means are averaged.
-float evaluate(GPT& model, data::DataLoader& val, int64_t batches, parallel::DataParallel* dp) {
+float evaluate(GPT& model, data::DataLoader& val, int64_t batches, comm::Communicator* comm) {
   TraceScope trace(telemetry::global_tracer(), "eval", "compute");
   val.rewind();
   double sum = 0.0;
@@ -49,16 +50,50 @@ float evaluate(GPT& model, data::DataLoader& val, int64_t batches, parallel::Dat
   }
   if (n == 0) return -1.f;
   const double mean = sum / n;
-  return static_cast<float>(dp ? dp->average(mean) : mean);
+  return static_cast<float>(comm ? comm->allreduce_scalar(mean, comm::ReduceOp::Avg) : mean);
 }
 
 // Each rank's busy time (step minus the communication it waited for), gathered
 // so rank 0 can name the slowest rank.
-telemetry::StragglerReport gather_busy_times(parallel::DataParallel& dp, double busy_s) {
-  std::vector<double> all(static_cast<size_t>(dp.size()));
+telemetry::StragglerReport gather_busy_times(comm::Communicator& comm, double busy_s) {
+  std::vector<double> all(static_cast<size_t>(comm.size()));
   // allgather takes the total count: one double from each rank.
-  dp.comm().allgather(&busy_s, all.data(), all.size(), DType::F64).wait();
+  comm.allgather(&busy_s, all.data(), all.size(), DType::F64).wait();
   return telemetry::straggler_report(all);
+}
+
+// The inputs of the memory formulas for rank `rank`.
+MemoryPlan memory_plan(const TrainerOptions& opt, const GPTConfig& cfg, int T, int world, int rank,
+                       const MemoryPrediction& base) {
+  MemoryPlan plan;
+  plan.model = cfg;
+  plan.B = opt.micro_batch;
+  plan.T = T;
+  plan.threads = thread_count();
+  plan.world = world;
+  plan.rank = rank;
+  plan.zero_stage = world > 1 ? opt.zero_stage : 0;
+  plan.persist_threshold = opt.zero_persist_threshold;
+  plan.bytes = opt.state_bytes;
+  plan.base = base;
+  return plan;
+}
+
+// Every rank's peak bytes per memory category, gathered (collective).
+std::vector<std::vector<double>> gather_memory_peaks(comm::Communicator* comm, int world) {
+  const MemStats ms = mem_stats();
+  std::vector<double> mine(kMemCategoryCount), all(kMemCategoryCount * world);
+  for (size_t c = 0; c < kMemCategoryCount; ++c) mine[c] = static_cast<double>(ms.peak[c]);
+  if (comm) {
+    // allgather takes the total count: kMemCategoryCount values from each rank.
+    comm->allgather(mine.data(), all.data(), all.size(), DType::F64).wait();
+  } else {
+    all = mine;
+  }
+  std::vector<std::vector<double>> out(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r)
+    out[r].assign(all.begin() + r * kMemCategoryCount, all.begin() + (r + 1) * kMemCategoryCount);
+  return out;
 }
 
 // Test hook: stop every rank abruptly after this step (and its checkpoint),
@@ -79,6 +114,10 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   const int world = opt.comm.valid() ? opt.comm.size() : 1;
   const int rank = opt.comm.valid() ? opt.comm.rank() : 0;
   const bool lead = rank == 0;  // prints, writes metrics, saves the model
+  // Refuse, before allocating, what the formulas say cannot fit the limit.
+  check_memory_limit(memory_plan(opt, cfg, T, world, 0,
+                                 predict_training_memory(cfg, opt.micro_batch, T, thread_count())),
+                     opt.memory_limit_bytes);
   auto say = [lead](const std::string& line) {
     if (lead) fmt::print("{}\n", line);
   };
@@ -100,11 +139,23 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   } clear_tracer;
 
   // Data parallelism first: the model's gradients live in its shared buffer.
+  // With ZeRO (stage >= 1) the Zero object builds the model on the buffers
+  // its stage keeps (parallel/zero.h) and owns the gradient reduction.
   std::unique_ptr<parallel::DataParallel> dp;
-  if (world > 1) dp = std::make_unique<parallel::DataParallel>(opt.comm, cfg.num_params(), opt.dp);
-  comm::Communicator* comm = dp ? &dp->comm() : nullptr;
+  std::unique_ptr<parallel::Zero> zero;
+  if (world > 1 && opt.zero_stage > 0) {
+    parallel::ZeroOptions zo;
+    zo.stage = opt.zero_stage;
+    zo.persist_threshold = opt.zero_persist_threshold;
+    zo.dp = opt.dp;
+    zero = std::make_unique<parallel::Zero>(opt.comm, cfg, zo);
+  } else if (world > 1) {
+    dp = std::make_unique<parallel::DataParallel>(opt.comm, cfg.num_params(), opt.dp);
+  }
+  comm::Communicator* comm = dp ? &dp->comm() : zero ? &zero->comm() : nullptr;
   std::unique_ptr<GPT> model_ptr =
-      dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
+      zero ? zero->make_model()
+           : dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
   GPT& model = *model_ptr;
   if (opt.init_from.empty()) {
     model.init_weights(opt.seed);
@@ -113,16 +164,24 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     say(fmt::format("loaded weights from {}", opt.init_from));
   }
   if (dp) dp->attach(model);
+  if (zero) zero->attach(model);
   // Token ids are checked against the vocabulary by GPT::forward on every batch.
-  OptimizerStep stepper(model, opt.adam, opt.schedule, opt.clip, dp.get());
+  OptimizerStep stepper(model, opt.adam, opt.schedule, opt.clip, dp.get(), zero.get());
   // Effective batch: micro-batch x ranks x accumulation sequences per step.
   const int64_t global_batch = static_cast<int64_t>(opt.micro_batch) * world * opt.grad_accum;
   const int64_t tokens_per_step = global_batch * T;
 
   // Resume (every rank; the checkpoint is chosen collectively) before the
   // broadcast, which then hands every rank the same restored weights.
+  // ZeRO: every rank starts from rank 0's weights, then each reads only its
+  // own range of a checkpoint, and start() gathers the rest from the owners.
+  std::optional<ckpt::ElemRange> zero_own;
+  if (zero) {
+    zero->broadcast_parameters();
+    zero_own = ckpt::ElemRange{zero->own().begin, zero->own().end};
+  }
   const std::optional<ResumePoint> resumed =
-      resume_training(opt.checkpoint, model, stepper.optimizer(), comm, global_batch);
+      resume_training(opt.checkpoint, model, stepper.optimizer(), comm, global_batch, zero_own);
   const int64_t start_step = resumed ? resumed->step : 0;
   if (resumed) {
     for (const std::string& why : resumed->skipped) say(fmt::format("warning: {}", why));
@@ -134,6 +193,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     say(fmt::format("no checkpoint to resume from in {}: starting at step 0", opt.checkpoint.dir));
   }
   if (dp) dp->broadcast_parameters();  // every replica starts from rank 0's weights
+  if (zero) zero->start();
 
   data::LoaderOptions lo;
   lo.pattern = opt.train_pattern;
@@ -157,6 +217,17 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
                   "tokens/step, {} steps, {} thread(s) per rank", opt.micro_batch, T, world,
                   opt.grad_accum, global_batch, tokens_per_step, opt.steps, thread_count()));
+  if (zero) {
+    say(fmt::format("ZeRO stage {}: {} ranks over {}; rank 0 holds parameters [{}, {}) of {} for "
+                    "its optimizer state{}{}", zero->stage(), world, zero->comm().transport(),
+                    zero->own().begin, zero->own().end, cfg.num_params(),
+                    zero->stage() >= 2 ? " and gradients" : "",
+                    zero->stage() == 3 ? fmt::format(" and parameters ({} elements in units under "
+                                                     "zero.persist_threshold = {} stay resident)",
+                                                     zero->persistent_elements(),
+                                                     opt.zero_persist_threshold)
+                                       : ""));
+  }
   if (dp) {
     const auto& b = dp->buckets();
     auto size = [](double bytes) {
@@ -171,10 +242,14 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   say(fmt::format("data: {} windows in {} ({} batches/epoch)", train.num_windows(),
                   opt.train_pattern, train.batches_per_epoch()));
   const MemoryPrediction pred = predict_training_memory(cfg, opt.micro_batch, T, thread_count());
-  say(fmt::format("memory (predicted): {:.1f} MB = params {:.1f} + grads {:.1f} + optimizer {:.1f} + "
-                  "activations {:.1f} + workspace {:.1f}", pred.total_bytes() / 1e6,
-                  pred.params / 1e6, pred.grads / 1e6, pred.optimizer / 1e6,
-                  pred.activations / 1e6, pred.workspace / 1e6));
+  {
+    // Rank 0's share under the ZeRO stage (memory_report.h formulas).
+    const RankMemory rm = predict_rank_memory(memory_plan(opt, cfg, T, world, 0, pred));
+    say(fmt::format("memory (predicted, per rank): {:.1f} MB = params {:.1f} + grads {:.1f} + "
+                    "optimizer {:.1f} + activations {:.1f} + comm {:.1f} + workspace {:.1f}",
+                    rm.total() / 1e6, rm.params / 1e6, rm.grads / 1e6, rm.optimizer / 1e6,
+                    rm.activations / 1e6, rm.comm / 1e6, rm.workspace / 1e6));
+  }
 
   // Collective on every rank (the writer splits its own communicator).
   TrainingCheckpointer checkpoints(
@@ -209,6 +284,8 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   ps.total_steps = opt.steps;
   TrainerSummary sum;
   sum.resumed_step = start_step;
+  // Peaks from here on are the training's (setup may hold full buffers once).
+  mem_reset_peaks();
   const double t_start = now_s();
   int64_t bad_steps = 0;
   const int64_t crash_after = crash_after_step();
@@ -258,25 +335,31 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     t.peak_flops_per_device = peak_flops;
     t.peak_mem_bytes = static_cast<double>(mem_stats().total_peak);
     t.price_per_device_hour = opt.price_per_device_hour;
-    if (dp) t.straggler = gather_busy_times(*dp, dt - st.comm.exposed_s);
+    if (comm) t.straggler = gather_busy_times(*comm, dt - st.comm.exposed_s);
     const bool last = step + 1 == opt.steps;
     if (val && opt.eval_every > 0 && ((step + 1) % opt.eval_every == 0 || last)) {
-      t.val_loss = evaluate(model, *val, opt.eval_batches, dp.get());
+      t.val_loss = evaluate(model, *val, opt.eval_batches, comm);
       note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1, *t.val_loss,
                        st.loss));
     }
     if (checkpoints.due(step + 1)) {
       TraceScope trace(tracer.get(), "checkpoint save", "io");
-      const double stall = checkpoints.save(step + 1, model, stepper.optimizer(), train.position());
+      const double stall =
+          checkpoints.save(step + 1, model, stepper.optimizer(), train.position(), zero_own);
       note(fmt::format("step {:>6} | checkpoint {}/step_{:08d} ({}; training waited {:.1f} ms)",
                        step + 1, opt.checkpoint.dir, step + 1,
                        opt.checkpoint.async ? "writing in the background" : "written",
                        stall * 1e3));
     }
-    if (lead && opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last) {
+    const bool save_due = opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last;
+    const bool sample_due =
+        opt.sample_every > 0 && (step + 1) % opt.sample_every == 0 && cfg.vocab_size <= 256;
+    // ZeRO: rank 0 needs the whole, current model (collective on every rank).
+    if (zero && (save_due || sample_due)) zero->gather_full_parameters();
+    if (lead && save_due) {
       save_gpt_safetensors(opt.run_dir + "/model.safetensors", model);
     }
-    if (lead && opt.sample_every > 0 && (step + 1) % opt.sample_every == 0 && cfg.vocab_size <= 256) {
+    if (lead && sample_due) {
       // A short generation so a person sees what the model has learned so far.
       SampleOptions so;
       so.max_new_tokens = 120;
@@ -289,6 +372,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
       for (char& ch : text) if (ch == '\n' || ch == '\t') ch = ' ';
       note(fmt::format("step {:>6} | sample: {}", step + 1, text));
     }
+    if (zero && (save_due || sample_due)) zero->resume_hooks();
     if (lead) {
       nlohmann::json rec = t.to_json();
       if (dp) {
@@ -329,13 +413,16 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   telemetry::set_global_tracer(nullptr);
   if (tracer->enabled()) {
     tracer->write();
-    if (dp) dp->comm().barrier().wait();
+    if (comm) comm->barrier().wait();
     if (lead) {
       const int n = telemetry::merge_trace_dir(opt.run_dir);
       say(fmt::format("trace: {}/trace.json ({} rank file(s); open in https://ui.perfetto.dev)",
                       opt.run_dir, n));
     }
   }
+  // Per-rank peaks per category during training, next to the formulas.
+  const std::vector<std::vector<double>> peaks = gather_memory_peaks(comm, world);
+  if (zero) zero->gather_full_parameters();  // rank 0 saves the whole model
   if (!lead) return sum;
   if (summary.steps() > 0) fmt::print("{}", summary.text());
   save_gpt_safetensors(sum.model_path, model);
@@ -346,6 +433,24 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   fmt::print("memory (measured): allocator peak {:.1f} MB (predicted {:.1f} MB), process peak RSS "
              "{:.1f} MB\n", ms.total_peak / 1e6, pred.total_bytes() / 1e6,
              process_peak_rss_bytes() / 1e6);
+  {
+    std::vector<RankMemory> predicted;
+    nlohmann::json mj = nlohmann::json::array();
+    for (int r = 0; r < world; ++r) {
+      MemoryPlan plan = memory_plan(opt, cfg, T, world, r, pred);
+      predicted.push_back(predict_rank_memory(plan));
+      nlohmann::json row = {{"rank", r}, {"zero_stage", plan.zero_stage}};
+      for (size_t c = 0; c < kMemCategoryCount; ++c)
+        row["peak"][std::string(mem_category_name(static_cast<MemCategory>(c)))] = peaks[r][c];
+      const RankMemory& pm = predicted.back();
+      row["predicted"] = {{"parameters", pm.params}, {"gradients", pm.grads},
+                          {"optimizer", pm.optimizer}, {"activations", pm.activations},
+                          {"comm", pm.comm}, {"workspace", pm.workspace}};
+      mj.push_back(row);
+    }
+    fmt::print("{}", memory_report_text(predicted, peaks));
+    std::ofstream(opt.run_dir + "/memory.json") << mj.dump(2) << "\n";
+  }
   fmt::print("model saved to {}\n", sum.model_path);
   return sum;
 }

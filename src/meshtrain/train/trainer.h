@@ -16,6 +16,7 @@
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/data_parallel.h"
+#include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/training_checkpoints.h"
 
 namespace meshtrain {
@@ -40,6 +41,13 @@ struct TrainerOptions {
   // (invalid or size 1: single process, no communication at all).
   comm::Communicator comm;
   parallel::DataParallelOptions dp;
+  // ZeRO over the ranks (parallel/zero.h): 0 = plain data parallelism.
+  int zero_stage = 0;
+  int64_t zero_persist_threshold = 100000;
+  // Per-rank memory limit (0 = none): a configuration predicted above it is
+  // refused before training; the bytes per parameter the formulas use.
+  double memory_limit_bytes = 0;
+  StateBytes state_bytes;
   bool trace = false;                  // Chrome/Perfetto trace of every rank
   double price_per_device_hour = 0;    // cost numbers; 0 = none
   CheckpointOptions checkpoint;

@@ -31,9 +31,17 @@ int64_t saved_global_batch(const ckpt::ResumeResult& r) {
 
 std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const GPT& model,
                                            AdamW& adam, comm::Communicator* comm,
-                                           int64_t global_batch) {
+                                           int64_t global_batch,
+                                           std::optional<ckpt::ElemRange> own_params) {
   if (opt.resume == "never") return std::nullopt;
-  const std::vector<ckpt::FillRequest> fills = ckpt::gpt_fill_requests(model.params(), &adam);
+  std::vector<ckpt::FillRequest> fills = ckpt::gpt_fill_requests(model.params(), &adam);
+  if (own_params) {
+    for (ckpt::FillRequest& f : fills) {
+      if (f.buffer != ckpt::kParams) continue;
+      f.range = *own_params;
+      f.dst = model.params().flat.data<float>() + own_params->begin;
+    }
+  }
   ckpt::ResumeOptions ro;
   ro.model = &model.config();
   ro.comm = comm && comm->valid() ? comm : nullptr;
@@ -87,10 +95,18 @@ TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::C
 }
 
 double TrainingCheckpointer::save(int64_t step, const GPT& model, AdamW& adam,
-                                  data::LoaderPosition next) {
+                                  data::LoaderPosition next,
+                                  std::optional<ckpt::ElemRange> own_params) {
   MT_CHECK(writer_, "save() without checkpoint.every");
   const double t0 = now_s();
   ckpt::SaveRequest req = ckpt::gpt_save_request(step, model.params(), model.config(), &adam);
+  if (own_params) {
+    for (ckpt::SaveBuffer& b : req.buffers) {
+      if (b.name != ckpt::kParams) continue;
+      b.held = *own_params;
+      b.data = model.params().flat.data<float>() + own_params->begin;
+    }
+  }
   req.data_position = next;
   // No trainer RNG carries across steps (samples are seeded by step); the blob
   // records what a resume needs to judge the data position.

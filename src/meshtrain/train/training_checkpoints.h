@@ -39,10 +39,13 @@ struct ResumePoint {
 // Restores parameters and optimizer state per `opt.resume`; nullopt = start
 // fresh ("never", or "auto" with no usable checkpoint). An explicit directory
 // that cannot be loaded is an error. `global_batch` (sequences per step)
-// decides whether the saved data position carries over as is.
+// decides whether the saved data position carries over as is. `own_params`
+// (ZeRO): read only this range of the parameters (the other ranks read
+// theirs; ZeRO gathers them afterwards); the optimizer reads its own range.
 std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const GPT& model,
                                            AdamW& adam, comm::Communicator* comm,
-                                           int64_t global_batch);
+                                           int64_t global_batch,
+                                           std::optional<ckpt::ElemRange> own_params = {});
 
 // Saves every `every` steps. Construct on every rank (collective).
 class TrainingCheckpointer {
@@ -52,7 +55,9 @@ class TrainingCheckpointer {
   bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
   // Collective. `step` = steps taken; `next` = the loader position of the next
   // step's batch. Returns the time training waited (snapshot copy).
-  double save(int64_t step, const GPT& model, AdamW& adam, data::LoaderPosition next);
+  // `own_params` (ZeRO): this rank holds current parameters only there.
+  double save(int64_t step, const GPT& model, AdamW& adam, data::LoaderPosition next,
+              std::optional<ckpt::ElemRange> own_params = {});
   // Blocks until every save is complete; re-throws a background error.
   void wait();
 

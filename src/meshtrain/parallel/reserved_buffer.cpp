@@ -1,0 +1,51 @@
+#include "meshtrain/parallel/reserved_buffer.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/storage.h"
+
+namespace meshtrain::parallel {
+
+ReservedBuffer::ReservedBuffer(int64_t numel) : numel_(numel) {
+  MT_CHECK(numel > 0, "reserved buffer needs a positive size, got {}", numel);
+  bytes_ = static_cast<size_t>(numel) * sizeof(float);
+  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED)
+    fail("cannot reserve {} bytes of address space: {}", bytes_, std::strerror(errno));
+  data_ = static_cast<float*>(p);
+}
+
+ReservedBuffer::~ReservedBuffer() {
+  if (data_) munmap(data_, bytes_);
+}
+
+Tensor ReservedBuffer::tensor() const {
+  MT_CHECK(data_, "tensor() of an empty reserved buffer");
+  return Tensor(Storage::borrow(data_, bytes_), 0, {numel_}, DType::F32);
+}
+
+void ReservedBuffer::discard(int64_t begin, int64_t end) {
+  MT_CHECK(begin >= 0 && begin <= end && end <= numel_, "discard [{}, {}) outside [0, {})", begin,
+           end, numel_);
+  if (begin == end) return;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(data_ + begin);
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(data_ + end);
+  const uintptr_t plo = (lo + page - 1) / page * page, phi = hi / page * page;
+  if (plo >= phi) {  // no whole page inside: clear in place
+    std::memset(reinterpret_cast<void*>(lo), 0, hi - lo);
+    return;
+  }
+  std::memset(reinterpret_cast<void*>(lo), 0, plo - lo);
+  std::memset(reinterpret_cast<void*>(phi), 0, hi - phi);
+  if (madvise(reinterpret_cast<void*>(plo), phi - plo, MADV_DONTNEED) != 0)
+    fail("madvise(MADV_DONTNEED) of {} bytes failed: {}", phi - plo, std::strerror(errno));
+}
+
+}  // namespace meshtrain::parallel

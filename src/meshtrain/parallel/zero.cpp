@@ -1,0 +1,142 @@
+#include "meshtrain/parallel/zero.h"
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain::parallel {
+
+namespace {
+std::vector<ElemSpan> units_of(const GPTParams& p) {
+  std::vector<ElemSpan> out;
+  for (int u = 0; u < p.num_units(); ++u) {
+    auto [b, e] = p.unit_range(u);
+    out.push_back({b, e});
+  }
+  return out;
+}
+}  // namespace
+
+Zero::Zero(comm::Communicator comm, const GPTConfig& cfg, ZeroOptions opts)
+    : comm_(std::move(comm)), cfg_(cfg), opts_(opts) {
+  MT_CHECK(comm_.valid(), "ZeRO needs a valid communicator");
+  MT_CHECK(opts_.stage >= 1 && opts_.stage <= 3, "zero.stage must be 1, 2 or 3 here, got {}",
+           opts_.stage);
+  MT_CHECK(opts_.persist_threshold >= 0, "zero.persist_threshold must be >= 0, got {}",
+           opts_.persist_threshold);
+  layout_ = ZeroLayout(cfg_.num_params(), comm_.size(), comm_.rank());
+}
+
+Zero::~Zero() {
+  if (model_) {
+    model_->set_param_hook(nullptr);
+    model_->set_grad_ready_hook(nullptr);
+  }
+}
+
+std::unique_ptr<GPT> Zero::make_model() {
+  MT_CHECK(!params_, "make_model() called twice");
+  const int64_t P = cfg_.num_params();
+  std::unique_ptr<GPT> model;
+  float* params = nullptr;
+  if (opts_.stage == 1) {
+    dp_ = std::make_unique<DataParallel>(comm_, P, opts_.dp);
+    model = std::make_unique<GPT>(cfg_, dp_->gradient_buffer());
+  } else {
+    grad_res_ = std::make_unique<ReservedBuffer>(P);  // zero until backward writes
+    if (opts_.stage == 2) {
+      param_tensor_ = Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
+      model = std::make_unique<GPT>(cfg_, param_tensor_, grad_res_->tensor(), false);
+    } else {
+      param_res_ = std::make_unique<ReservedBuffer>(P);
+      model = std::make_unique<GPT>(cfg_, param_res_->tensor(), grad_res_->tensor(), false);
+    }
+  }
+  params = model->params().flat.data<float>();
+  const std::vector<ElemSpan> units = units_of(model->params());
+  if (grad_res_) grads_ = std::make_unique<ZeroGradients>(comm_, layout_, units, *grad_res_);
+  params_ = std::make_unique<ZeroParameters>(comm_, layout_, units, params, param_res_.get(),
+                                             opts_.persist_threshold);
+  return model;
+}
+
+void Zero::attach(GPT& model) {
+  MT_CHECK(params_, "make_model() before attach()");
+  MT_CHECK(model.config().num_params() == cfg_.num_params(),
+           "attach() the model make_model() built");
+  model_ = &model;
+  if (dp_) dp_->attach(model);
+  if (grads_) model.set_grad_ready_hook([this](int64_t b, int64_t e) { grads_->on_ready(b, e); });
+  model.set_param_hook([this](GPT::ParamEvent ev, int unit, bool backward) {
+    if (grads_ && backward && ev == GPT::ParamEvent::Need) grads_->on_unit_backward(unit);
+    params_->on_event(ev, unit, backward);
+  });
+}
+
+void Zero::broadcast_parameters() {
+  MT_CHECK(model_, "attach() a model before broadcast_parameters()");
+  comm_.broadcast(model_->params().flat, /*root=*/0).wait();
+}
+
+void Zero::start() {
+  MT_CHECK(model_, "attach() a model before start()");
+  params_->start();
+}
+
+void Zero::zero_grad() {
+  if (grads_) {
+    grads_->zero();
+  } else {
+    model_->zero_grad();
+  }
+}
+
+void Zero::begin_backward(bool last) {
+  params_->set_more_micro_batches(!last);
+  if (dp_) {
+    dp_->begin_backward(last);
+    return;
+  }
+  grads_->begin_backward();
+  if (last) backward_start_ = steady_now_s();
+}
+
+void Zero::end_backward(bool last) {
+  if (dp_) {
+    if (last) {
+      dp_->finish_gradients();
+      timing_ = dp_->timing();
+    }
+    return;
+  }
+  const double t0 = steady_now_s();
+  const double waited = grads_->end_backward();
+  if (last) {
+    timing_ = {};
+    timing_.backward_s = t0 - backward_start_;
+    timing_.exposed_s = waited;
+    timing_.buckets = static_cast<int>(grads_->reductions());
+  }
+}
+
+const float* Zero::gradients() const {
+  if (dp_) return model_->grads().flat.data<float>();
+  return grads_->shard() - own().begin;
+}
+
+void Zero::before_update() { params_->before_update(); }
+void Zero::after_update() { params_->after_update(); }
+
+void Zero::gather_full_parameters() {
+  params_->gather_all();
+  params_->set_enabled(false);
+}
+
+void Zero::resume_hooks() {
+  params_->set_enabled(true);
+  params_->release_transient();
+}
+
+int64_t Zero::persistent_elements() const {
+  return params_ && params_->sharded() ? params_->persistent_elements() : 0;
+}
+
+}  // namespace meshtrain::parallel

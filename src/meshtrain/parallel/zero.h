@@ -1,0 +1,106 @@
+// ZeRO (stages 1-3) over a communicator's ranks: data parallelism without the
+// redundant copies. Every stage shards by the same equal contiguous ranges of
+// the flat buffer (zero_layout.h; the checkpoint shards), so checkpoints are
+// alike for all stages and reshard between them.
+//   stage 1: gradients averaged as in DataParallel (bucketed allreduce during
+//            backward); each rank's AdamW state covers its own range only;
+//            updated parameters gathered from their owners (zero_parameters.h).
+//   stage 2: + gradients reduced to their owners during backward, kept only
+//            as the own fp32 shard (zero_gradients.h).
+//   stage 3: + parameters sharded: each unit gathered before use, freed after.
+//
+//   Zero zero(comm, cfg, {stage});
+//   auto model = zero.make_model();   // buffers as the stage needs them
+//   model->init_weights(seed);        // or load
+//   zero.attach(*model);
+//   zero.broadcast_parameters();      // rank 0's weights (all still full)
+//   ... resume into own ranges ...
+//   zero.start();                     // stage 3: drop foreign parameters
+//   per step: zero_grad(); per micro-batch: forward; begin_backward(last);
+//             backward; end_backward(last); then before_update(); AdamW over
+//             own() with gradients(); after_update().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/nn/gpt.h"
+#include "meshtrain/parallel/data_parallel.h"
+#include "meshtrain/parallel/reserved_buffer.h"
+#include "meshtrain/parallel/zero_gradients.h"
+#include "meshtrain/parallel/zero_layout.h"
+#include "meshtrain/parallel/zero_parameters.h"
+
+namespace meshtrain::parallel {
+
+struct ZeroOptions {
+  int stage = 1;
+  // Stage 3: units with fewer elements stay resident (replicated).
+  int64_t persist_threshold = 100000;
+  DataParallelOptions dp;  // stage 1's gradient buckets
+};
+
+class Zero {
+ public:
+  Zero(comm::Communicator comm, const GPTConfig& cfg, ZeroOptions opts);
+  ~Zero();
+  Zero(const Zero&) = delete;
+  Zero& operator=(const Zero&) = delete;
+
+  int stage() const { return opts_.stage; }
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
+  comm::Communicator& comm() { return comm_; }
+  const ZeroLayout& layout() const { return layout_; }
+  ElemSpan own() const { return layout_.own(); }
+  // Stage 1's DataParallel (its buckets), null otherwise.
+  DataParallel* data_parallel() { return dp_.get(); }
+
+  // The model, built on the buffers this stage needs. Call once.
+  std::unique_ptr<GPT> make_model();
+  // Installs the parameter and grad-ready hooks. The model must outlive this
+  // object or be detached by destroying it first.
+  void attach(GPT& model);
+  // Collective: rank 0's full parameters to every rank (before start()).
+  void broadcast_parameters();
+  // Every rank's own range holds the training weights (after init and
+  // resume): stage 3 returns its foreign parameter pages; all stages then
+  // gather from the owners.
+  void start();
+
+  void zero_grad();
+  void begin_backward(bool last_micro_batch);
+  void end_backward(bool last_micro_batch);
+  // Gradients for the update: element i of the flat buffer, for i in own(),
+  // is gradients()[i] (the pointer is offset so the optimizer's whole-buffer
+  // indexing works).
+  const float* gradients() const;
+  void before_update();
+  void after_update();
+  const CommTiming& timing() const { return timing_; }
+
+  // Collective: every unit gathered and the hooks paused, so one rank may use
+  // the whole model (save, generate); resume_hooks() returns to sharding.
+  void gather_full_parameters();
+  void resume_hooks();
+  // Elements held replicated besides the own range (stage 3's persistent units).
+  int64_t persistent_elements() const;
+
+ private:
+  comm::Communicator comm_;
+  GPTConfig cfg_;
+  ZeroOptions opts_;
+  ZeroLayout layout_;
+  GPT* model_ = nullptr;
+  std::unique_ptr<DataParallel> dp_;             // stage 1
+  Tensor param_tensor_;                          // stage 2
+  std::unique_ptr<ReservedBuffer> param_res_;    // stage 3
+  std::unique_ptr<ReservedBuffer> grad_res_;     // stages 2, 3
+  std::unique_ptr<ZeroGradients> grads_;         // stages 2, 3
+  std::unique_ptr<ZeroParameters> params_;
+  CommTiming timing_;
+  double backward_start_ = 0;
+};
+
+}  // namespace meshtrain::parallel

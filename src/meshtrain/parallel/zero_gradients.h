@@ -1,0 +1,64 @@
+// ZeRO-2/3 gradients: a rank keeps only its own range, in an fp32 shard.
+// Backward writes full gradients into a reserved (virtual) buffer; each range
+// the model reports finished (GPT grad-ready hook: the final LayerNorm, each
+// layer, the embeddings) is reduced to its owners right away (one Avg reduce
+// per owner piece, async, overlapping the rest of backward). When a range's
+// reduces complete, the owner adds its piece into the shard and every rank
+// returns the range's pages (they read as zero again, ready for the next
+// micro-batch). With gradient accumulation this happens every micro-batch.
+// The transient full gradients are counted as communication buffers from the
+// moment backward starts writing a unit (its Need) until they are returned.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/core/memory.h"
+#include "meshtrain/core/tensor.h"
+#include "meshtrain/parallel/reserved_buffer.h"
+#include "meshtrain/parallel/zero_layout.h"
+
+namespace meshtrain::parallel {
+
+class ZeroGradients {
+ public:
+  ZeroGradients(comm::Communicator comm, ZeroLayout layout, std::vector<ElemSpan> units,
+                ReservedBuffer& grads);
+  ~ZeroGradients();
+
+  void begin_backward();
+  // Backward is about to write the gradients of `unit` (its Need in backward).
+  void on_unit_backward(int unit);
+  // The model's grad-ready hook.
+  void on_ready(int64_t begin, int64_t end);
+  // After each backward: reduces anything not yet reported, waits for all,
+  // accumulates into the shard. Returns the seconds spent waiting.
+  double end_backward();
+  // Zeroes the shard (start of a step).
+  void zero();
+  // The own range's averaged gradients (layout.own().count() elements).
+  float* shard() const { return shard_.data<float>(); }
+  int64_t reductions() const { return reductions_; }
+
+ private:
+  struct Pending {
+    ElemSpan span;
+    std::vector<comm::Work> works;
+  };
+  void launch(ElemSpan span);
+  void poll();
+  void finish(Pending& p);
+
+  comm::Communicator comm_;
+  ZeroLayout layout_;
+  std::vector<ElemSpan> units_;
+  ReservedBuffer& grads_;
+  Tensor shard_;
+  std::deque<Pending> pending_;
+  std::vector<bool> staged_;
+  int64_t frontier_ = 0, reductions_ = 0;
+  ExternalBytes staging_{MemCategory::CommBuffers};
+};
+
+}  // namespace meshtrain::parallel

@@ -1,0 +1,180 @@
+#include "meshtrain/parallel/zero_parameters.h"
+
+#include <algorithm>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain::parallel {
+
+ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
+                               std::vector<ElemSpan> units, float* params,
+                               ReservedBuffer* reserved, int64_t persist_threshold)
+    : comm_(std::move(comm)), layout_(layout), units_(std::move(units)), params_(params),
+      reserved_(reserved) {
+  const int n = static_cast<int>(units_.size());
+  MT_CHECK(n >= 3, "ZeRO needs the model's parameter units (embeddings, layers, final norm)");
+  for (int u = 0; u < n; ++u) {
+    MT_CHECK(units_[u].begin == (u ? units_[u - 1].end : 0), "parameter units must tile the buffer");
+    persistent_.push_back(!sharded() || units_[u].count() < persist_threshold);
+  }
+  MT_CHECK(units_.back().end == layout_.numel(), "parameter units cover {} of {} elements",
+           units_.back().end, layout_.numel());
+  resident_.assign(n, true);  // the model starts with full parameters (init, load)
+  valid_.assign(n, true);
+  works_.resize(n);
+  // GPT's documented order (gpt.h), L = n - 2 layers.
+  const int L = n - 2;
+  auto need = [&](int u, bool b) { order_.push_back({true, u, b}); };
+  auto done = [&](int u, bool b) { order_.push_back({false, u, b}); };
+  for (int u = 0; u <= L; ++u) need(u, false), done(u, false);
+  need(L + 1, false), need(0, false), done(0, false), done(L + 1, false);
+  need(0, true), need(L + 1, true), done(L + 1, true), done(0, true);
+  for (int u = L; u >= 1; --u) need(u, true), done(u, true);
+  if (sharded()) held_params_.set(layout_.numel() * 4);
+}
+
+ZeroParameters::~ZeroParameters() {
+  for (auto& ws : works_)
+    for (auto& w : ws) {
+      try {
+        w.wait();
+      } catch (...) {
+      }
+    }
+}
+
+void ZeroParameters::advance(const Event& e) {
+  if (cursor_ < order_.size() && order_[cursor_] == e) {
+    ++cursor_;
+    return;
+  }
+  // Out of the expected order (an evaluation forward without backward, a new
+  // step): continue from the first place this event occurs.
+  auto it = std::find(order_.begin(), order_.end(), e);
+  cursor_ = it == order_.end() ? order_.size() : static_cast<size_t>(it - order_.begin()) + 1;
+}
+
+int ZeroParameters::next_need(int k, bool wrap) const {
+  const size_t n = order_.size();
+  const size_t limit = wrap ? n : n - std::min(cursor_, n);
+  for (size_t i = 0, seen = 0; i < limit; ++i) {
+    const Event& e = order_[(cursor_ + i) % n];
+    if (e.need && ++seen == static_cast<size_t>(k)) return e.unit;
+  }
+  return -1;
+}
+
+bool ZeroParameters::needed_soon(int unit, int within) const {
+  for (int k = 1; k <= within; ++k)
+    if (next_need(k, false) == unit) return true;
+  return false;
+}
+
+void ZeroParameters::launch(int u) {
+  MT_CHECK(works_[u].empty(), "parameter unit {} gathered twice", u);
+  if (!resident_[u]) {
+    resident_[u] = true;
+    if (!persistent_[u]) gathered_.add(layout_.foreign_count(units_[u]) * 4);
+  }
+  for (const OwnedPiece& p : layout_.pieces(units_[u]))
+    works_[u].push_back(comm_.broadcast(params_ + p.span.begin, static_cast<size_t>(p.span.count()),
+                                        DType::F32, p.owner));
+  ++gathers_;
+}
+
+void ZeroParameters::wait(int u) {
+  comm::wait_all(works_[u]);
+  works_[u].clear();
+  valid_[u] = true;
+}
+
+void ZeroParameters::release(int u) {
+  MT_CHECK(works_[u].empty() && sharded() && !persistent_[u], "cannot release parameter unit {}", u);
+  if (!resident_[u]) return;
+  const ElemSpan s = units_[u], own = layout_.own();
+  reserved_->discard(s.begin, std::max(s.begin, std::min(s.end, own.begin)));
+  reserved_->discard(std::min(s.end, std::max(s.begin, own.end)), s.end);
+  resident_[u] = false;
+  valid_[u] = false;
+  gathered_.add(-layout_.foreign_count(s) * 4);
+}
+
+void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
+  if (!enabled_) return;
+  MT_CHECK(u >= 0 && u < static_cast<int>(units_.size()), "parameter hook for unknown unit {}", u);
+  const bool need = event == GPT::ParamEvent::Need;
+  advance({need, u, backward});
+  if (need) {
+    if (!valid_[u]) {
+      if (works_[u].empty()) launch(u);
+      wait(u);
+    }
+    if (!sharded()) return;
+    // Prefetch: the next unit in use order, while this one computes.
+    const int v = next_need(1, more_micro_batches_);
+    if (v >= 0 && v != u && !valid_[v] && works_[v].empty()) launch(v);
+    return;
+  }
+  if (!sharded() || persistent_[u] || needed_soon(u, 2)) return;
+  if (!works_[u].empty()) wait(u);
+  release(u);
+}
+
+void ZeroParameters::start() {
+  before_update();
+  if (sharded()) {
+    for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+      if (!persistent_[u]) release(u);
+    int64_t held = layout_.own().count();
+    for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+      if (persistent_[u]) held += layout_.foreign_count(units_[u]);
+    held_params_.set(held * 4);
+  }
+  cursor_ = order_.size();
+  after_update();
+}
+
+void ZeroParameters::before_update() {
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+    if (!works_[u].empty()) wait(u);
+}
+
+void ZeroParameters::after_update() {
+  const int n = static_cast<int>(units_.size());
+  for (int u = 0; u < n; ++u) {
+    MT_CHECK(works_[u].empty(), "parameter unit {} still gathering during the update", u);
+    valid_[u] = false;
+  }
+  if (!sharded()) {
+    for (int u = 0; u < n; ++u) launch(u);  // forward order: embeddings first
+  } else {
+    launch(0);  // the next forward starts with the embeddings
+  }
+}
+
+void ZeroParameters::gather_all() {
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    if (valid_[u]) continue;
+    if (works_[u].empty()) launch(u);
+  }
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+    if (!works_[u].empty()) wait(u);
+}
+
+void ZeroParameters::release_transient() {
+  if (!sharded()) return;
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    if (persistent_[u]) continue;
+    if (!works_[u].empty()) wait(u);
+    release(u);
+  }
+}
+
+int64_t ZeroParameters::persistent_elements() const {
+  int64_t n = 0;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (persistent_[u]) n += units_[u].count();
+  return n;
+}
+
+}  // namespace meshtrain::parallel

@@ -1,0 +1,126 @@
+#include "meshtrain/train/memory_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+namespace {
+
+int64_t own_count(int64_t P, int world, int rank) {
+  const int64_t chunk = (P + world - 1) / world;
+  return std::max<int64_t>(0, std::min(P, chunk * (rank + 1)) - std::min(P, chunk * rank));
+}
+
+std::string mb(double bytes) { return fmt::format("{:.1f}", bytes / 1e6); }
+
+}  // namespace
+
+std::vector<int64_t> gpt_unit_sizes(const GPTConfig& cfg) {
+  const int64_t C = cfg.n_embd;
+  const int64_t layer = 12 * C * C + 13 * C;  // ln1, qkv, proj, ln2, fc, fcproj (+ biases)
+  std::vector<int64_t> u;
+  u.push_back(static_cast<int64_t>(cfg.padded_vocab) * C + static_cast<int64_t>(cfg.seq_len) * C);
+  for (int l = 0; l < cfg.n_layer; ++l) u.push_back(layer);
+  u.push_back(2 * C);
+  return u;
+}
+
+RankMemory predict_rank_memory(const MemoryPlan& plan) {
+  const int64_t P = plan.model.num_params();
+  const int N = std::max(1, plan.world);
+  const int stage = N > 1 ? plan.zero_stage : 0;
+  const int64_t own = stage > 0 ? own_count(P, N, plan.rank) : P;
+  const StateBytes& b = plan.bytes;
+  const std::vector<int64_t> units = gpt_unit_sizes(plan.model);
+  RankMemory m;
+  m.params = b.p * P;
+  m.grads = b.g * (stage >= 2 ? own : P);
+  m.optimizer = b.o * own;
+  m.activations = plan.base.activations;
+  m.workspace = plan.base.workspace;
+  if (stage >= 2) {
+    // Transient full gradients: the embeddings (written first, reduced last),
+    // the final LayerNorm and up to two layers between backward and their reduce.
+    const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
+    m.comm += b.g * (units.front() + units.back() + 2 * layer);
+  }
+  if (stage == 3) {
+    int64_t persistent = 0, largest = 0;
+    for (int64_t u : units) {
+      if (u < plan.persist_threshold) persistent += u;
+      else largest = std::max(largest, u);
+    }
+    m.params = b.p * (own + persistent - persistent * own / std::max<int64_t>(1, P));
+    // Gathered units in use: the current one and its prefetched successor.
+    const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
+    if (largest > 0) m.comm += b.p * (std::max(units.front(), layer) + layer);
+  }
+  return m;
+}
+
+void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
+  if (limit_bytes <= 0) return;
+  const RankMemory m = predict_rank_memory(plan);
+  if (m.total() <= limit_bytes) return;
+  std::string stages;
+  std::string fits;
+  for (int s = 0; s <= 3 && plan.world > 1; ++s) {
+    MemoryPlan q = plan;
+    q.zero_stage = s;
+    const int64_t t = predict_rank_memory(q).total();
+    stages += fmt::format("{}stage {} {} MB", s ? ", " : "", s, mb(t));
+    if (fits.empty() && t <= limit_bytes) fits = fmt::format("zero.stage = {}", s);
+  }
+  fail("this configuration needs {} MB per rank (predicted: parameters {} + gradients {} + "
+       "optimizer {} + activations {} + communication buffers {} + workspace {} MB), more than "
+       "memory.limit_mb = {}{}; {}",
+       mb(m.total()), mb(m.params), mb(m.grads), mb(m.optimizer), mb(m.activations), mb(m.comm),
+       mb(m.workspace), limit_bytes / 1e6,
+       stages.empty() ? "" : fmt::format(" (per ZeRO stage on {} ranks: {})", plan.world, stages),
+       fits.empty() ? "lower train.micro_batch, use recompute or more ranks"
+                    : fmt::format("{} would fit", fits));
+}
+
+std::string memory_report_text(const std::vector<RankMemory>& predicted,
+                               const std::vector<std::vector<double>>& peaks) {
+  const size_t n = peaks.size();
+  std::string out = fmt::format("{:<22}", "memory peak (MB)");
+  for (size_t r = 0; r < n; ++r) out += fmt::format(" {:>10}", fmt::format("rank {}", r));
+  out += fmt::format(" {:>10}\n", "predicted");
+  auto cat = [](MemCategory c) { return static_cast<size_t>(c); };
+  struct Row {
+    const char* name;
+    std::vector<MemCategory> cats;
+    int64_t RankMemory::*pred;
+  };
+  const Row rows[] = {
+      {"parameters", {MemCategory::Parameters}, &RankMemory::params},
+      {"gradients", {MemCategory::Gradients}, &RankMemory::grads},
+      {"optimizer state", {MemCategory::OptimizerState}, &RankMemory::optimizer},
+      {"activations", {MemCategory::Activations}, &RankMemory::activations},
+      {"comm buffers", {MemCategory::CommBuffers}, &RankMemory::comm},
+      {"workspace", {MemCategory::Workspace}, &RankMemory::workspace},
+  };
+  for (const Row& row : rows) {
+    out += fmt::format("{:<22}", row.name);
+    for (size_t r = 0; r < n; ++r) {
+      double v = 0;
+      for (MemCategory c : row.cats) v += peaks[r][cat(c)];
+      out += fmt::format(" {:>10}", mb(v));
+    }
+    out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().*row.pred)));
+  }
+  out += fmt::format("{:<22}", "model states");
+  for (size_t r = 0; r < n; ++r)
+    out += fmt::format(" {:>10}", mb(peaks[r][cat(MemCategory::Parameters)] +
+                                     peaks[r][cat(MemCategory::Gradients)] +
+                                     peaks[r][cat(MemCategory::OptimizerState)]));
+  out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().model_states())));
+  return out;
+}
+
+}  // namespace meshtrain

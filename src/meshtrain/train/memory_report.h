@@ -1,0 +1,62 @@
+// Per-rank memory: the prediction from the formulas (model states per ZeRO
+// stage, activations from the model shape, communication buffers) next to
+// the allocator's measured per-category peaks, and the refusal of a
+// configuration that cannot fit a memory limit.
+//
+// Model states per rank for Ψ parameters on N ranks (the ZeRO paper's):
+//   stage 0: (p + g + o)Ψ      stage 1: (p + g)Ψ + oΨ/N
+//   stage 2: pΨ + (g + o)Ψ/N   stage 3: (p + g + o)Ψ/N  (+ p x persistent units)
+// where Ψ/N is the rank's own range. fp32 training: p = g = 4, o = 8 (Adam m,
+// v; the fp32 parameters are the master weights). Mixed precision supplies
+// its own StateBytes (p = 2, g = 2 or 4, o = 12 with the fp32 master copy).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtrain/core/memory.h"
+#include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/train/memory_model.h"
+
+namespace meshtrain {
+
+// Bytes per parameter of each kind of model state.
+struct StateBytes {
+  int64_t p = 4;  // parameters the model computes with
+  int64_t g = 4;  // gradients (as held for the optimizer)
+  int64_t o = 8;  // optimizer state (Adam m, v; + fp32 master weights under mixed precision)
+};
+
+struct MemoryPlan {
+  GPTConfig model;
+  int B = 1, T = 1, threads = 1;
+  int world = 1, rank = 0;
+  int zero_stage = 0;               // 0..3 (a single rank is stage 0)
+  int64_t persist_threshold = 0;    // stage 3
+  StateBytes bytes;
+  MemoryPrediction base;            // activations and workspace (predict_training_memory)
+};
+
+// Predicted peak bytes per category for one rank.
+struct RankMemory {
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, workspace = 0;
+  int64_t model_states() const { return params + grads + optimizer; }
+  int64_t total() const { return model_states() + activations + comm + workspace; }
+};
+
+// Parameter units of a model shape (embeddings, layers, final LayerNorm), elements.
+std::vector<int64_t> gpt_unit_sizes(const GPTConfig& cfg);
+
+RankMemory predict_rank_memory(const MemoryPlan& plan);
+
+// Throws an Error naming the predicted bytes per category, the limit and
+// what each ZeRO stage would need when rank 0 (the largest shard) is
+// predicted above `limit_bytes` (<= 0: no limit).
+void check_memory_limit(const MemoryPlan& plan, double limit_bytes);
+
+// The report `meshtrain train` prints: for each category the prediction and
+// the measured peaks of every rank (`peaks[rank][category]`).
+std::string memory_report_text(const std::vector<RankMemory>& predicted,
+                               const std::vector<std::vector<double>>& peaks);
+
+}  // namespace meshtrain
