@@ -6,11 +6,13 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/attention.h"
+#include "meshtrain/kernels/cpu/convert.h"
 #include "meshtrain/kernels/cpu/elementwise.h"
 #include "meshtrain/kernels/cpu/encoder.h"
 #include "meshtrain/kernels/cpu/gelu.h"
 #include "meshtrain/kernels/cpu/layernorm.h"
 #include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/kernels/cpu/matmul_half.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/nn/gpt_activations.h"
 #include "meshtrain/telemetry/trace_writer.h"
@@ -82,8 +84,9 @@ void GPT::init_weights(uint64_t seed) {
   fill(params_.lnfw, 1.f);
 }
 
-int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, const Recompute& recompute) {
-  return 4 * GPTActivations::buffer_floats(cfg, B, T, recompute);
+int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, const Recompute& recompute,
+                              Precision precision) {
+  return 4 * GPTActivations::buffer_floats(cfg, B, T, recompute, precision);
 }
 
 int64_t GPT::workspace_bytes(const GPTConfig& cfg, int T, int nthreads) {
@@ -100,13 +103,44 @@ void GPT::set_recompute(const Recompute& recompute) {
   have_targets_ = false;
 }
 
+void GPT::set_precision(Precision p) {
+  if (p == precision_) return;
+  precision_ = p;
+  half_buf_ = is_mixed(p) ? Tensor::zeros({cfg_.num_params()}, p == Precision::BF16 ? DType::BF16
+                                                                                 : DType::F16,
+                                          MemCategory::Parameters)
+                          : Tensor();
+  // The activation layout depends on the precision: drop it and the last forward.
+  acts_.reset();
+  have_targets_ = false;
+}
+
+const uint16_t* GPT::half_weight(const Tensor& p) const {
+  return half_buf_.data<uint16_t>() + (p.offset() - params_.flat.offset());
+}
+
+void GPT::refresh_half_weights(int unit) {
+  if (!is_mixed(precision_)) return;
+  auto round = [&](const Tensor& p) {
+    to_half(half_of(precision_), p.data<float>(), const_cast<uint16_t*>(half_weight(p)), p.numel());
+  };
+  // Only GEMM operands: wte (the tied classifier) and each layer's matrices.
+  // Embedding lookups, biases and LayerNorm parameters are read in f32.
+  if (unit == 0) {
+    round(params_.wte);
+  } else if (unit <= cfg_.n_layer) {
+    const GPTLayerParams& l = params_.layers[unit - 1];
+    for (const Tensor* t : {&l.qkvw, &l.attprojw, &l.fcw, &l.fcprojw}) round(*t);
+  }
+}
+
 void GPT::ensure_activations(int B, int T) {
   const int nt = thread_count();
   if (acts_ && acts_->B == B && acts_->T == T && acts_->nthreads == nt &&
-      acts_->recompute == recompute_)
+      acts_->recompute == recompute_ && acts_->precision == precision_)
     return;
   acts_.reset();  // free first so peak memory holds one layout
-  acts_ = std::make_unique<GPTActivations>(cfg_, B, T, nt, recompute_);
+  acts_ = std::make_unique<GPTActivations>(cfg_, B, T, nt, recompute_, precision_);
 }
 
 const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
@@ -127,6 +161,7 @@ void GPT::block_forward(int l, const float* residual, const GPTBlockActivations&
   const int64_t C = cfg_.n_embd;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   const GPTLayerParams& p = params_.layers[l];
+  if (is_mixed(precision_)) return block_forward_half(l, residual, s, residual3);
   layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
                     p.ln1b.data<float>(), BT, C);
   matmul_forward(s.qkv, s.ln1, p.qkvw.data<float>(), p.qkvb.data<float>(), BT, C, 3 * C);
@@ -144,6 +179,37 @@ void GPT::block_forward(int l, const float* residual, const GPTBlockActivations&
   copy(residual3, s.residual2, BT * C);
   matmul_forward(residual3, s.fch_gelu, p.fcprojw.data<float>(), p.fcprojb.data<float>(), BT,
                  4 * C, C, /*accumulate=*/true);
+}
+
+// Mixed precision: the same block with 16-bit GEMM operands. LayerNorm and
+// GELU compute in f32 into the staging area (dbt4c: unused by forward, and
+// free when backward recomputes a block) and store their output rounded.
+void GPT::block_forward_half(int l, const float* residual, const GPTBlockActivations& s,
+                             float* residual3) {
+  const int64_t C = cfg_.n_embd;
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const cpu::Half h = half_of(precision_);
+  const GPTLayerParams& p = params_.layers[l];
+  float* stage = acts_->dbt4c;
+  layernorm_forward(stage, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
+                    p.ln1b.data<float>(), BT, C);
+  to_half(h, stage, s.ln1_h, BT * C);
+  matmul_forward_half(h, s.qkv, s.ln1_h, half_weight(p.qkvw), p.qkvb.data<float>(), BT, C, 3 * C);
+  attention_core_forward(s);
+  to_half(h, s.atty, acts_->atty_h, BT * C);
+  copy(s.residual2, residual, BT * C);
+  matmul_forward_half(h, s.residual2, acts_->atty_h, half_weight(p.attprojw),
+                      p.attprojb.data<float>(), BT, C, C, /*accumulate=*/true);
+  layernorm_forward(stage, s.ln2_mean, s.ln2_rstd, s.residual2, p.ln2w.data<float>(),
+                    p.ln2b.data<float>(), BT, C);
+  to_half(h, stage, s.ln2_h, BT * C);
+  matmul_forward_half(h, s.fch, s.ln2_h, half_weight(p.fcw), p.fcb.data<float>(), BT, C, 4 * C);
+  gelu_forward(stage, s.fch, BT * 4 * C);
+  to_half(h, stage, s.fch_gelu_h, BT * 4 * C);
+  if (!residual3) return;
+  copy(residual3, s.residual2, BT * C);
+  matmul_forward_half(h, residual3, s.fch_gelu_h, half_weight(p.fcprojw), p.fcprojb.data<float>(),
+                      BT, 4 * C, C, /*accumulate=*/true);
 }
 
 float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
@@ -177,6 +243,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   for (int l = 0; l < L; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
     use_params(ParamEvent::Need, 1 + l, false);
+    refresh_half_weights(1 + l);
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
     block_forward(l, residual, a.blocks[l], a.residual3 + l * BT * C);
     if (recompute_.recomputes_block(l) || recompute_.recomputes_attention()) scratch_block_ = l;
@@ -184,10 +251,18 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   }
   const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
   use_params(ParamEvent::Need, L + 1, false);
-  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, params_.lnfw.data<float>(),
-                    params_.lnfb.data<float>(), BT, C);
+  const bool mixed = is_mixed(precision_);
+  layernorm_forward(mixed ? a.dbt4c : a.lnf, a.lnf_mean, a.lnf_rstd, last,
+                    params_.lnfw.data<float>(), params_.lnfb.data<float>(), BT, C);
+  if (mixed) to_half(half_of(precision_), a.dbt4c, a.lnf_h, BT * C);
   use_params(ParamEvent::Need, 0, false);
-  matmul_forward(a.logits, a.lnf, params_.wte.data<float>(), nullptr, BT, C, Vp);
+  if (mixed) {
+    refresh_half_weights(0);
+    matmul_forward_half(half_of(precision_), a.logits, a.lnf_h, half_weight(params_.wte), nullptr,
+                        BT, C, Vp);
+  } else {
+    matmul_forward(a.logits, a.lnf, params_.wte.data<float>(), nullptr, BT, C, Vp);
+  }
   use_params(ParamEvent::Done, 0, false);
   use_params(ParamEvent::Done, L + 1, false);
   if (!targets) return std::numeric_limits<float>::quiet_NaN();
@@ -221,8 +296,14 @@ void GPT::backward(float loss_scale) {
   softmax_cross_entropy_backward(a.logits, targets, loss_scale / static_cast<float>(counted_), BT,
                                  V, Vp);
   float* dlnf = a.dbtc;
-  matmul_backward(dlnf, grads_.wte.data<float>(), nullptr, a.logits, a.lnf,
-                  params_.wte.data<float>(), BT, C, Vp);
+  const bool mixed = is_mixed(precision_);
+  const cpu::Half h = half_of(precision_);
+  if (mixed)
+    matmul_backward_half(h, dlnf, grads_.wte.data<float>(), nullptr, a.logits, a.dout_h, a.lnf_h,
+                         half_weight(params_.wte), BT, C, Vp);
+  else
+    matmul_backward(dlnf, grads_.wte.data<float>(), nullptr, a.logits, a.lnf,
+                    params_.wte.data<float>(), BT, C, Vp);
   // Residual-stream gradient starts at zero; layernorm backward accumulates.
   float* dres = a.dresidual;
   std::fill(dres, dres + BT * C, 0.f);
@@ -261,6 +342,15 @@ void GPT::backward(float loss_scale) {
     float* dbt4c = a.dbt4c;
     float* dbtc = a.dbtc;
 
+    if (mixed) {
+      block_backward_half(l, residual, s, g);
+      use_params(ParamEvent::Done, 1 + l, true);
+      if (grad_ready_hook_) {
+        auto [b, e] = params_.layer_range(l);
+        grad_ready_hook_(b, e);
+      }
+      continue;
+    }
     // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
     matmul_backward(dbt4c, g.fcprojw.data<float>(), g.fcprojb.data<float>(), dres, fch_gelu,
                     p.fcprojw.data<float>(), BT, 4 * C, C);
@@ -291,6 +381,42 @@ void GPT::backward(float loss_scale) {
     auto [b, e] = params_.layer_range(0);
     grad_ready_hook_(0, b);
   }
+}
+
+}  // namespace meshtrain
+
+namespace meshtrain {
+
+// Mixed precision backward of block l (after any recompute): every GEMM's
+// output gradient is rounded once into dout_h; weight gradients accumulate
+// in f32; GELU, attention and LayerNorm backward run in f32 as in fp32.
+void GPT::block_backward_half(int l, const float* residual, const GPTBlockActivations& s,
+                              GPTLayerParams& g) {
+  GPTActivations& a = *acts_;
+  const int64_t C = cfg_.n_embd, NH = cfg_.n_head;
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const cpu::Half h = half_of(precision_);
+  const GPTLayerParams& p = params_.layers[l];
+  float* dres = a.dresidual;
+  float* dbt4c = a.dbt4c;
+  float* dbtc = a.dbtc;
+  matmul_backward_half(h, dbt4c, g.fcprojw.data<float>(), g.fcprojb.data<float>(), dres, a.dout_h,
+                       s.fch_gelu_h, half_weight(p.fcprojw), BT, 4 * C, C);
+  gelu_backward(dbt4c, s.fch, dbt4c, BT * 4 * C);
+  matmul_backward_half(h, dbtc, g.fcw.data<float>(), g.fcb.data<float>(), dbt4c, a.dout_h, s.ln2_h,
+                       half_weight(p.fcw), BT, C, 4 * C);
+  layernorm_backward(dres, g.ln2w.data<float>(), g.ln2b.data<float>(), dbtc, s.residual2,
+                     p.ln2w.data<float>(), s.ln2_mean, s.ln2_rstd, BT, C);
+  to_half(h, s.atty, a.atty_h, BT * C);  // the attention output as its GEMM saw it
+  matmul_backward_half(h, dbtc, g.attprojw.data<float>(), g.attprojb.data<float>(), dres, a.dout_h,
+                       a.atty_h, half_weight(p.attprojw), BT, C, C);
+  float* dqkv = dbt4c;
+  attention_backward(dqkv, dbtc, s.qkv, s.atty, s.att_lse, B_, T_, C, NH, a.workspace.data<float>(),
+                     a.nthreads);
+  matmul_backward_half(h, dbtc, g.qkvw.data<float>(), g.qkvb.data<float>(), dqkv, a.dout_h, s.ln1_h,
+                       half_weight(p.qkvw), BT, C, 3 * C);
+  layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
+                     p.ln1w.data<float>(), s.ln1_mean, s.ln1_rstd, BT, C);
 }
 
 }  // namespace meshtrain

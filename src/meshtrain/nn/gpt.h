@@ -9,6 +9,7 @@
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/nn/gpt_config.h"
 #include "meshtrain/nn/gpt_params.h"
+#include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
 
 namespace meshtrain {
@@ -85,10 +86,24 @@ class GPT {
   void set_recompute(const Recompute& recompute);
   const Recompute& recompute() const { return recompute_; }
 
+  // Mixed precision (nn/precision.h). params() and grads() stay f32: the
+  // parameters are the f32 master weights the optimizer updates (and
+  // checkpoints, ZeRO and the data-parallel broadcast see). With bf16/fp16 the
+  // model also holds a 16-bit compute copy of its weight matrices
+  // (MemCategory::Parameters, 2 bytes per parameter), refreshed from params()
+  // at each unit's forward Need (so after any update, load or gather), and
+  // every GEMM runs on 16-bit operands with f32 accumulation; the activations
+  // that only feed GEMMs are stored in 16 bits (gpt_activations.h). LayerNorm,
+  // softmax, loss, GELU, attention and all gradient accumulation stay f32.
+  // Takes effect at the next forward.
+  void set_precision(Precision p);
+  Precision precision() const { return precision_; }
+
   // Bytes the activation buffers take for (B, T) under a policy: exactly what
   // the allocator counts as MemCategory::Activations for this model.
   static int64_t activation_bytes(const GPTConfig& cfg, int B, int T,
-                                  const Recompute& recompute = {});
+                                  const Recompute& recompute = {},
+                                  Precision precision = Precision::FP32);
   // Bytes of attention scratch (MemCategory::Workspace) for T and a thread count.
   static int64_t workspace_bytes(const GPTConfig& cfg, int T, int nthreads);
 
@@ -98,8 +113,18 @@ class GPT {
   // output (the residual stream); backward's recompute passes null (stored).
   void block_forward(int l, const float* input, const GPTBlockActivations& s, float* output);
   void attention_core_forward(const GPTBlockActivations& s);
+  // Mixed precision versions of block_forward and a block's backward.
+  void block_forward_half(int l, const float* input, const GPTBlockActivations& s, float* output);
+  void block_backward_half(int l, const float* input, const GPTBlockActivations& s,
+                           GPTLayerParams& g);
+  // Mixed precision: the 16-bit copy of parameter `p` (a view of params()).
+  const uint16_t* half_weight(const Tensor& p) const;
+  // Rounds unit `unit`'s weight matrices from params() into the 16-bit copy.
+  void refresh_half_weights(int unit);
   GPTConfig cfg_;
   Recompute recompute_;
+  Precision precision_ = Precision::FP32;
+  Tensor half_buf_;  // 16-bit compute copy of params() (mixed precision only)
   Tensor param_buf_, grad_buf_;
   GPTParams params_, grads_;
   std::unique_ptr<GPTActivations> acts_;

@@ -1,5 +1,7 @@
 #include "meshtrain/nn/gpt_activations.h"
 
+#include <algorithm>
+
 #include "meshtrain/kernels/cpu/attention.h"
 
 namespace meshtrain {
@@ -9,7 +11,8 @@ namespace {
 // allocation and GPT::activation_bytes use this walk, so the prediction is
 // exact by construction.
 int64_t layout(GPTActivations* a, float* base, const GPTConfig& cfg, int B, int T,
-               const Recompute& rc) {
+               const Recompute& rc, Precision prec) {
+  const bool half = is_mixed(prec);
   const int64_t C = cfg.n_embd, L = cfg.n_layer, NH = cfg.n_head, Vp = cfg.padded_vocab;
   const int64_t BT = static_cast<int64_t>(B) * T;
   int64_t off = 0;
@@ -18,13 +21,21 @@ int64_t layout(GPTActivations* a, float* base, const GPTConfig& cfg, int B, int 
     // Keep every buffer 64-byte aligned.
     off += (n + 15) / 16 * 16;
   };
+  // 16-bit buffers take half as many f32 slots (rounded up, same alignment).
+  auto take_h = [&](uint16_t*& p, int64_t n) {
+    if (a) p = reinterpret_cast<uint16_t*>(base + off);
+    off += ((n + 1) / 2 + 15) / 16 * 16;
+  };
   GPTActivations dummy_holder;
   GPTActivations* t = a ? a : &dummy_holder;
   t->blocks.assign(static_cast<size_t>(L), GPTBlockActivations{});
   // Storage for the parts of a block; the attention core's output and lse
   // are skipped when `with_attention_core` is false.
   auto take_block = [&](GPTBlockActivations& s, bool with_attention_core) {
-    take(s.ln1, BT * C);
+    if (half)
+      take_h(s.ln1_h, BT * C);
+    else
+      take(s.ln1, BT * C);
     take(s.ln1_mean, BT);
     take(s.ln1_rstd, BT);
     take(s.qkv, BT * 3 * C);
@@ -33,11 +44,17 @@ int64_t layout(GPTActivations* a, float* base, const GPTConfig& cfg, int B, int 
       take(s.att_lse, B * NH * T);
     }
     take(s.residual2, BT * C);
-    take(s.ln2, BT * C);
+    if (half)
+      take_h(s.ln2_h, BT * C);
+    else
+      take(s.ln2, BT * C);
     take(s.ln2_mean, BT);
     take(s.ln2_rstd, BT);
     take(s.fch, BT * 4 * C);
-    take(s.fch_gelu, BT * 4 * C);
+    if (half)
+      take_h(s.fch_gelu_h, BT * 4 * C);
+    else
+      take(s.fch_gelu, BT * 4 * C);
   };
   take(t->encoded, BT * C);
   take(t->residual3, L * BT * C);
@@ -64,7 +81,10 @@ int64_t layout(GPTActivations* a, float* base, const GPTConfig& cfg, int B, int 
       s.att_lse = t->scratch.att_lse;
     }
   }
-  take(t->lnf, BT * C);
+  if (half)
+    take_h(t->lnf_h, BT * C);
+  else
+    take(t->lnf, BT * C);
   take(t->lnf_mean, BT);
   take(t->lnf_rstd, BT);
   take(t->logits, BT * Vp);
@@ -72,12 +92,17 @@ int64_t layout(GPTActivations* a, float* base, const GPTConfig& cfg, int B, int 
   take(t->dresidual, BT * C);
   take(t->dbtc, BT * C);
   take(t->dbt4c, BT * 4 * C);
+  if (half) {
+    take_h(t->atty_h, BT * C);
+    take_h(t->dout_h, BT * std::max<int64_t>(4 * C, Vp));
+  }
   return off;
 }
 }  // namespace
 
-int64_t GPTActivations::buffer_floats(const GPTConfig& cfg, int B, int T, const Recompute& rc) {
-  return layout(nullptr, nullptr, cfg, B, T, rc);
+int64_t GPTActivations::buffer_floats(const GPTConfig& cfg, int B, int T, const Recompute& rc,
+                                      Precision prec) {
+  return layout(nullptr, nullptr, cfg, B, T, rc, prec);
 }
 
 int64_t GPTActivations::workspace_floats(const GPTConfig& cfg, int T, int nthreads) {
@@ -85,11 +110,11 @@ int64_t GPTActivations::workspace_floats(const GPTConfig& cfg, int T, int nthrea
 }
 
 GPTActivations::GPTActivations(const GPTConfig& cfg, int B_, int T_, int nthreads_,
-                               const Recompute& rc)
-    : B(B_), T(T_), nthreads(nthreads_), recompute(rc) {
-  buffer = Tensor::zeros({buffer_floats(cfg, B, T, rc)}, DType::F32, MemCategory::Activations);
+                               const Recompute& rc, Precision prec)
+    : B(B_), T(T_), nthreads(nthreads_), recompute(rc), precision(prec) {
+  buffer = Tensor::zeros({buffer_floats(cfg, B, T, rc, prec)}, DType::F32, MemCategory::Activations);
   workspace = Tensor::zeros({workspace_floats(cfg, T, nthreads)}, DType::F32, MemCategory::Workspace);
-  layout(this, buffer.data<float>(), cfg, B, T, rc);
+  layout(this, buffer.data<float>(), cfg, B, T, rc, prec);
 }
 
 }  // namespace meshtrain

@@ -2,12 +2,17 @@
 // recompute policy, laid out up front in one allocation (tagged as
 // activations). Only what the policy keeps for backward gets per-block
 // storage; what backward recomputes goes to one shared scratch slot.
+// Mixed precision (nn/precision.h) stores the activations that only feed GEMMs
+// (ln1, ln2, fch_gelu, lnf) in 16 bits instead of f32; everything else stays
+// f32 (residual stream, qkv, attention output and lse, fch, LayerNorm
+// statistics, logits, losses, backward scratch).
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
 
 namespace meshtrain {
@@ -28,11 +33,16 @@ struct GPTBlockActivations {
   float* ln2_rstd = nullptr;   // (B,T)
   float* fch = nullptr;        // (B,T,4C)
   float* fch_gelu = nullptr;   // (B,T,4C)
+  // Mixed precision: these replace ln1, ln2 and fch_gelu (which stay null).
+  uint16_t* ln1_h = nullptr;       // (B,T,C)
+  uint16_t* ln2_h = nullptr;       // (B,T,C)
+  uint16_t* fch_gelu_h = nullptr;  // (B,T,4C)
 };
 
 struct GPTActivations {
   int B = 0, T = 0, nthreads = 1;
   Recompute recompute;
+  Precision precision = Precision::FP32;
   Tensor buffer;      // everything below points into it
   Tensor workspace;   // attention scratch, nthreads slices
   // The residual stream, kept under every policy: block 0's input and each
@@ -49,13 +59,22 @@ struct GPTActivations {
   // backward scratch
   float* dresidual = nullptr;  // (B,T,C)
   float* dbtc = nullptr;       // (B,T,C)
-  float* dbt4c = nullptr;      // (B,T,4C), also holds dqkv (B,T,3C)
+  float* dbt4c = nullptr;      // (B,T,4C), also holds dqkv (B,T,3C); mixed
+                               // precision: also forward's f32 staging area
+  // Mixed precision only: lnf in 16 bits (replaces lnf), the attention output
+  // rounded for its GEMMs, and a GEMM's output gradient rounded for backward.
+  uint16_t* lnf_h = nullptr;   // (B,T,C)
+  uint16_t* atty_h = nullptr;  // (B,T,C)
+  uint16_t* dout_h = nullptr;  // (B,T,max(4C,Vp))
 
-  // Element counts of `buffer` and `workspace` for a config, (B, T) and policy.
-  static int64_t buffer_floats(const GPTConfig& cfg, int B, int T, const Recompute& recompute = {});
+  // Element counts (f32 units) of `buffer` and `workspace` for a config,
+  // (B, T), policy and precision.
+  static int64_t buffer_floats(const GPTConfig& cfg, int B, int T, const Recompute& recompute = {},
+                               Precision precision = Precision::FP32);
   static int64_t workspace_floats(const GPTConfig& cfg, int T, int nthreads);
   GPTActivations() = default;
-  GPTActivations(const GPTConfig& cfg, int B, int T, int nthreads, const Recompute& recompute = {});
+  GPTActivations(const GPTConfig& cfg, int B, int T, int nthreads, const Recompute& recompute = {},
+                 Precision precision = Precision::FP32);
 };
 
 }  // namespace meshtrain

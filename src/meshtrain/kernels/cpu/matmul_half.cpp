@@ -1,0 +1,40 @@
+#include "meshtrain/kernels/cpu/matmul_half.h"
+
+#include <cstring>
+
+#include "meshtrain/kernels/cpu/convert.h"
+#include "meshtrain/kernels/cpu/matmul.h"
+
+namespace meshtrain::cpu {
+
+void matmul_forward_half(Half fmt, float* out, const uint16_t* inp, const uint16_t* weight,
+                         const float* bias, int64_t N, int64_t C, int64_t OC, bool accumulate) {
+  float beta = accumulate ? 1.0f : 0.0f;
+  if (bias) {
+    // Seed the output with the bias so the GEMM's beta = 1 fuses the add.
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      float* row = out + i * OC;
+      if (accumulate) {
+        for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
+      } else {
+        std::memcpy(row, bias, sizeof(float) * OC);
+      }
+    }
+    beta = 1.0f;
+  }
+  gemm_half(fmt, false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
+void matmul_backward_half(Half fmt, float* dinp, float* dweight, float* dbias, const float* dout,
+                          uint16_t* dout_half, const uint16_t* inp, const uint16_t* weight,
+                          int64_t N, int64_t C, int64_t OC, bool accumulate_dinp) {
+  if (dinp || dweight) to_half(fmt, dout, dout_half, N * OC);
+  if (dinp)
+    gemm_half(fmt, false, false, N, C, OC, 1.0f, dout_half, OC, weight, C,
+              accumulate_dinp ? 1.f : 0.f, dinp, C);
+  if (dweight) gemm_half(fmt, true, false, OC, C, N, 1.0f, dout_half, OC, inp, C, 1.0f, dweight, C);
+  if (dbias) add_column_sums(dbias, dout, N, OC);
+}
+
+}  // namespace meshtrain::cpu

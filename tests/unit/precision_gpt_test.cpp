@@ -1,0 +1,192 @@
+// test-links: mt_nn
+// Mixed-precision GPT: bf16 and fp16 forward/backward track fp32 on the same
+// weights, recomputation stays bit-identical under mixed precision, the
+// parameter-hook contract holds, the 16-bit compute copy follows updates of
+// the f32 master weights, and the activation prediction equals the allocator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "meshtrain/core/memory.h"
+#include "meshtrain/core/rng.h"
+#include "meshtrain/nn/gpt.h"
+
+using namespace meshtrain;
+
+namespace {
+
+std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(r.below(V));
+  return t;
+}
+
+// 3 layers, 3 heads of 8, a vocabulary that needs padding.
+GPTConfig odd_shape() {
+  GPTConfig c;
+  c.n_layer = 3;
+  c.n_head = 3;
+  c.n_embd = 24;
+  c.seq_len = 16;
+  c.vocab_size = 37;
+  c.padded_vocab = pad_vocab(c.vocab_size);
+  c.validate();
+  return c;
+}
+
+struct Result {
+  float loss;
+  std::vector<float> grads;
+};
+
+Result run(const GPTConfig& cfg, Precision p, const Recompute& rc = {}, float loss_scale = 1.0f) {
+  GPT m(cfg);
+  m.init_weights(7);
+  m.set_precision(p);
+  m.set_recompute(rc);
+  const int B = 3, T = 13;
+  auto in = tokens(B * T, cfg.vocab_size, 1), tg = tokens(B * T, cfg.vocab_size, 2);
+  Result r;
+  r.loss = m.forward(in.data(), tg.data(), B, T);
+  m.backward(loss_scale);
+  const float* g = m.grads().flat.data<float>();
+  r.grads.assign(g, g + m.grads().flat.numel());
+  return r;
+}
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+double rel_norm_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    n += double(b[i]) * b[i];
+  }
+  return std::sqrt(d / n);
+}
+
+}  // namespace
+
+// bf16 keeps 8 significant bits (relative rounding 2^-9), fp16 11: the loss
+// must agree to ~1e-2 (bf16) / 2e-3 (fp16) and the whole gradient vector to a
+// relative L2 error of 5e-2 (bf16) / 1e-2 (fp16).
+TEST(precision, mixed_precision_forward_backward_tracks_fp32) {
+  const GPTConfig cfg = odd_shape();
+  const Result f32 = run(cfg, Precision::FP32);
+  const Result bf = run(cfg, Precision::BF16);
+  const Result hf = run(cfg, Precision::FP16);
+  EXPECT_NEAR(bf.loss, f32.loss, 1e-2 * f32.loss);
+  EXPECT_NEAR(hf.loss, f32.loss, 2e-3 * f32.loss);
+  EXPECT_NE(bf.loss, f32.loss);  // really computed differently
+  EXPECT_LT(rel_norm_diff(bf.grads, f32.grads), 5e-2);
+  EXPECT_LT(rel_norm_diff(hf.grads, f32.grads), 1e-2);
+  EXPECT_GT(cosine(bf.grads, f32.grads), 0.998);
+  EXPECT_GT(cosine(hf.grads, f32.grads), 0.9999);
+  // fp16 with a loss scale: gradients are scale x larger, and unscale to the same.
+  const Result hs = run(cfg, Precision::FP16, {}, 1024.0f);
+  std::vector<float> unscaled(hs.grads.size());
+  for (size_t i = 0; i < hs.grads.size(); ++i) unscaled[i] = hs.grads[i] / 1024.0f;
+  EXPECT_LT(rel_norm_diff(unscaled, hf.grads), 1e-2);
+}
+
+TEST(precision, recompute_is_bit_identical_under_mixed_precision) {
+  const GPTConfig cfg = odd_shape();
+  for (Precision p : {Precision::BF16, Precision::FP16}) {
+    const Result none = run(cfg, p);
+    for (const Recompute& rc : {Recompute::full(), Recompute::every_k(2), Recompute::selective()}) {
+      const Result r = run(cfg, p, rc);
+      EXPECT_EQ(r.loss, none.loss) << precision_name(p) << " " << rc.name();
+      ASSERT_EQ(r.grads, none.grads) << precision_name(p) << " " << rc.name();
+    }
+  }
+}
+
+// An fp16 overflow: a huge loss scale turns the rounded output gradients into
+// inf, which must reach the f32 gradient buffer (the loss scaler's signal).
+TEST(precision, fp16_overflow_reaches_the_gradients) {
+  const Result r = run(odd_shape(), Precision::FP16, {}, 1e9f);
+  bool nonfinite = false;
+  for (float g : r.grads) nonfinite |= !std::isfinite(g);
+  EXPECT_TRUE(nonfinite);
+  const Result b = run(odd_shape(), Precision::BF16, {}, 1e9f);  // bf16 has f32's range
+  for (float g : b.grads) ASSERT_TRUE(std::isfinite(g));
+}
+
+// The 16-bit copy is refreshed from params() at each forward: an update of the
+// f32 master weights (what the optimizer does) is seen by the next forward.
+TEST(precision, compute_copy_follows_the_master_weights) {
+  const GPTConfig cfg = odd_shape();
+  GPT a(cfg), b(cfg);
+  a.init_weights(1);
+  b.init_weights(2);
+  a.set_precision(Precision::BF16);
+  b.set_precision(Precision::BF16);
+  const int B = 2, T = 9;
+  auto in = tokens(B * T, cfg.vocab_size, 3), tg = tokens(B * T, cfg.vocab_size, 4);
+  const float la = a.forward(in.data(), tg.data(), B, T);
+  const float lb = b.forward(in.data(), tg.data(), B, T);
+  ASSERT_NE(la, lb);
+  // Copy b's f32 weights into a: a's next forward must give b's loss exactly.
+  std::copy(b.params().flat.data<float>(), b.params().flat.data<float>() + cfg.num_params(),
+            a.params().flat.data<float>());
+  EXPECT_EQ(a.forward(in.data(), tg.data(), B, T), lb);
+}
+
+TEST(precision, param_hook_order_is_unchanged_and_weights_are_read_inside_need) {
+  const GPTConfig cfg = odd_shape();
+  std::vector<std::string> log32, log16;
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    GPT m(cfg);
+    m.init_weights(5);
+    m.set_precision(p);
+    auto& log = p == Precision::FP32 ? log32 : log16;
+    m.set_param_hook([&](GPT::ParamEvent e, int unit, bool bwd) {
+      log.push_back(fmt::format("{}{}{}", e == GPT::ParamEvent::Need ? 'N' : 'D', unit, bwd ? 'b' : 'f'));
+    });
+    auto in = tokens(2 * 8, cfg.vocab_size, 1), tg = tokens(2 * 8, cfg.vocab_size, 2);
+    m.forward(in.data(), tg.data(), 2, 8);
+    m.backward();
+  }
+  EXPECT_EQ(log16, log32);
+}
+
+TEST(precision, activation_bytes_match_the_allocator_and_shrink) {
+  const GPTConfig cfg = odd_shape();
+  const int B = 4, T = 16;
+  for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16}) {
+    for (const Recompute& rc : {Recompute::none(), Recompute::full(), Recompute::selective()}) {
+      const int64_t before = mem_stats().current[static_cast<size_t>(MemCategory::Activations)];
+      {
+        GPT m(cfg);
+        m.init_weights(1);
+        m.set_precision(p);
+        m.set_recompute(rc);
+        auto in = tokens(B * T, cfg.vocab_size, 1);
+        m.forward(in.data(), in.data(), B, T);
+        const int64_t now = mem_stats().current[static_cast<size_t>(MemCategory::Activations)];
+        EXPECT_EQ(now - before, GPT::activation_bytes(cfg, B, T, rc, p))
+            << precision_name(p) << " " << rc.name();
+      }
+    }
+  }
+  const int64_t f32 = GPT::activation_bytes(cfg, B, T, {}, Precision::FP32);
+  const int64_t b16 = GPT::activation_bytes(cfg, B, T, {}, Precision::BF16);
+  EXPECT_LT(b16, f32);
+  // Parameters: the 16-bit compute copy adds 2 bytes per parameter.
+  const int64_t p0 = mem_stats().current[static_cast<size_t>(MemCategory::Parameters)];
+  GPT m(cfg);
+  m.set_precision(Precision::BF16);
+  EXPECT_EQ(mem_stats().current[static_cast<size_t>(MemCategory::Parameters)] - p0,
+            6 * cfg.num_params());
+}
