@@ -26,6 +26,7 @@
 #include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/train/optimizer_step.h"
 #include "meshtrain/train/memory_model.h"
+#include "recompute_option.h"
 
 namespace meshtrain::cli {
 
@@ -36,6 +37,7 @@ struct BenchTrainArgs {
   bool json = false;
   int nproc = 0;
   double bucket_mb = 25, first_bucket_mb = 1;
+  std::string recompute = "none";
 };
 
 // CPU seconds used by this process: on a shared machine this tracks our own
@@ -57,6 +59,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   const int T = a.seq > 0 ? a.seq : cfg.seq_len;
   if (T > cfg.seq_len) throw UsageError(fmt::format("--seq {} exceeds the model context {}", T, cfg.seq_len));
   if (a.batch < 1 || a.steps < 1) throw UsageError("--batch and --steps must be >= 1");
+  const Recompute recompute = recompute_from_config(a.recompute);
   set_thread_count(a.threads > 0 ? a.threads : default_thread_count());
   const int threads = thread_count();
   // The peak is measured before and after the run and the better one kept, so
@@ -80,6 +83,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   const bool lead = !dp || dp->rank() == 0;
   auto model_ptr = dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
   GPT& model = *model_ptr;
+  model.set_recompute(recompute);
   model.init_weights(1);
   if (dp) {
     dp->attach(model);
@@ -126,8 +130,9 @@ void run_bench_train(const BenchTrainArgs& a) {
   const double mfu = gflops / (peak_gflops * ranks);
   if (!lead) return;
   const MemStats ms = mem_stats();
-  const MemoryPrediction pred = predict_training_memory(cfg, a.batch, T, threads);
+  const MemoryPrediction pred = predict_training_memory(cfg, a.batch, T, threads, recompute);
   const double measured_mb = ms.total_peak / 1e6;
+  const double act_peak_mb = ms.peak[static_cast<size_t>(MemCategory::Activations)] / 1e6;
   const double rss_mb = process_peak_rss_bytes() / 1e6;
 
   if (a.json) {
@@ -138,7 +143,9 @@ void run_bench_train(const BenchTrainArgs& a) {
                         {"cpu_ms_per_step", median(cpu_s) * 1e3},
                         {"tokens_per_cpu_s", tokens / median(cpu_s)},
                         {"model_gflops", gflops}, {"sgemm_peak_gflops", peak_gflops},
-                        {"mfu", mfu}, {"loss", loss},
+                        {"mfu", mfu}, {"loss", loss}, {"recompute", recompute.name()},
+                        {"activations_predicted_mb", pred.activations / 1e6},
+                        {"activations_allocator_peak_mb", act_peak_mb},
                         {"memory_predicted_mb", pred.total_bytes() / 1e6},
                         {"memory_allocator_peak_mb", measured_mb}, {"memory_rss_peak_mb", rss_mb}};
     if (dp) {
@@ -150,8 +157,8 @@ void run_bench_train(const BenchTrainArgs& a) {
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("bench train: {} | batch {} x seq {} | {} thread(s){}\n", cfg.describe(), a.batch, T,
-             threads, dp ? fmt::format(" per rank | {} ranks data-parallel ({})", ranks,
+  fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {}{}\n", cfg.describe(),
+             a.batch, T, threads, recompute.name(), dp ? fmt::format(" per rank | {} ranks data-parallel ({})", ranks,
                                        dp->comm().transport()) : "");
   fmt::print("  sgemm peak (same threads)  {:10.1f} GFLOP/s\n", peak_gflops);
   fmt::print("  step (median of {})        {:10.2f} ms  (fwd {:.2f}, bwd {:.2f}, optim {:.2f})\n",
@@ -166,6 +173,8 @@ void run_bench_train(const BenchTrainArgs& a) {
   fmt::print("  MFU vs measured sgemm peak {:10.1f} %\n", mfu * 100);
   fmt::print("  memory predicted           {:10.1f} MB  (params {:.1f}, grads {:.1f}, optimizer {:.1f}, activations {:.1f})\n",
              pred.total_bytes() / 1e6, pred.params / 1e6, pred.grads / 1e6, pred.optimizer / 1e6,
+             pred.activations / 1e6);
+  fmt::print("  activations                {:10.1f} MB  allocator peak (predicted {:.1f})\n", act_peak_mb,
              pred.activations / 1e6);
   fmt::print("  memory measured            {:10.1f} MB  allocator peak ({:+.1f}% vs predicted), process peak RSS {:.1f} MB\n",
              measured_mb, (measured_mb / (pred.total_bytes() / 1e6) - 1) * 100, rss_mb);
@@ -186,6 +195,9 @@ void register_bench_train(CLI::App& bench) {
   c->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size (MiB)")->capture_default_str();
   c->add_option("--first-bucket-mb", args->first_bucket_mb, "First gradient bucket (MiB)")
       ->capture_default_str();
+  c->add_option("--recompute", args->recompute,
+                "Activation recompute: none | full | every:K | selective")
+      ->capture_default_str();
   c->callback([args] {
     const comm::WorldInfo w = comm::world_from_env();
     if (args->nproc > 1 && w.source == "none") {
@@ -200,7 +212,8 @@ void register_bench_train(CLI::App& bench) {
                     "--seq", std::to_string(args->seq), "--threads", std::to_string(args->threads),
                     "--steps", std::to_string(args->steps), "--warmup", std::to_string(args->warmup),
                     "--bucket-mb", fmt::format("{}", args->bucket_mb),
-                    "--first-bucket-mb", fmt::format("{}", args->first_bucket_mb)};
+                    "--first-bucket-mb", fmt::format("{}", args->first_bucket_mb),
+                    "--recompute", args->recompute};
       if (args->json) lo.command.push_back("--json");
       const launch::LaunchResult r = launch::run_local(lo);
       if (r.exit_code != 0) throw Error(fmt::format("bench failed: {}", r.message));

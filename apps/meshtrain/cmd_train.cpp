@@ -17,6 +17,7 @@
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/trainer.h"
+#include "recompute_option.h"
 
 namespace meshtrain::cli {
 
@@ -62,7 +63,6 @@ void refuse_unavailable(const TrainConfig& c) {
                                  "training); remove the setting to train");
   };
   refuse(c.precision != "fp32", fmt::format("precision = \"{}\"", c.precision));
-  refuse(c.recompute != "none", fmt::format("recompute = \"{}\"", c.recompute));
   refuse(c.parallel.tp != 1 || c.parallel.pp != 1,
          fmt::format("parallel.tp = {} x parallel.pp = {} (data parallelism only)", c.parallel.tp,
                      c.parallel.pp));
@@ -151,6 +151,7 @@ void run_train(const TrainArgs& a) {
   o.val_pattern = c.data.val;
   o.micro_batch = c.train.micro_batch;
   o.grad_accum = c.train.grad_accum;
+  o.recompute = recompute_from_config(c.recompute);
   o.steps = c.train.steps;
   o.schedule.kind = c.train.schedule;
   const int64_t global_batch = static_cast<int64_t>(c.train.micro_batch) * world.size *

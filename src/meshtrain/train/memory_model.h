@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/recompute.h"
 
 namespace meshtrain {
 
@@ -14,6 +15,8 @@ struct MemoryPrediction {
 
 // f32 parameters, gradients and AdamW moments (2 per parameter), activations
 // saved for backward plus backward scratch, and attention scratch per thread.
-MemoryPrediction predict_training_memory(const GPTConfig& cfg, int B, int T, int threads);
+// Activations follow the recompute policy (GPT::activation_bytes: exact).
+MemoryPrediction predict_training_memory(const GPTConfig& cfg, int B, int T, int threads,
+                                         const Recompute& recompute = {});
 
 }  // namespace meshtrain

@@ -157,6 +157,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
       zero ? zero->make_model()
            : dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
   GPT& model = *model_ptr;
+  model.set_recompute(opt.recompute);
   if (opt.init_from.empty()) {
     model.init_weights(opt.seed);
   } else {
@@ -241,7 +242,8 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   }
   say(fmt::format("data: {} windows in {} ({} batches/epoch)", train.num_windows(),
                   opt.train_pattern, train.batches_per_epoch()));
-  const MemoryPrediction pred = predict_training_memory(cfg, opt.micro_batch, T, thread_count());
+  const MemoryPrediction pred = predict_training_memory(cfg, opt.micro_batch, T, thread_count(),
+                                                        opt.recompute);
   {
     // Rank 0's share under the ZeRO stage (memory_report.h formulas).
     const RankMemory rm = predict_rank_memory(memory_plan(opt, cfg, T, world, 0, pred));

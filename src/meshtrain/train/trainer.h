@@ -13,6 +13,7 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/recompute.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/data_parallel.h"
@@ -26,6 +27,7 @@ struct TrainerOptions {
   std::string init_from;      // model file to start from (empty: random init)
   std::string train_pattern, val_pattern;  // shard globs (val may be empty)
   int micro_batch = 8, seq_len = 0, grad_accum = 1;
+  Recompute recompute;        // activation checkpointing (same results, less memory)
   int64_t steps = 100;
   LrSchedule schedule;
   AdamWConfig adam;
