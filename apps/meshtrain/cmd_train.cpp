@@ -1,7 +1,9 @@
 // `meshtrain train --config FILE [--set key=value]... [--nproc N]`
 // With --nproc N (outside a job) it launches N ranks of itself through the
 // local launcher; each rank, and each rank of an `mpirun` job, trains its
-// data-parallel replica (train/trainer.h).
+// data-parallel replica (train/trainer.h). --max-restarts makes the launch
+// elastic (launch/elastic.h): a failed job starts again and resumes from its
+// latest checkpoint.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -13,7 +15,8 @@
 #include "meshtrain/comm/world.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/io/gpt_model_file.h"
-#include "meshtrain/launch/launcher.h"
+#include "meshtrain/launch/elastic.h"
+#include "meshtrain/launch/heartbeat.h"
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/trainer.h"
@@ -27,6 +30,7 @@ struct TrainArgs {
   std::vector<std::string> sets;
   int nproc = 0;  // 0: this process is the whole job (or one rank of an mpirun/launched job)
   bool trace = false;  // --trace: same as telemetry.trace = true
+  launch::ElasticOptions elastic;  // --max-restarts, --min-nproc, --heartbeat-timeout, ...
 };
 
 // The model shape: a preset, explicit dimensions overriding it, or the shape
@@ -34,7 +38,7 @@ struct TrainArgs {
 GPTConfig model_config(const TrainConfig& c) {
   GPTConfig g;
   if (!c.init_from.empty()) {
-    g = read_gpt_config(c.init_from, c.model.n_head);
+    g = ckpt::read_init_config(c.init_from, c.model.n_head);
   } else if (!c.model.preset.empty()) {
     g = gpt_preset(c.model.preset);
   }
@@ -99,10 +103,13 @@ void check_memory_limit_of(const TrainConfig& c, const GPTConfig& g, int ranks) 
   check_memory_limit(plan, c.memory.limit_mb * 1e6);
 }
 
-// Starts `nproc` ranks of this binary with the same arguments (minus --nproc).
-void launch_ranks(const TrainArgs& a) {
-  launch::LaunchOptions lo;
-  lo.nproc = a.nproc;
+// Starts `nproc` ranks of this binary with the same arguments (minus --nproc);
+// restarts (resuming from the latest checkpoint) up to --max-restarts times.
+void launch_ranks(const TrainArgs& a, const TrainConfig& c) {
+  launch::ElasticOptions eo = a.elastic;
+  if (eo.restart_log.empty() && eo.max_restarts > 0) eo.restart_log = c.telemetry.dir + "/restarts.jsonl";
+  launch::LaunchOptions& lo = eo.launch;
+  lo.nproc = std::max(1, a.nproc);
   lo.prefix_output = false;  // only rank 0 prints; errors name their rank
   char self[4096];
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -110,22 +117,45 @@ void launch_ranks(const TrainArgs& a) {
   if (!a.config.empty()) lo.command.insert(lo.command.end(), {"--config", a.config});
   for (const auto& s : a.sets) lo.command.insert(lo.command.end(), {"--set", s});
   if (a.trace) lo.command.push_back("--trace");
-  const launch::LaunchResult r = launch::run_local(lo);
+  const launch::ElasticResult r = launch::run_elastic(eo);
   if (r.exit_code != 0) throw Error(fmt::format("training failed: {}", r.message));
+}
+
+// A restarted attempt of an elastic job continues from the run's newest
+// checkpoint, whatever checkpoint.resume said for the first start.
+void resume_on_restart(TrainConfig& c, bool lead) {
+  if (launch::restart_count() == 0 || c.checkpoint.resume == "auto" || c.checkpoint.dir.empty()) return;
+  if (c.checkpoint.resume != "never" && !ckpt::find_latest_complete(c.checkpoint.dir, nullptr)) return;
+  if (lead)
+    fmt::print("restart {} of an elastic job: checkpoint.resume = \"auto\" (was \"{}\")\n",
+               launch::restart_count(), c.checkpoint.resume);
+  c.checkpoint.resume = "auto";
+}
+
+// deterministic: every reduction runs one fixed algorithm, whatever a cost
+// model or a calibration file would pick (their choice may differ between a
+// run and its restart), and never the MPI library's own (unspecified order).
+void pin_deterministic_algorithms(comm::CommOptions& co, const comm::WorldInfo& world) {
+  const bool shm = co.transport == "shm" || (co.transport == "auto" && world.source == "meshtrain");
+  for (comm::CollOp op : {comm::CollOp::Allreduce, comm::CollOp::ReduceScatter, comm::CollOp::Reduce}) {
+    std::string& pin = co.algorithm[static_cast<size_t>(op)];
+    if (pin.empty() || pin == "auto" || pin == "mpi") pin = shm ? "direct" : "ring";
+  }
 }
 
 void run_train(const TrainArgs& a) {
   const comm::WorldInfo world = comm::world_from_env();
   if (a.nproc < 0) throw UsageError("--nproc must be >= 1");
-  const bool launching = a.nproc > 1 && !inside_job(world);
+  const bool launching = (a.nproc > 1 || a.elastic.max_restarts > 0) && !inside_job(world);
   if (a.nproc > 0 && inside_job(world) && a.nproc != world.size)
     throw UsageError(fmt::format("--nproc {} inside a job of {} ranks", a.nproc, world.size));
-  const int ranks = launching ? a.nproc : world.size;
+  const int ranks = launching ? std::max(1, a.nproc) : world.size;
   const bool lead = world.rank == 0;
 
   std::vector<std::string> sets = a.sets;
   if (a.trace) sets.push_back("telemetry.trace=true");
   TrainConfig c = load_config(a.config, sets);
+  resume_on_restart(c, lead);
   if (lead && !launching) fmt::print("resolved configuration:\n{}\n", to_string(c));
   refuse_unavailable(c);
   check_dp(c, ranks);
@@ -136,7 +166,7 @@ void run_train(const TrainArgs& a) {
     // memory limit (rank 0 holds the largest ZeRO shard).
     const GPTConfig g = model_config(c);
     if (c.memory.limit_mb > 0) check_memory_limit_of(c, g, ranks);
-    launch_ranks(a);
+    launch_ranks(a, c);
     return;
   }
   // Threads per rank: the cores shared among this node's ranks.
@@ -201,6 +231,7 @@ void run_train(const TrainArgs& a) {
     // Bucket allreduces always go to the progress engine: run inline they
     // would block backward until every peer arrives.
     co.inline_bytes = 0;
+    if (c.deterministic) pin_deterministic_algorithms(co, world);
     o.comm = comm::Communicator::from_env(co);
   }
   try {
@@ -215,12 +246,14 @@ void run_train(const TrainArgs& a) {
 void register_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto* c = app.add_subcommand("train", "Train a model from a JSON configuration");
+  a->elastic.launch.heartbeat_timeout_s = 300;
   c->add_option("--config", a->config, "Configuration file (JSON; keys in docs/CONFIG.md)");
   c->add_option("--set", a->sets, "Override one key, e.g. --set train.lr=3e-4 (repeatable)")
       ->take_all();
   c->add_option("--nproc", a->nproc,
                 "Train data-parallel on N local ranks (launches N processes; results equal one "
                 "rank with N x the micro-batch)");
+  add_elastic_options(c, a->elastic);
   c->add_flag("--trace", a->trace,
               "Write a Chrome/Perfetto trace (RUN_DIR/trace.json; same as --set telemetry.trace=true)");
   c->callback([a] { run_train(*a); });

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -11,9 +12,13 @@
 #include <mutex>
 #include <thread>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include "meshtrain/ckpt/shard_file.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/io/safetensors.h"
+#include "meshtrain/launch/heartbeat.h"
 
 namespace meshtrain::ckpt {
 
@@ -44,6 +49,33 @@ void copy_bytes(char* dst, const char* src, size_t n) {
   for (int64_t c = 0; c < chunks; ++c) {
     const size_t off = static_cast<size_t>(c) * chunk;
     std::memcpy(dst + off, src + off, std::min(chunk, n - off));
+  }
+}
+
+// Test hook MESHTRAIN_TEST_KILL_IN_SAVE="RANK:STEP": on the first attempt of
+// a job (launch/heartbeat.h: restart_count() == 0), rank RANK sends itself
+// SIGKILL after writing its shard file of step STEP and before the ranks
+// agree and the index is written: a real crash in the middle of a save.
+void maybe_die_in_save(int rank, int64_t step) {
+  const char* k = std::getenv("MESHTRAIN_TEST_KILL_IN_SAVE");
+  long long r = -1, s = -1;
+  if (!k || std::sscanf(k, "%lld:%lld", &r, &s) != 2 || r != rank || s != step) return;
+  if (launch::restart_count() != 0) return;
+  std::fprintf(stderr, "MESHTRAIN_TEST_KILL_IN_SAVE: rank %d sends itself SIGKILL after its shard "
+               "of step %lld\n", rank, s);
+  std::fflush(nullptr);
+  ::kill(::getpid(), SIGKILL);
+}
+
+// A save killed mid-write leaves "<shard>.tmp.<pid>"; the next save of the
+// same shard removes it.
+void remove_stale_temporaries(const std::string& dir, const std::string& shard_name) {
+  std::error_code ec;
+  const std::string prefix = shard_name + ".tmp.";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name != prefix + std::to_string(::getpid()))
+      fs::remove(e.path(), ec);
   }
 }
 
@@ -221,10 +253,12 @@ SaveStats CheckpointWriter::Impl::write(const Job& job) {
         {"rank", std::to_string(rank)},
         {"world_size", std::to_string(world)},
         {"rank_state", rank_state_json(job.meta, rank).dump()}};
+    remove_stale_temporaries(dir, shard_file_name(rank, world));
     res = write_shard_file((fs::path(dir) / shard_file_name(rank, world)).string(), job.slices, meta);
   } catch (const std::exception& e) {
     err = e.what();
   }
+  maybe_die_in_save(rank, job.meta.step);
   // Every rank learns every rank's outcome, size and checksum; this is also
   // the barrier after which rank 0 may write the index.
   std::vector<int64_t> mine{err.empty() ? 1 : 0, static_cast<int64_t>(res.bytes),

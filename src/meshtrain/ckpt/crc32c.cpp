@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/launch/heartbeat.h"
 
 namespace meshtrain::ckpt {
 
@@ -30,6 +31,7 @@ uint32_t crc32c_file(const std::string& path, uint64_t* bytes_read) {
     if (n == 0) break;
     crc = crc32c(buf.data(), static_cast<size_t>(n), crc);
     total += static_cast<uint64_t>(n);
+    launch::heartbeat_pulse();  // verifying a large checkpoint is progress
   }
   ::close(fd);
   if (bytes_read) *bytes_read = total;

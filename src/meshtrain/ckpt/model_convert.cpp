@@ -1,8 +1,12 @@
 #include "meshtrain/ckpt/model_convert.h"
 
+#include <filesystem>
+
+#include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
 #include "meshtrain/ckpt/gpt_checkpoint.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/half.h"
 #include "meshtrain/io/gpt_model_file.h"
 
 namespace meshtrain::ckpt {
@@ -47,6 +51,46 @@ std::string import_model_file(const std::string& model_path, const std::string& 
   CheckpointWriter writer(opt, nullptr);
   writer.save(req);
   return writer.stats().back().dir;
+}
+
+bool is_checkpoint_path(const std::string& path) { return std::filesystem::is_directory(path); }
+
+GPTConfig read_init_config(const std::string& path, int n_head_hint) {
+  if (!is_checkpoint_path(path)) return read_gpt_config(path, n_head_hint);
+  const CheckpointIndex index = read_index(resolve_step_dir(path, nullptr));  // warned at load
+  MT_CHECK(n_head_hint <= 0 || n_head_hint == index.model.n_head,
+           "checkpoint {} has n_head={} but n_head={} was requested", path, index.model.n_head,
+           n_head_hint);
+  return index.model;
+}
+
+std::string load_init_weights(const std::string& path, const GPTParams& dst, const GPTConfig& cfg) {
+  if (!is_checkpoint_path(path)) {
+    load_gpt_weights(path, dst, cfg);
+    return path;
+  }
+  const std::string dir = resolve_step_dir(path);
+  CheckpointReader reader = CheckpointReader::open(dir);
+  reader.check_model(cfg);
+  const BufferEntry* b = reader.index().find_buffer(kParams);
+  MT_CHECK(b && b->dtype == DType::F32, "checkpoint {}: no f32 '{}' buffer to start from", dir, kParams);
+  const int64_t n = cfg.num_params();
+  MT_CHECK(dst.flat.numel() == n, "init_from {}: parameter buffer has {} elements but the model "
+           "needs {}", dir, dst.flat.numel(), n);
+  if (dst.flat.dtype() == DType::F32) {
+    reader.read(kParams, {0, n}, dst.flat.raw());
+    return dir;
+  }
+  Tensor tmp = Tensor::zeros({n}, DType::F32);
+  reader.read(kParams, {0, n}, tmp.raw());
+  const float* src = tmp.data<float>();
+  if (dst.flat.dtype() == DType::BF16)
+    f32_to_bf16(src, dst.flat.data<uint16_t>(), static_cast<size_t>(n));
+  else if (dst.flat.dtype() == DType::F16)
+    f32_to_f16(src, dst.flat.data<uint16_t>(), static_cast<size_t>(n));
+  else
+    fail("init_from {}: cannot load into a {} parameter buffer", dir, dtype_name(dst.flat.dtype()));
+  return dir;
 }
 
 }  // namespace meshtrain::ckpt

@@ -1,11 +1,13 @@
 // Checkpoints <-> single model files: export the parameters of a checkpoint
 // as one consolidated safetensors file (meshtrain naming, or Hugging Face
 // GPT-2 naming for transformers), and import a model file of any supported
-// format (meshtrain, Hugging Face, llm.c) as a step-0 checkpoint to train from.
+// format (meshtrain, Hugging Face, llm.c) as a step-0 checkpoint to train from;
+// and `init_from` in either form: a model file or a checkpoint directory.
 #pragma once
 #include <string>
 
 #include "meshtrain/ckpt/checkpoint_reader.h"
+#include "meshtrain/nn/gpt_params.h"
 
 namespace meshtrain::ckpt {
 
@@ -21,5 +23,16 @@ void export_checkpoint(const std::string& step_dir, const std::string& out_path,
 // at zero on resume) and <root>/latest. Returns the step directory.
 std::string import_model_file(const std::string& model_path, const std::string& root,
                               int n_head_hint = 0);
+
+// init_from: a model file (io/gpt_model_file.h), a checkpoint step directory,
+// or a checkpoint root (its newest complete checkpoint). Checkpoints give
+// their parameters only; the optimizer starts fresh.
+bool is_checkpoint_path(const std::string& path);
+// The model config of `path` (a checkpoint's from its index).
+GPTConfig read_init_config(const std::string& path, int n_head_hint = 0);
+// Fills dst (an f32, bf16 or f16 flat buffer laid out for cfg) from `path`;
+// a checkpoint of another model is an Error naming its index. Returns the
+// file or step directory the weights came from.
+std::string load_init_weights(const std::string& path, const GPTParams& dst, const GPTConfig& cfg);
 
 }  // namespace meshtrain::ckpt

@@ -5,6 +5,7 @@
 #include "meshtrain/ckpt/crc32c.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/io/atomic_file.h"
+#include "meshtrain/launch/heartbeat.h"
 
 namespace meshtrain::ckpt {
 
@@ -50,6 +51,7 @@ ShardFileResult write_shard_file(const std::string& path, const std::vector<Shar
     while (left > 0) {
       const size_t n = std::min(left, kWriteChunk);
       put(p, n);
+      launch::heartbeat_pulse();  // a long write is progress, not a hang
       p += n;
       left -= n;
     }

@@ -13,8 +13,10 @@
 #include "meshtrain/core/memory.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/data/data_loader.h"
+#include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/kernels/cpu/gemm_peak.h"
+#include "meshtrain/launch/heartbeat.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/nn/sampler.h"
 #include "meshtrain/telemetry/metrics_log.h"
@@ -161,8 +163,8 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   if (opt.init_from.empty()) {
     model.init_weights(opt.seed);
   } else {
-    load_gpt_weights(opt.init_from, model.params(), cfg);
-    say(fmt::format("loaded weights from {}", opt.init_from));
+    // A model file, or a checkpoint directory (its parameters; fresh optimizer).
+    say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, model.params(), cfg)));
   }
   if (dp) dp->attach(model);
   if (zero) zero->attach(model);
@@ -293,6 +295,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   const int64_t crash_after = crash_after_step();
   std::vector<data::Batch> batches(opt.grad_accum);
   for (int64_t step = start_step; step < opt.steps; ++step) {
+    launch::heartbeat_step(step);  // the elastic launcher's liveness signal (launch/heartbeat.h)
     const double t0 = now_s();
     std::vector<MicroBatch> micro;
     {
