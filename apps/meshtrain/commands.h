@@ -2,6 +2,10 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+namespace meshtrain::launch {
+struct ElasticOptions;
+}
+
 namespace meshtrain::cli {
 
 void register_train(CLI::App& app);
@@ -12,6 +16,8 @@ void register_bench_train(CLI::App& bench);
 void register_bench_comm(CLI::App& bench);
 void register_bench_gemm(CLI::App& bench);
 void register_launch(CLI::App& app);
+// --max-restarts, --min-nproc, --heartbeat-timeout, ... (shared by launch and train).
+void add_elastic_options(CLI::App* cmd, launch::ElasticOptions& opts);
 void register_report(CLI::App& app);
 void register_ckpt(CLI::App& app);
 
