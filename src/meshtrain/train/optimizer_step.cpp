@@ -59,7 +59,9 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
     model_.zero_grad();
   }
   double loss_sum = 0.0;
-  const float scale = 1.0f / static_cast<float>(micro.size());
+  // fp16: the loss (so every gradient) is scaled up; divided out below.
+  const float loss_scale = mp_ ? mp_->loss_scale() : 1.0f;
+  const float scale = loss_scale / static_cast<float>(micro.size());
   for (size_t i = 0; i < micro.size(); ++i) {
     const MicroBatch& mb = micro[i];
     double t0 = now_s();
@@ -95,15 +97,23 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
   // is the global one); with ZeRO each rank checks its own range.
   const float* g = zero_ ? zero_->gradients() : model_.grads().flat.data<float>();
   comm::Communicator* comm = zero_ ? &zero_->comm() : dp_ ? &dp_->comm() : nullptr;
+  if (mp_)
+    mp_->maybe_inject_overflow(step, comm ? comm->rank() : 0, const_cast<float*>(g), opt_->begin(),
+                               opt_->end());
   const GradientCheck check = check_gradients(loss, g, opt_->begin(), opt_->end(), comm,
                                               zero_ != nullptr);
-  st.grad_norm = check.norm;
+  st.grad_norm = check.norm / loss_scale;
   st.lr = schedule_.at(step);
   st.finite = check.finite;
-  if (st.finite) {
+  st.loss_scale = loss_scale;
+  // fp16: the loss scaler sees the reduced flag, so every rank skips alike.
+  const bool apply = mp_ ? mp_->decide(check.finite) : check.finite;
+  st.overflow_skipped = mp_ && mp_->last_was_overflow();
+  if (apply) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "optimizer", "compute");
     if (zero_) zero_->before_update();
-    opt_->step(model_.params().flat.data<float>(), g, st.lr, clip_coefficient(st.grad_norm, clip_));
+    opt_->step(model_.params().flat.data<float>(), g, st.lr,
+               clip_coefficient(st.grad_norm, clip_) / loss_scale);
     if (zero_) zero_->after_update();  // gathers the updated parameters (async)
   }
   st.optimizer_s = now_s() - t2;

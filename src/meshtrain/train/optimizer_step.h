@@ -14,6 +14,7 @@
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/parallel/zero.h"
+#include "meshtrain/train/mixed_precision.h"
 
 namespace meshtrain {
 
@@ -45,6 +46,8 @@ struct StepStats {
   float lr = 0.f;
   bool finite = true;      // false: loss or gradients had inf/NaN (on any rank); update skipped
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
+  float loss_scale = 1.f;         // fp16: the loss scale this step's backward used
+  bool overflow_skipped = false;  // fp16: skipped for an overflow (the scale was lowered)
   parallel::CommTiming comm;  // gradient reduction of this step (data parallel only)
 };
 
@@ -60,6 +63,9 @@ class OptimizerStep {
   StepStats run(const std::vector<MicroBatch>& micro, int64_t step);
   AdamW& optimizer() { return *opt_; }
   const LrSchedule& schedule() const { return schedule_; }
+  // Mixed precision (train/mixed_precision.h): fp16 loss scaling and its
+  // skip decision. Optional; must outlive this object.
+  void set_mixed_precision(MixedPrecision* mp) { mp_ = mp; }
 
  private:
   GPT& model_;
@@ -68,6 +74,7 @@ class OptimizerStep {
   float clip_;
   parallel::DataParallel* dp_;
   parallel::Zero* zero_;
+  MixedPrecision* mp_ = nullptr;
 };
 
 }  // namespace meshtrain

@@ -1,0 +1,127 @@
+// `meshtrain bench gemm`: the GEMMs of one training step of a preset (the
+// four linear layers and the classifier, forward NT, backward NN for the
+// input gradient and TN for the weight gradient) in bf16 with f32
+// accumulation next to f32 sgemm, interleaved, medians; says which bf16 path ran.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "commands.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/half.h"
+#include "meshtrain/core/threads.h"
+#include "meshtrain/kernels/cpu/convert.h"
+#include "meshtrain/kernels/cpu/gemm_bf16.h"
+#include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/nn/gpt_config.h"
+
+namespace meshtrain::cli {
+
+namespace {
+struct BenchGemmArgs {
+  std::string preset = "char-6L";
+  int batch = 8, seq = 0, threads = 0, reps = 7;
+  bool json = false;
+};
+
+struct GemmCase {
+  std::string name;
+  bool ta, tb;
+  int64_t M, N, K;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double seconds(const std::function<void()>& f) {
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run_bench_gemm(const BenchGemmArgs& a) {
+  const GPTConfig cfg = gpt_preset(a.preset);
+  const int64_t T = a.seq > 0 ? a.seq : cfg.seq_len, BT = a.batch * T, C = cfg.n_embd;
+  if (a.batch < 1 || a.reps < 1 || T > cfg.seq_len)
+    throw UsageError("--batch and --reps must be >= 1 and --seq at most the model context");
+  set_thread_count(a.threads > 0 ? a.threads : default_thread_count());
+  // out (BT, OC) = in (BT, IC) @ W^T; dIn = dOut @ W; dW (OC, IC) = dOut^T @ In.
+  std::vector<GemmCase> cases;
+  const std::pair<const char*, std::pair<int64_t, int64_t>> layers[] = {
+      {"qkv", {C, 3 * C}}, {"attproj", {C, C}}, {"fc", {C, 4 * C}}, {"fcproj", {4 * C, C}},
+      {"logits", {C, cfg.padded_vocab}}};
+  for (const auto& [name, io] : layers) {
+    const auto [ic, oc] = io;
+    cases.push_back({fmt::format("{} fwd", name), false, true, BT, oc, ic});
+    cases.push_back({fmt::format("{} dinp", name), false, false, BT, ic, oc});
+    cases.push_back({fmt::format("{} dW", name), true, false, oc, ic, BT});
+  }
+  const std::string path = cpu::half_gemm_description(cpu::Half::BF16);
+  if (!a.json)
+    fmt::print("bench gemm: {} GEMMs at batch {} x seq {} | {} thread(s) | {}\n"
+               "  {:<18} {:>6} {:>6} {:>6}  {:>12} {:>12} {:>7}\n",
+               a.preset, a.batch, T, thread_count(), path, "gemm (op)", "M", "N", "K",
+               "sgemm GF/s", "bf16 GF/s", "ratio");
+  double total_f32 = 0, total_bf16 = 0, total_flop = 0;
+  for (const GemmCase& g : cases) {
+    const int64_t a_elems = g.M * g.K, b_elems = g.K * g.N;
+    std::vector<float> af(a_elems), bf(b_elems), c(g.M * g.N, 0.f);
+    for (int64_t i = 0; i < a_elems; ++i) af[i] = 0.01f * static_cast<float>((i * 7919) % 201 - 100);
+    for (int64_t i = 0; i < b_elems; ++i) bf[i] = 0.01f * static_cast<float>((i * 104729) % 201 - 100);
+    std::vector<uint16_t> ah(a_elems), bh(b_elems);
+    cpu::to_half(cpu::Half::BF16, af.data(), ah.data(), a_elems);
+    cpu::to_half(cpu::Half::BF16, bf.data(), bh.data(), b_elems);
+    const int64_t lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N;
+    auto f32 = [&] { cpu::sgemm(g.ta, g.tb, g.M, g.N, g.K, 1.f, af.data(), lda, bf.data(), ldb, 1.f, c.data(), g.N); };
+    auto b16 = [&] {
+      cpu::gemm_half(cpu::Half::BF16, g.ta, g.tb, g.M, g.N, g.K, 1.f, ah.data(), lda, bh.data(),
+                     ldb, 1.f, c.data(), g.N);
+    };
+    f32();  // warm-up (packing buffers, primitive creation)
+    b16();
+    std::vector<double> t32, t16;
+    for (int r = 0; r < a.reps; ++r) {  // interleaved
+      t32.push_back(seconds(f32));
+      t16.push_back(seconds(b16));
+    }
+    const double flop = 2.0 * g.M * g.N * g.K, m32 = median(t32), m16 = median(t16);
+    total_f32 += m32;
+    total_bf16 += m16;
+    total_flop += flop;
+    if (a.json)
+      fmt::print("{}\n", nlohmann::json{{"gemm", g.name}, {"M", g.M}, {"N", g.N}, {"K", g.K},
+                                        {"trans_a", g.ta}, {"trans_b", g.tb},
+                                        {"sgemm_gflops", flop / m32 / 1e9},
+                                        {"bf16_gflops", flop / m16 / 1e9}, {"ratio", m32 / m16},
+                                        {"bf16_path", path}}.dump());
+    else
+      fmt::print("  {:<18} {:>6} {:>6} {:>6}  {:>12.1f} {:>12.1f} {:>6.2f}x\n",
+                 fmt::format("{} ({}{})", g.name, g.ta ? 'T' : 'N', g.tb ? 'T' : 'N'), g.M, g.N,
+                 g.K, flop / m32 / 1e9, flop / m16 / 1e9, m32 / m16);
+  }
+  if (!a.json)
+    fmt::print("  {:<18} {:>20}  {:>12.1f} {:>12.1f} {:>6.2f}x  (sum of medians)\n", "all", "",
+               total_flop / total_f32 / 1e9, total_flop / total_bf16 / 1e9, total_f32 / total_bf16);
+}
+}  // namespace
+
+void register_bench_gemm(CLI::App& bench) {
+  auto args = std::make_shared<BenchGemmArgs>();
+  auto* c = bench.add_subcommand("gemm", "bf16 GEMM (f32 accumulation) vs f32 sgemm on a preset's shapes");
+  c->add_option("--preset", args->preset, "Model preset")->capture_default_str();
+  c->add_option("--batch", args->batch, "Micro-batch size B")->capture_default_str();
+  c->add_option("--seq", args->seq, "Sequence length T (default: the model's context)");
+  c->add_option("--threads", args->threads, "Compute threads (default: cores / local processes)");
+  c->add_option("--reps", args->reps, "Timed repetitions of each GEMM")->capture_default_str();
+  c->add_flag("--json", args->json, "Print one JSON object per GEMM");
+  c->callback([args] { run_bench_gemm(*args); });
+}
+
+}  // namespace meshtrain::cli
