@@ -66,7 +66,10 @@ void refuse_unavailable(const TrainConfig& c) {
     if (cond) throw Error(what + " is not available in this build yet (single-process fp32 "
                                  "training); remove the setting to train");
   };
-  refuse(c.precision != "fp32", fmt::format("precision = \"{}\"", c.precision));
+  refuse(c.comm.grad_dtype != "f32" && c.zero.stage > 0,
+         fmt::format("comm.grad_dtype = \"{}\" with zero.stage = {} (the bf16 gradient "
+                     "reduction is plain data parallelism's; ZeRO reduces in f32)",
+                     c.comm.grad_dtype, c.zero.stage));
   refuse(c.parallel.tp != 1 || c.parallel.pp != 1,
          fmt::format("parallel.tp = {} x parallel.pp = {} (data parallelism only)", c.parallel.tp,
                      c.parallel.pp));
@@ -182,6 +185,13 @@ void run_train(const TrainArgs& a) {
   o.micro_batch = c.train.micro_batch;
   o.grad_accum = c.train.grad_accum;
   o.recompute = recompute_from_config(c.recompute);
+  o.precision = precision_from_name(c.precision);
+  o.loss_scale.initial_scale = c.loss_scale.initial;
+  o.loss_scale.growth_interval = c.loss_scale.growth_interval;
+  o.loss_scale.hysteresis = c.loss_scale.hysteresis;
+  o.loss_scale.min_scale = c.loss_scale.min;
+  o.loss_scale.max_scale = std::max(c.loss_scale.initial, o.loss_scale.max_scale);
+  o.loss_scale.max_consecutive_skips = c.loss_scale.max_consecutive_skips;
   o.steps = c.train.steps;
   o.schedule.kind = c.train.schedule;
   const int64_t global_batch = static_cast<int64_t>(c.train.micro_batch) * world.size *
@@ -211,6 +221,7 @@ void run_train(const TrainArgs& a) {
   o.dp.bucket_bytes = static_cast<size_t>(std::llround(c.parallel.bucket_mb * (1 << 20)));
   o.dp.first_bucket_bytes = static_cast<size_t>(std::llround(c.parallel.first_bucket_mb * (1 << 20)));
   o.dp.verify = parallel::DataParallelOptions::from_env().verify;
+  o.dp.grad_dtype = dtype_from_name(c.comm.grad_dtype);
   o.zero_stage = c.zero.stage;
   o.zero_persist_threshold = c.zero.persist_threshold;
   o.memory_limit_bytes = c.memory.limit_mb * 1e6;

@@ -190,6 +190,14 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.zero.persist_threshold = r.integer("zero.persist_threshold", 0, INT64_MAX);
   c.memory.limit_mb = r.in_range("memory.limit_mb", 0.0, std::numeric_limits<double>::max(), false);
   c.precision = r.choice("precision", {"fp32", "bf16", "fp16"});
+  c.loss_scale.initial = r.positive("loss_scale.initial");
+  c.loss_scale.growth_interval = r.integer("loss_scale.growth_interval", 1, INT64_MAX);
+  c.loss_scale.hysteresis = r.small_int("loss_scale.hysteresis", 1);
+  c.loss_scale.min = r.positive("loss_scale.min");
+  if (c.loss_scale.min > c.loss_scale.initial)
+    r.error("loss_scale.min", fmt::format("({}) must not exceed loss_scale.initial ({})",
+                                          c.loss_scale.min, c.loss_scale.initial));
+  c.loss_scale.max_consecutive_skips = r.integer("loss_scale.max_consecutive_skips", 1, INT64_MAX);
   c.recompute = r.string("recompute");
   try {
     parse_recompute(c.recompute);
@@ -214,6 +222,7 @@ TrainConfig convert_config(const nlohmann::json& j,
       "telemetry.price_per_device_hour", 0.0, std::numeric_limits<double>::max(), false);
   c.comm.transport = r.choice("comm.transport", {"auto", "shm", "mpi", "nccl", "tcp"});
   c.comm.timeout_s = r.positive("comm.timeout_s");
+  c.comm.grad_dtype = r.choice("comm.grad_dtype", {"f32", "bf16"});
   c.run_name = r.string("run_name");
   if (c.run_name.empty() || c.run_name.find('/') != std::string::npos)
     r.error("run_name", fmt::format("must be a non-empty name without '/', got \"{}\"", c.run_name));

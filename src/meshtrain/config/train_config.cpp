@@ -62,6 +62,11 @@ J to_json(const TrainConfig& c) {
   j["zero"] = J{{"stage", c.zero.stage}, {"persist_threshold", c.zero.persist_threshold}};
   j["memory"] = J{{"limit_mb", c.memory.limit_mb}};
   j["precision"] = c.precision;
+  j["loss_scale"] = J{{"initial", c.loss_scale.initial},
+                      {"growth_interval", c.loss_scale.growth_interval},
+                      {"hysteresis", c.loss_scale.hysteresis},
+                      {"min", c.loss_scale.min},
+                      {"max_consecutive_skips", c.loss_scale.max_consecutive_skips}};
   j["recompute"] = c.recompute;
   j["deterministic"] = c.deterministic;
   J ckpt;
@@ -80,6 +85,7 @@ J to_json(const TrainConfig& c) {
   J comm;
   comm["transport"] = c.comm.transport;
   comm["timeout_s"] = c.comm.timeout_s;
+  comm["grad_dtype"] = c.comm.grad_dtype;
   j["comm"] = comm;
   j["run_name"] = c.run_name;
   j["out"] = c.out;

@@ -69,6 +69,15 @@ struct MemorySection {
   double limit_mb = 0;  // per-rank limit; a configuration predicted above it is refused; 0 = none
 };
 
+// fp16 dynamic loss scaling (precision = "fp16" only; optim/loss_scaler.h).
+struct LossScaleSection {
+  double initial = 65536;          // 2^16
+  int64_t growth_interval = 2000;  // good steps in a row before the scale doubles
+  int hysteresis = 1;              // overflows tolerated before the scale is halved
+  double min = 1;                  // the scale never goes below this
+  int64_t max_consecutive_skips = 50;  // overflowing steps in a row before training stops
+};
+
 struct CheckpointSection {
   std::string dir;      // "" = <telemetry.dir>/ckpt
   int64_t every = 0;    // steps between checkpoints; 0 = none
@@ -87,6 +96,7 @@ struct TelemetrySection {
 struct CommSection {
   std::string transport = "auto";  // auto | shm | mpi | nccl | tcp
   double timeout_s = 300;          // a collective waiting longer fails the job
+  std::string grad_dtype = "f32";  // f32 | bf16: wire format of the data-parallel gradient reduction
 };
 
 struct TrainConfig {
@@ -98,6 +108,7 @@ struct TrainConfig {
   ZeroSection zero;
   MemorySection memory;
   std::string precision = "fp32";  // fp32 | bf16 | fp16
+  LossScaleSection loss_scale;     // fp16 only
   std::string recompute = "none";  // none | full | every:K | selective
   bool deterministic = false;
   CheckpointSection checkpoint;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cpu/convert.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
@@ -48,6 +49,12 @@ DataParallel::DataParallel(comm::Communicator comm, int64_t num_params, DataPara
   // Collective: every rank maps every peer's gradient buffer.
   shared_grads_ = comm_.alloc_shared(static_cast<size_t>(num_params_) * sizeof(float));
   grads_counted_.set(num_params_ * static_cast<int64_t>(sizeof(float)));
+  MT_CHECK(opts_.grad_dtype == DType::F32 || opts_.grad_dtype == DType::BF16,
+           "gradient reduction dtype must be f32 or bf16, got {}", dtype_name(opts_.grad_dtype));
+  if (opts_.grad_dtype == DType::BF16) {
+    wire_ = comm_.alloc_shared(static_cast<size_t>(num_params_) * sizeof(uint16_t));
+    wire_counted_.set(num_params_ * static_cast<int64_t>(sizeof(uint16_t)));
+  }
   clock_ = std::make_unique<CompletionClock>();
 }
 
@@ -117,10 +124,16 @@ void DataParallel::launch_through(int64_t frontier) {
     const Bucket& b = buckets_[next_bucket_++];
     float* g = model_->grads().flat.data<float>() + b.begin;
     launched_at_.push_back(steady_now_s());
-    works_.push_back(comm_.allreduce(g, static_cast<size_t>(b.count()), DType::F32, comm::ReduceOp::Avg));
+    if (wire_) {
+      uint16_t* w = wire_.as<uint16_t>() + b.begin;
+      cpu::to_half(cpu::Half::BF16, g, w, b.count());
+      works_.push_back(comm_.allreduce(w, static_cast<size_t>(b.count()), DType::BF16, comm::ReduceOp::Avg));
+    } else {
+      works_.push_back(comm_.allreduce(g, static_cast<size_t>(b.count()), DType::F32, comm::ReduceOp::Avg));
+    }
     TraceLabel label;
     if (telemetry::Tracer* t = telemetry::global_tracer(); t && t->enabled()) {
-      const size_t bytes = static_cast<size_t>(b.count()) * sizeof(float);
+      const size_t bytes = static_cast<size_t>(b.count()) * dtype_size(opts_.grad_dtype);
       const size_t index = next_bucket_ - 1;
       label = {fmt::format("allreduce bucket {}", index),
                {{"bytes", bytes}, {"algorithm", comm_.algorithm_for(comm::CollOp::Allreduce, bytes)},
@@ -140,6 +153,8 @@ void DataParallel::finish_gradients() {
   std::vector<comm::Work> works = std::move(works_);
   works_.clear();
   comm::wait_all(works);
+  if (wire_)  // the reduced bf16 gradients back into the f32 buffer
+    cpu::from_half(cpu::Half::BF16, wire_.as<uint16_t>(), model_->grads().flat.data<float>(), num_params_);
   const double t1 = steady_now_s();
   // The engine runs buckets in issue order, so bucket i ran from
   // max(its launch, bucket i-1's completion) to its own completion.

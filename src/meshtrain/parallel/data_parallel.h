@@ -38,6 +38,10 @@ struct DataParallelOptions {
   // Check after the broadcast (and on request) that every rank holds the same
   // parameters (checksum). Default: MESHTRAIN_DEBUG or MESHTRAIN_COMM_DEBUG set.
   bool verify = false;
+  // Wire format of the gradient reduction (config comm.grad_dtype): F32, or
+  // BF16 = each bucket rounded into a shared bf16 buffer, reduced there, and
+  // widened back into the f32 gradients in finish_gradients().
+  DType grad_dtype = DType::F32;
   static DataParallelOptions from_env();
 };
 
@@ -95,6 +99,8 @@ class DataParallel {
   int64_t num_params_;
   comm::SharedBuffer shared_grads_;
   ExternalBytes grads_counted_{MemCategory::Gradients};  // the shared buffer, for the report
+  comm::SharedBuffer wire_;  // bf16 reduction buffer (grad_dtype BF16 only)
+  ExternalBytes wire_counted_{MemCategory::CommBuffers};
   GPT* model_ = nullptr;
   std::vector<Bucket> buckets_;
   std::vector<comm::Work> works_;

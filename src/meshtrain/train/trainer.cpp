@@ -19,6 +19,7 @@
 #include "meshtrain/launch/heartbeat.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/nn/sampler.h"
+#include "meshtrain/train/mixed_precision.h"
 #include "meshtrain/telemetry/metrics_log.h"
 #include "meshtrain/telemetry/progress.h"
 #include "meshtrain/telemetry/run_summary.h"
@@ -160,6 +161,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
            : dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
   GPT& model = *model_ptr;
   model.set_recompute(opt.recompute);
+  MixedPrecision mixed(model, {opt.precision, opt.loss_scale});
   if (opt.init_from.empty()) {
     model.init_weights(opt.seed);
   } else {
@@ -170,6 +172,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   if (zero) zero->attach(model);
   // Token ids are checked against the vocabulary by GPT::forward on every batch.
   OptimizerStep stepper(model, opt.adam, opt.schedule, opt.clip, dp.get(), zero.get());
+  stepper.set_mixed_precision(&mixed);
   // Effective batch: micro-batch x ranks x accumulation sequences per step.
   const int64_t global_batch = static_cast<int64_t>(opt.micro_batch) * world * opt.grad_accum;
   const int64_t tokens_per_step = global_batch * T;
@@ -186,6 +189,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   const std::optional<ResumePoint> resumed =
       resume_training(opt.checkpoint, model, stepper.optimizer(), comm, global_batch, zero_own);
   const int64_t start_step = resumed ? resumed->step : 0;
+  if (resumed) mixed.load_state(resumed->loss_scaler);  // fp16: continue at the saved scale
   if (resumed) {
     for (const std::string& why : resumed->skipped) say(fmt::format("warning: {}", why));
     say(fmt::format("resumed from {} at step {} (data epoch {} batch {}, optimizer step {})",
@@ -217,6 +221,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     val.emplace(vo);
   }
   say(fmt::format("model: {}", cfg.describe()));
+  say(mixed.describe());
   say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
                   "tokens/step, {} steps, {} thread(s) per rank", opt.micro_batch, T, world,
                   opt.grad_accum, global_batch, tokens_per_step, opt.steps, thread_count()));
@@ -310,7 +315,11 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     StepStats st = stepper.run(micro, step);
     const double dt = now_s() - t0;
     // st.finite and st.loss are reduced over ranks: every rank decides alike.
-    if (!st.finite) {
+    if (st.overflow_skipped) {
+      // fp16: an overflow on some rank; every rank skipped and lowered the scale.
+      note(fmt::format("step {}: fp16 gradients overflowed at loss scale {:g}; update skipped, "
+                       "loss scale now {:g}", step + 1, st.loss_scale, mixed.loss_scale()));
+    } else if (!st.finite) {
       ++bad_steps;
       note(fmt::format("step {}: loss {} / grad norm {} is not finite; update skipped",
                                 step + 1, st.loss, st.grad_norm));
@@ -350,7 +359,8 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     if (checkpoints.due(step + 1)) {
       TraceScope trace(tracer.get(), "checkpoint save", "io");
       const double stall =
-          checkpoints.save(step + 1, model, stepper.optimizer(), train.position(), zero_own);
+          checkpoints.save(step + 1, model, stepper.optimizer(), train.position(), zero_own,
+                           mixed.state());
       note(fmt::format("step {:>6} | checkpoint {}/step_{:08d} ({}; training waited {:.1f} ms)",
                        step + 1, opt.checkpoint.dir, step + 1,
                        opt.checkpoint.async ? "writing in the background" : "written",

@@ -13,8 +13,10 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
 #include "meshtrain/optim/adamw.h"
+#include "meshtrain/optim/loss_scaler.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/train/memory_report.h"
@@ -35,6 +37,11 @@ struct TrainerOptions {
   int64_t eval_every = 100, eval_batches = 20, log_every = 1, save_every = 0;
   int64_t sample_every = 0;   // print a short generated sample every N steps
   int64_t max_bad_steps = 5;  // consecutive non-finite steps before giving up
+  // Mixed precision (train/mixed_precision.h): bf16/fp16 compute with f32
+  // master weights; fp16 adds dynamic loss scaling (its overflow skips are
+  // not "bad steps": loss_scale.max_consecutive_skips bounds them).
+  Precision precision = Precision::FP32;
+  LossScalerConfig loss_scale;
   uint64_t seed = 1;
   std::string run_dir = "runs/default";
   std::string model_out;      // final model path (default run_dir/model.safetensors)

@@ -67,6 +67,7 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const G
   p.step = r->index.step;
   p.position = r->state.data_position;
   p.skipped = r->skipped;
+  p.loss_scaler = r->index.loss_scaler;
   const int64_t old_batch = saved_global_batch(*r);
   if (old_batch > 0 && old_batch != global_batch) {
     // The loader's window order depends on (seed, global batch): another
@@ -96,7 +97,8 @@ TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::C
 
 double TrainingCheckpointer::save(int64_t step, const GPT& model, AdamW& adam,
                                   data::LoaderPosition next,
-                                  std::optional<ckpt::ElemRange> own_params) {
+                                  std::optional<ckpt::ElemRange> own_params,
+                                  const nlohmann::json& loss_scaler) {
   MT_CHECK(writer_, "save() without checkpoint.every");
   const double t0 = now_s();
   ckpt::SaveRequest req = ckpt::gpt_save_request(step, model.params(), model.config(), &adam);
@@ -108,6 +110,7 @@ double TrainingCheckpointer::save(int64_t step, const GPT& model, AdamW& adam,
     }
   }
   req.data_position = next;
+  req.loss_scaler = loss_scaler;
   // No trainer RNG carries across steps (samples are seeded by step); the blob
   // records what a resume needs to judge the data position.
   req.rng = {{"global_batch", global_batch_}};

@@ -34,6 +34,7 @@ struct ResumePoint {
   data::LoaderPosition position;     // the next global batch
   std::vector<std::string> skipped;  // newer checkpoints passed over, with reasons
   std::string data_note;             // non-empty when the data order cannot continue exactly
+  nlohmann::json loss_scaler;        // fp16 loss scaler state (null: none saved)
 };
 
 // Restores parameters and optimizer state per `opt.resume`; nullopt = start
@@ -56,8 +57,10 @@ class TrainingCheckpointer {
   // Collective. `step` = steps taken; `next` = the loader position of the next
   // step's batch. Returns the time training waited (snapshot copy).
   // `own_params` (ZeRO): this rank holds current parameters only there.
+  // `loss_scaler`: the fp16 loss scaler's state (null: none).
   double save(int64_t step, const GPT& model, AdamW& adam, data::LoaderPosition next,
-              std::optional<ckpt::ElemRange> own_params = {});
+              std::optional<ckpt::ElemRange> own_params = {},
+              const nlohmann::json& loss_scaler = nullptr);
   // Blocks until every save is complete; re-throws a background error.
   void wait();
 
