@@ -11,6 +11,9 @@
 namespace meshtrain::cli {
 
 void add_elastic_options(CLI::App* cmd, launch::ElasticOptions& o) {
+  cmd->add_option("--grace", o.launch.grace_s,
+                  "Seconds between SIGTERM and SIGKILL when stopping the other ranks")
+      ->capture_default_str();
   cmd->add_option("--max-restarts", o.max_restarts,
                   "Restart the whole job (new job id; the program resumes from its latest "
                   "checkpoint) up to R times when a rank fails")
@@ -47,9 +50,6 @@ void register_launch(CLI::App& app) {
       ->required()
       ->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-prefix", opts->launch.prefix_output, "Do not prefix output lines with [rank r]");
-  cmd->add_option("--grace", opts->launch.grace_s,
-                  "Seconds between SIGTERM and SIGKILL when stopping the other ranks")
-      ->capture_default_str();
   add_elastic_options(cmd, *opts);
   auto after_dashes = std::make_shared<std::vector<std::string>>();
   cmd->add_option("command", *after_dashes, "The program and its arguments (after --)");

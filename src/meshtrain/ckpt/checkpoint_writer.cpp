@@ -68,14 +68,23 @@ void maybe_die_in_save(int rank, int64_t step) {
 }
 
 // A save killed mid-write leaves "<shard>.tmp.<pid>"; the next save of the
-// same shard removes it.
-void remove_stale_temporaries(const std::string& dir, const std::string& shard_name) {
+// same shard removes it. Rank 0 also removes the shard files a job of another
+// world size left in the same step directory (a restart on fewer ranks that
+// saves a step again, its old index already removed): the new index will not
+// list them.
+void remove_stale_files(const std::string& dir, int rank, int world) {
   std::error_code ec;
-  const std::string prefix = shard_name + ".tmp.";
+  const std::string mine = shard_file_name(rank, world);
+  const std::string tmp_prefix = mine + ".tmp.";
+  const std::string world_suffix = fmt::format("_of_{}.safetensors", world);
+  // Never touch the files of a checkpoint that is still complete.
+  const bool torn = !fs::exists(fs::path(dir) / kIndexFileName, ec);
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && name != prefix + std::to_string(::getpid()))
-      fs::remove(e.path(), ec);
+    const bool stale_tmp = name.rfind(tmp_prefix, 0) == 0 && name != tmp_prefix + std::to_string(::getpid());
+    const bool other_world = rank == 0 && torn && name.rfind("shard_", 0) == 0 &&
+                             name.find(world_suffix) == std::string::npos;
+    if (stale_tmp || other_world) fs::remove(e.path(), ec);
   }
 }
 
@@ -253,7 +262,7 @@ SaveStats CheckpointWriter::Impl::write(const Job& job) {
         {"rank", std::to_string(rank)},
         {"world_size", std::to_string(world)},
         {"rank_state", rank_state_json(job.meta, rank).dump()}};
-    remove_stale_temporaries(dir, shard_file_name(rank, world));
+    remove_stale_files(dir, rank, world);
     res = write_shard_file((fs::path(dir) / shard_file_name(rank, world)).string(), job.slices, meta);
   } catch (const std::exception& e) {
     err = e.what();

@@ -140,7 +140,7 @@ ElasticResult run_elastic(const ElasticOptions& opts) {
     const int new_n = static_cast<int>(slots.size());
     say(fmt::format("restart {}/{}: {}{} (job {});{} restarting {} rank(s)", attempt + 1,
                     opts.max_restarts, r.message,
-                    r.last_step >= 0 ? fmt::format(" at step {}", r.last_step) : "", r.job_id,
+                    r.last_step >= 0 ? fmt::format(" (its last heartbeat: step {})", r.last_step) : "", r.job_id,
                     shrink_note, new_n));
     json rec = failure_json(r);
     rec["event"] = "restart";

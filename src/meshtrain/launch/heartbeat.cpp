@@ -33,6 +33,16 @@ int env_int(const char* name, int fallback) {
   return s && *s ? std::atoi(s) : fallback;
 }
 
+// "RANK:STEP" from a test-hook variable, honoured on the first attempt only.
+void test_hook(const char* name, int& rank, int64_t& step) {
+  const char* k = std::getenv(name);
+  long long r = -1, s = -1;
+  if (k && *k && restart_count() == 0 && std::sscanf(k, "%lld:%lld", &r, &s) == 2) {
+    rank = static_cast<int>(r);
+    step = s;
+  }
+}
+
 // This rank's slot, found once from the environment (nullptr: not watched).
 struct RankBeat {
   comm::ShmSegment segment;
@@ -40,16 +50,13 @@ struct RankBeat {
   int rank = 0;
   int kill_rank = -1;       // MESHTRAIN_TEST_KILL_AT_STEP
   int64_t kill_step = -1;
+  int hang_rank = -1;       // MESHTRAIN_TEST_HANG_AT_STEP
+  int64_t hang_step = -1;
 
   RankBeat() {
     rank = env_int(comm::kEnvRank, 0);
-    if (const char* k = std::getenv("MESHTRAIN_TEST_KILL_AT_STEP"); k && *k && restart_count() == 0) {
-      long long r = -1, s = -1;
-      if (std::sscanf(k, "%lld:%lld", &r, &s) == 2) {
-        kill_rank = static_cast<int>(r);
-        kill_step = s;
-      }
-    }
+    test_hook("MESHTRAIN_TEST_KILL_AT_STEP", kill_rank, kill_step);
+    test_hook("MESHTRAIN_TEST_HANG_AT_STEP", hang_rank, hang_step);
     const char* name = std::getenv(kEnvHeartbeat);
     if (!name || !*name) return;
     try {
@@ -84,6 +91,12 @@ void heartbeat_step(int64_t step) {
                  b.rank, static_cast<long long>(step + 1));
     std::fflush(nullptr);
     ::kill(::getpid(), SIGKILL);
+  }
+  if (b.hang_step >= 0 && b.rank == b.hang_rank && step + 1 == b.hang_step) {
+    std::fprintf(stderr, "MESHTRAIN_TEST_HANG_AT_STEP: rank %d stops itself (SIGSTOP) at step %lld\n",
+                 b.rank, static_cast<long long>(step + 1));
+    std::fflush(nullptr);
+    ::kill(::getpid(), SIGSTOP);
   }
   if (!b.slot) return;
   b.slot->step.store(step, std::memory_order_relaxed);

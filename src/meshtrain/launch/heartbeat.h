@@ -67,7 +67,9 @@ class HeartbeatBoard {
 // Called by the trainer at the start of every step (`step` = 0-based index).
 // Also the test hook MESHTRAIN_TEST_KILL_AT_STEP="RANK:STEP": on the first
 // attempt (MESHTRAIN_RESTART_COUNT unset or 0) rank RANK sends itself SIGKILL
-// as it begins step STEP (1-based, as printed), a real crash at a chosen point.
+// as it begins step STEP (1-based, as printed), a real crash at a chosen point;
+// MESHTRAIN_TEST_HANG_AT_STEP="RANK:STEP" likewise stops it with SIGSTOP (a
+// hang: alive, no progress).
 void heartbeat_step(int64_t step);
 
 // Progress inside a long phase (a checkpoint write or load): refreshes the
