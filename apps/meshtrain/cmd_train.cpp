@@ -11,6 +11,8 @@
 #include <cstdlib>
 
 #include "commands.h"
+#include "meshtrain/ckpt/checkpoint_dir.h"
+#include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/config/config_loader.h"
 #include "meshtrain/comm/world.h"
 #include "meshtrain/core/threads.h"
