@@ -43,6 +43,10 @@ void ZeroGradients::on_ready(int64_t begin, int64_t end) {
   frontier_ = begin;
   if (begin < end) launch({begin, end});
   poll();
+  while (pending_.size() > kMaxPending) {  // bound the gradients held for reduction
+    finish(pending_.front());
+    pending_.pop_front();
+  }
 }
 
 void ZeroGradients::launch(ElemSpan span) {

@@ -8,6 +8,9 @@
 // micro-batch). With gradient accumulation this happens every micro-batch.
 // The transient full gradients are counted as communication buffers from the
 // moment backward starts writing a unit (its Need) until they are returned.
+// At most kMaxPending reported ranges wait for their reduces: backward blocks
+// on the oldest beyond that, which bounds the transient memory to the
+// embeddings, the unit being written and kMaxPending reported ranges.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -23,6 +26,7 @@ namespace meshtrain::parallel {
 
 class ZeroGradients {
  public:
+  static constexpr size_t kMaxPending = 2;
   ZeroGradients(comm::Communicator comm, ZeroLayout layout, std::vector<ElemSpan> units,
                 ReservedBuffer& grads);
   ~ZeroGradients();

@@ -30,7 +30,15 @@ ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
   need(L + 1, false), need(0, false), done(0, false), done(L + 1, false);
   need(0, true), need(L + 1, true), done(L + 1, true), done(0, true);
   for (int u = L; u >= 1; --u) need(u, true), done(u, true);
-  if (sharded()) held_params_.set(layout_.numel() * 4);
+  // Until start() the whole buffer is resident (initialization, loading):
+  // own range and persistent units as parameters, the rest as gathered.
+  if (sharded()) {
+    int64_t held = layout_.own().count(), gathered = 0;
+    for (int u = 0; u < n; ++u)
+      (persistent_[u] ? held : gathered) += layout_.foreign_count(units_[u]);
+    held_params_.set(held * 4);
+    gathered_.set(gathered * 4);
+  }
 }
 
 ZeroParameters::~ZeroParameters() {
@@ -125,10 +133,6 @@ void ZeroParameters::start() {
   if (sharded()) {
     for (int u = 0; u < static_cast<int>(units_.size()); ++u)
       if (!persistent_[u]) release(u);
-    int64_t held = layout_.own().count();
-    for (int u = 0; u < static_cast<int>(units_.size()); ++u)
-      if (persistent_[u]) held += layout_.foreign_count(units_[u]);
-    held_params_.set(held * 4);
   }
   cursor_ = order_.size();
   after_update();

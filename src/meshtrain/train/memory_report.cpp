@@ -43,10 +43,12 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   m.activations = plan.base.activations;
   m.workspace = plan.base.workspace;
   if (stage >= 2) {
-    // Transient full gradients: the embeddings (written first, reduced last),
-    // the final LayerNorm and up to two layers between backward and their reduce.
+    // Transient full gradients (parallel/zero_gradients.h): the embeddings
+    // (written first, reduced last), the layer being written and up to two
+    // reported ranges (layers or the final LayerNorm) waiting for their reduce.
     const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
-    m.comm += b.g * (units.front() + units.back() + 2 * layer);
+    m.comm += b.g * (units.front() + std::min<int64_t>(3, plan.model.n_layer) * layer +
+                     units.back());
   }
   if (stage == 3) {
     int64_t persistent = 0, largest = 0;
