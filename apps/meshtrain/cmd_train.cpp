@@ -104,7 +104,7 @@ void check_memory_limit_of(const TrainConfig& c, const GPTConfig& g, int ranks) 
   plan.world = ranks;
   plan.zero_stage = ranks > 1 ? c.zero.stage : 0;
   plan.persist_threshold = c.zero.persist_threshold;
-  plan.base = predict_training_memory(g, plan.B, T, threads);
+  plan.base = predict_training_memory(g, plan.B, T, threads, recompute_from_config(c.recompute));
   check_memory_limit(plan, c.memory.limit_mb * 1e6);
 }
 

@@ -119,7 +119,8 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   const bool lead = rank == 0;  // prints, writes metrics, saves the model
   // Refuse, before allocating, what the formulas say cannot fit the limit.
   check_memory_limit(memory_plan(opt, cfg, T, world, 0,
-                                 predict_training_memory(cfg, opt.micro_batch, T, thread_count())),
+                                 predict_training_memory(cfg, opt.micro_batch, T, thread_count(),
+                                                         opt.recompute)),
                      opt.memory_limit_bytes);
   auto say = [lead](const std::string& line) {
     if (lead) fmt::print("{}\n", line);
