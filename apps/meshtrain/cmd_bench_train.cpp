@@ -26,6 +26,7 @@
 #include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/train/optimizer_step.h"
 #include "meshtrain/train/memory_model.h"
+#include "bench_precision.h"
 #include "recompute_option.h"
 
 namespace meshtrain::cli {
@@ -38,6 +39,7 @@ struct BenchTrainArgs {
   int nproc = 0;
   double bucket_mb = 25, first_bucket_mb = 1;
   std::string recompute = "none";
+  std::string precision = "fp32";  // bf16 | fp16: compared with fp32 (bench_precision.h)
 };
 
 // CPU seconds used by this process: on a shared machine this tracks our own
@@ -195,6 +197,11 @@ void register_bench_train(CLI::App& bench) {
   c->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size (MiB)")->capture_default_str();
   c->add_option("--first-bucket-mb", args->first_bucket_mb, "First gradient bucket (MiB)")
       ->capture_default_str();
+  c->add_option("--precision", args->precision,
+                "fp32, or bf16 | fp16: train fp32 and that mixed precision side by side "
+                "(single process, interleaved) and print both")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   c->add_option("--recompute", args->recompute,
                 "Activation recompute: none | full | every:K | selective")
       ->capture_default_str();
@@ -217,6 +224,13 @@ void register_bench_train(CLI::App& bench) {
       if (args->json) lo.command.push_back("--json");
       const launch::LaunchResult r = launch::run_local(lo);
       if (r.exit_code != 0) throw Error(fmt::format("bench failed: {}", r.message));
+      return;
+    }
+    if (args->precision != "fp32") {
+      if (args->nproc > 1 || w.size > 1)
+        throw UsageError("--precision compares with fp32 in one process; drop --nproc");
+      run_bench_precision({args->preset, args->batch, args->seq, args->threads, args->steps,
+                           args->warmup, args->json, args->recompute, args->precision});
       return;
     }
     run_bench_train(*args);

@@ -1,0 +1,130 @@
+#include "bench_precision.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/rng.h"
+#include "meshtrain/core/threads.h"
+#include "meshtrain/kernels/cpu/gemm_bf16.h"
+#include "meshtrain/nn/gpt.h"
+#include "meshtrain/train/mixed_precision.h"
+#include "meshtrain/train/optimizer_step.h"
+#include "recompute_option.h"
+
+namespace meshtrain::cli {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// One side of the comparison: a model, its mixed-precision setting and its
+// optimizer, with the per-step timings it collected.
+struct Side {
+  Precision precision;
+  std::unique_ptr<GPT> model;
+  std::unique_ptr<MixedPrecision> mixed;
+  std::unique_ptr<OptimizerStep> stepper;
+  std::vector<double> step_s, fwd_s, bwd_s, opt_s;
+  float loss = 0;
+
+  Side(const GPTConfig& cfg, Precision p, const Recompute& rc) : precision(p) {
+    model = std::make_unique<GPT>(cfg);
+    model->set_recompute(rc);
+    model->init_weights(1);
+    mixed = std::make_unique<MixedPrecision>(*model, MixedPrecisionOptions{p, {}});
+    LrSchedule sched;
+    sched.max_lr = 3e-4f;
+    sched.kind = "constant";
+    stepper = std::make_unique<OptimizerStep>(*model, AdamWConfig{}, sched, 1.0f);
+    stepper->set_mixed_precision(mixed.get());
+  }
+
+  void step(const MicroBatch& mb, int s, bool timed) {
+    const StepStats st = stepper->run({mb}, s);
+    loss = st.loss;
+    if (!timed) return;
+    step_s.push_back(st.forward_s + st.backward_s + st.optimizer_s);
+    fwd_s.push_back(st.forward_s);
+    bwd_s.push_back(st.backward_s);
+    opt_s.push_back(st.optimizer_s);
+  }
+};
+
+}  // namespace
+
+void run_bench_precision(const PrecisionBenchArgs& a) {
+  const GPTConfig cfg = gpt_preset(a.preset);
+  const int T = a.seq > 0 ? a.seq : cfg.seq_len;
+  if (T > cfg.seq_len) throw UsageError(fmt::format("--seq {} exceeds the model context {}", T, cfg.seq_len));
+  if (a.batch < 1 || a.steps < 1) throw UsageError("--batch and --steps must be >= 1");
+  const Precision mixed = precision_from_name(a.precision);
+  if (!is_mixed(mixed)) throw UsageError("--precision: compare bf16 or fp16 with fp32");
+  const Recompute rc = recompute_from_config(a.recompute);
+  set_thread_count(a.threads > 0 ? a.threads : default_thread_count());
+
+  Side f32(cfg, Precision::FP32, rc), half(cfg, mixed, rc);
+  Rng rng(1234);
+  std::vector<int32_t> in(static_cast<size_t>(a.batch) * T), tg(in.size());
+  for (int s = 0; s < a.warmup + a.steps; ++s) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
+      tg[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
+    }
+    const MicroBatch mb{in.data(), tg.data(), a.batch, T};
+    const bool timed = s >= a.warmup;
+    // Interleaved, alternating which side goes first, so drifting outside load
+    // falls on both alike.
+    if (s % 2 == 0) {
+      f32.step(mb, s, timed);
+      half.step(mb, s, timed);
+    } else {
+      half.step(mb, s, timed);
+      f32.step(mb, s, timed);
+    }
+  }
+  const double tokens = static_cast<double>(a.batch) * T;
+  const double tok32 = tokens / median(f32.step_s), tok16 = tokens / median(half.step_s);
+  const std::string path = cpu::half_gemm_description(half_of(mixed));
+  const int64_t act32 = GPT::activation_bytes(cfg, a.batch, T, rc, Precision::FP32);
+  const int64_t act16 = GPT::activation_bytes(cfg, a.batch, T, rc, mixed);
+  if (a.json) {
+    auto side = [&](const Side& s, double tok_s, int64_t act) {
+      return nlohmann::json{{"precision", precision_name(s.precision)},
+                            {"ms_per_step", median(s.step_s) * 1e3},
+                            {"forward_ms", median(s.fwd_s) * 1e3},
+                            {"backward_ms", median(s.bwd_s) * 1e3},
+                            {"optimizer_ms", median(s.opt_s) * 1e3},
+                            {"tokens_per_s", tok_s}, {"loss", s.loss}, {"activation_mb", act / 1e6}};
+    };
+    fmt::print("{}\n", nlohmann::json{{"preset", a.preset}, {"batch", a.batch}, {"seq", T},
+                                      {"threads", thread_count()}, {"steps", a.steps},
+                                      {"recompute", rc.name()}, {"gemm_path", path},
+                                      {"fp32", side(f32, tok32, act32)},
+                                      {a.precision, side(half, tok16, act16)},
+                                      {"speedup", tok16 / tok32}}.dump());
+    return;
+  }
+  fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {} | {} vs fp32, "
+             "{} steps each, interleaved, medians\n", cfg.describe(), a.batch, T, thread_count(),
+             rc.name(), a.precision, a.steps);
+  fmt::print("  {} path: {}\n", a.precision, path);
+  for (const auto* s : {&f32, &half}) {
+    const double tok = s == &f32 ? tok32 : tok16;
+    fmt::print("  {:<5} step {:8.2f} ms (fwd {:.2f}, bwd {:.2f}, optim {:.2f})  {:8.0f} tokens/s  "
+               "loss {:.4f}  activations {:.1f} MB\n", precision_name(s->precision),
+               median(s->step_s) * 1e3, median(s->fwd_s) * 1e3, median(s->bwd_s) * 1e3,
+               median(s->opt_s) * 1e3, tok, s->loss, (s == &f32 ? act32 : act16) / 1e6);
+  }
+  fmt::print("  speedup {} / fp32          {:8.2f}x tokens/s\n", a.precision, tok16 / tok32);
+}
+
+}  // namespace meshtrain::cli
