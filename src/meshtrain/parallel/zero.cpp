@@ -76,6 +76,11 @@ void Zero::broadcast_parameters() {
   comm_.broadcast(model_->params().flat, /*root=*/0).wait();
 }
 
+void Zero::shard() {
+  MT_CHECK(model_, "attach() a model before shard()");
+  params_->shard();
+}
+
 void Zero::start() {
   MT_CHECK(model_, "attach() a model before start()");
   params_->start();

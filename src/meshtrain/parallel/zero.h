@@ -14,8 +14,9 @@
 //   model->init_weights(seed);        // or load
 //   zero.attach(*model);
 //   zero.broadcast_parameters();      // rank 0's weights (all still full)
-//   ... resume into own ranges ...
-//   zero.start();                     // stage 3: drop foreign parameters
+//   zero.shard();                     // stage 3: drop foreign parameters
+//   ... optimizer over own(); resume into own ranges ...
+//   zero.start();                     // gather from the owners
 //   per step: zero_grad(); per micro-batch: forward; begin_backward(last);
 //             backward; end_backward(last); then before_update(); AdamW over
 //             own() with gradients(); after_update().
@@ -62,11 +63,13 @@ class Zero {
   // Installs the parameter and grad-ready hooks. The model must outlive this
   // object or be detached by destroying it first.
   void attach(GPT& model);
-  // Collective: rank 0's full parameters to every rank (before start()).
+  // Collective: rank 0's full parameters to every rank (before shard()).
   void broadcast_parameters();
-  // Every rank's own range holds the training weights (after init and
-  // resume): stage 3 returns its foreign parameter pages; all stages then
-  // gather from the owners.
+  // Stage 3: keep only the own range and the persistent units (call before
+  // the optimizer state is allocated, so setup never holds both in full).
+  void shard();
+  // Every rank's own range holds the training weights (after resume): all
+  // stages gather the rest from the owners.
   void start();
 
   void zero_grad();

@@ -128,12 +128,14 @@ void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
   release(u);
 }
 
-void ZeroParameters::start() {
+void ZeroParameters::shard() {
   before_update();
-  if (sharded()) {
-    for (int u = 0; u < static_cast<int>(units_.size()); ++u)
-      if (!persistent_[u]) release(u);
-  }
+  if (!sharded()) return;
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+    if (!persistent_[u]) release(u);
+}
+
+void ZeroParameters::start() {
   cursor_ = order_.size();
   after_update();
 }

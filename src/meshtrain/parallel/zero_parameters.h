@@ -43,8 +43,11 @@ class ZeroParameters {
   // first unit may be prefetched while backward finishes).
   void set_more_micro_batches(bool more) { more_micro_batches_ = more; }
 
+  // Stage 3: returns the foreign pages of the sharded units (after the
+  // initial weights are in place, before the optimizer state is allocated).
+  void shard();
   // Every rank's own range is current (start of training, after resume):
-  // stage 3 returns the foreign pages of sharded units; then as after_update().
+  // as after_update().
   void start();
   // Waits for gathers in flight: call before the optimizer writes the own range.
   void before_update();

@@ -122,6 +122,15 @@ std::string memory_report_text(const std::vector<RankMemory>& predicted,
                                      peaks[r][cat(MemCategory::Gradients)] +
                                      peaks[r][cat(MemCategory::OptimizerState)]));
   out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().model_states())));
+  // Extra values after the categories: the training's total peak, the setup's.
+  if (!peaks.empty() && peaks.front().size() >= kMemCategoryCount + 2) {
+    out += fmt::format("{:<22}", "total (training)");
+    for (size_t r = 0; r < n; ++r) out += fmt::format(" {:>10}", mb(peaks[r][kMemCategoryCount]));
+    out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().total())));
+    out += fmt::format("{:<22}", "total (setup)");
+    for (size_t r = 0; r < n; ++r) out += fmt::format(" {:>10}", mb(peaks[r][kMemCategoryCount + 1]));
+    out += "\n";
+  }
   return out;
 }
 

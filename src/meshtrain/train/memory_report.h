@@ -55,7 +55,8 @@ RankMemory predict_rank_memory(const MemoryPlan& plan);
 void check_memory_limit(const MemoryPlan& plan, double limit_bytes);
 
 // The report `meshtrain train` prints: for each category the prediction and
-// the measured peaks of every rank (`peaks[rank][category]`).
+// the measured peaks of every rank (`peaks[rank][category]`, optionally
+// followed by the training's and the setup's total peaks).
 std::string memory_report_text(const std::vector<RankMemory>& predicted,
                                const std::vector<std::vector<double>>& peaks);
 
