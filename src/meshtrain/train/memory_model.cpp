@@ -1,15 +1,18 @@
 #include "meshtrain/train/memory_model.h"
 
+#include <algorithm>
+
+#include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/nn/gpt.h"
 
 namespace meshtrain {
 
 MemoryPrediction predict_training_memory(const GPTConfig& cfg, int B, int T, int threads,
-                                         const Recompute& recompute) {
+                                         const Recompute& recompute, Precision precision) {
   const int64_t P = cfg.num_params();
   const int64_t C = cfg.n_embd, NH = cfg.n_head, hd = C / NH;
   MemoryPrediction m;
-  m.params = 4 * P;
+  m.params = (is_mixed(precision) ? 6 : 4) * P;
   m.grads = 4 * P;
   m.optimizer = 8 * P;
   // Per layer saved for backward without recompute: ln1, qkv(3), atty,
@@ -18,9 +21,18 @@ MemoryPrediction predict_training_memory(const GPTConfig& cfg, int B, int T, int
   // losses and backward scratch. The recompute policy drops per-layer parts
   // and adds one scratch block (docs/ARCHITECTURE.md, nn); the model's own
   // layout count gives the exact bytes.
-  m.activations = GPT::activation_bytes(cfg, B, T, recompute);
+  m.activations = GPT::activation_bytes(cfg, B, T, recompute, precision);
   // Attention: per thread, eight T x hd head tiles and two 64 x T score blocks.
   m.workspace = 4 * static_cast<int64_t>(threads) * (8 * T * hd + 2 * 64 * T);
+  const bool widened = precision == Precision::FP16 ||
+                       (precision == Precision::BF16 &&
+                        cpu::bf16_gemm_path() == cpu::HalfGemmPath::FallbackSgemm);
+  if (widened) {
+    // The two f32 copies of the largest operands: A = an output gradient
+    // (N x max(4C, Vp)); B = a weight or the fc output (N x 4C, Vp x C, 4C x C).
+    const int64_t N = static_cast<int64_t>(B) * T, Vp = cfg.padded_vocab;
+    m.workspace += 4 * (N * std::max(4 * C, Vp) + std::max({N * 4 * C, Vp * C, 4 * C * C}));
+  }
   return m;
 }
 

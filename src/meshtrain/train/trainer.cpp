@@ -78,6 +78,9 @@ MemoryPlan memory_plan(const TrainerOptions& opt, const GPTConfig& cfg, int T, i
   plan.zero_stage = world > 1 ? opt.zero_stage : 0;
   plan.persist_threshold = opt.zero_persist_threshold;
   plan.bytes = opt.state_bytes;
+  // Mixed precision: the model's 16-bit compute copy beside its f32 master
+  // parameters (nn/gpt.h), 2 more bytes per parameter.
+  if (is_mixed(opt.precision)) plan.bytes.p += 2;
   plan.base = base;
   return plan;
 }
@@ -126,7 +129,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   // Refuse, before allocating, what the formulas say cannot fit the limit.
   check_memory_limit(memory_plan(opt, cfg, T, world, 0,
                                  predict_training_memory(cfg, opt.micro_batch, T, thread_count(),
-                                                         opt.recompute)),
+                                                         opt.recompute, opt.precision)),
                      opt.memory_limit_bytes);
   auto say = [lead](const std::string& line) {
     if (lead) fmt::print("{}\n", line);
@@ -261,7 +264,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   say(fmt::format("data: {} windows in {} ({} batches/epoch)", train.num_windows(),
                   opt.train_pattern, train.batches_per_epoch()));
   const MemoryPrediction pred = predict_training_memory(cfg, opt.micro_batch, T, thread_count(),
-                                                        opt.recompute);
+                                                        opt.recompute, opt.precision);
   {
     // Rank 0's share under the ZeRO stage (memory_report.h formulas).
     const RankMemory rm = predict_rank_memory(memory_plan(opt, cfg, T, world, 0, pred));

@@ -61,7 +61,10 @@ std::atomic<int> g_path{-1};  // -1: not decided yet
 float* scratch(int which, int64_t n) {
   thread_local Tensor bufs[2];
   Tensor& t = bufs[which];
-  if (t.numel() < n) t = Tensor::zeros({n}, DType::F32, MemCategory::Workspace);
+  if (t.numel() < n) {
+    t = Tensor();  // free first: the peak holds one buffer, as predicted
+    t = Tensor::zeros({n}, DType::F32, MemCategory::Workspace);
+  }
   return t.data<float>();
 }
 
