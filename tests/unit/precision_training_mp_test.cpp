@@ -71,6 +71,18 @@ TEST(precision, bf16_and_fp16_track_fp32_loss_curve) {
   EXPECT_NE(bf.log.find("precision: bf16 mixed"), std::string::npos) << bf.log;
   EXPECT_NE(hf.log.find("dynamic loss scale 65536"), std::string::npos) << hf.log;
   EXPECT_EQ(hf.log.find("overflowed"), std::string::npos) << hf.log;
+  // The allocator's peaks equal the prediction (train/memory_model.h): the
+  // 16-bit weight copy, 16-bit activations, fp16's widening scratch.
+  for (const RunResult* r : {&bf, &hf}) {
+    const auto mem = nlohmann::json::parse(slurp((r->dir / "memory.json").string()));
+    for (const char* cat : {"parameters", "gradients", "optimizer", "activations", "workspace"})
+      EXPECT_EQ(mem[0]["peak"][cat].get<double>(), mem[0]["predicted"][cat].get<double>())
+          << r->dir << " " << cat;
+  }
+  const auto m32 = nlohmann::json::parse(slurp((f32_reference().dir / "memory.json").string()));
+  const auto m16 = nlohmann::json::parse(slurp((bf.dir / "memory.json").string()));
+  EXPECT_EQ(m16[0]["peak"]["parameters"].get<double>(), 1.5 * m32[0]["peak"]["parameters"].get<double>());
+  EXPECT_LT(m16[0]["peak"]["activations"].get<double>(), m32[0]["peak"]["activations"].get<double>());
 }
 
 TEST(precision, bf16_and_fp16_track_fp32_loss_curve_2_ranks) {
