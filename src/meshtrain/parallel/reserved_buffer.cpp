@@ -19,6 +19,9 @@ ReservedBuffer::ReservedBuffer(int64_t numel) : numel_(numel) {
   if (p == MAP_FAILED)
     fail("cannot reserve {} bytes of address space: {}", bytes_, std::strerror(errno));
   data_ = static_cast<float*>(p);
+  // Large units are gathered and dropped every step: huge pages make that
+  // 512x fewer page faults (best effort: ignored where THP is off).
+  madvise(p, bytes_, MADV_HUGEPAGE);
 }
 
 ReservedBuffer::~ReservedBuffer() {
