@@ -7,6 +7,7 @@ void register_bench(CLI::App& app) {
   bench->require_subcommand(1);
   register_bench_train(*bench);
   register_bench_comm(*bench);
+  register_bench_ckpt(*bench);
   register_bench_gemm(*bench);
 }
 

@@ -14,6 +14,7 @@ void register_data(CLI::App& app);
 void register_bench(CLI::App& app);      // creates "bench", calls the two below
 void register_bench_train(CLI::App& bench);
 void register_bench_comm(CLI::App& bench);
+void register_bench_ckpt(CLI::App& bench);
 void register_bench_gemm(CLI::App& bench);
 void register_launch(CLI::App& app);
 // --max-restarts, --min-nproc, --heartbeat-timeout, ... (shared by launch and train).

@@ -1,5 +1,6 @@
 #include "meshtrain/ckpt/checkpoint_writer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -133,6 +134,8 @@ CheckpointIndex index_skeleton(const SaveRequest& r, int world_size) {
 
 // Host memory for one snapshot; grows but never zero-fills (every byte is
 // overwritten by the copy, and zeroing would double the caller's stall).
+// (2 MiB huge pages were tried: the first save's page faults turned into
+// compaction stalls several times longer; plain pages it is.)
 struct SnapshotBuffer {
   std::unique_ptr<char[]> bytes;
   size_t capacity = 0;
@@ -176,14 +179,16 @@ struct CheckpointWriter::Impl {
     std::rethrow_exception(e);
   }
 
-  Job snapshot(const SaveRequest& r);
+  // copy = false (synchronous saves): the slices point at the caller's
+  // buffers, which stay untouched until save() returns.
+  Job snapshot(const SaveRequest& r, bool copy = true);
   SaveStats write(const Job& job);
   void write_index_rank0(const Job& job, const std::string& dir,
                          const std::vector<int64_t>& gathered);
   void run_worker();
 };
 
-CheckpointWriter::Impl::Job CheckpointWriter::Impl::snapshot(const SaveRequest& r) {
+CheckpointWriter::Impl::Job CheckpointWriter::Impl::snapshot(const SaveRequest& r, bool copy) {
   Job job;
   job.meta = r;
   size_t total = 0;
@@ -196,23 +201,26 @@ CheckpointWriter::Impl::Job CheckpointWriter::Impl::snapshot(const SaveRequest& 
     ranges.push_back(want);
     total += static_cast<size_t>(want.count()) * dtype_size(b.dtype);
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!pool.empty()) {
-      job.snapshot = pool.back();
-      pool.pop_back();
+  char* base = nullptr;
+  if (copy) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!pool.empty()) {
+        job.snapshot = pool.back();
+        pool.pop_back();
+      }
     }
+    if (!job.snapshot) job.snapshot = std::make_shared<SnapshotBuffer>();
+    base = job.snapshot->reserve(total);
   }
-  if (!job.snapshot) job.snapshot = std::make_shared<SnapshotBuffer>();
-  char* base = job.snapshot->reserve(total);
   size_t at = 0;
   for (size_t i = 0; i < r.buffers.size(); ++i) {
     const auto& b = r.buffers[i];
     const size_t es = dtype_size(b.dtype);
     const size_t n = static_cast<size_t>(ranges[i].count()) * es;
     const char* src = static_cast<const char*>(b.data) + (ranges[i].begin - b.held.begin) * es;
-    char* dst = base + at;
-    if (n) copy_bytes(dst, src, n);
+    char* dst = copy ? base + at : const_cast<char*>(src);
+    if (n && copy) copy_bytes(dst, src, n);
     job.slices.push_back({b.name, b.dtype, dst, ranges[i]});
     job.meta.buffers[i].data = dst;
     job.meta.buffers[i].held = ranges[i];
@@ -364,13 +372,12 @@ void CheckpointWriter::save(const SaveRequest& request) {
   Impl& m = *impl_;
   const double t0 = now_s();
   if (!m.opt.async) {
-    Impl::Job job = m.snapshot(request);
+    Impl::Job job = m.snapshot(request, /*copy=*/false);  // no copy: the caller waits anyway
     job.stall_s = now_s() - t0;
     SaveStats s = m.write(job);
     s.stall_s = now_s() - t0;  // synchronous: the caller waited for everything
     std::lock_guard<std::mutex> lock(m.mu);
     m.done.push_back(s);
-    m.pool.push_back(std::move(job.snapshot));
     return;
   }
   {

@@ -19,6 +19,8 @@ class AtomicFileWriter {
   // fsync, rename onto the target path, fsync the directory.
   void commit();
   const std::string& path() const { return path_; }
+  // The temporary file's descriptor until commit() (e.g. to start writeback early).
+  int fd() const { return fd_; }
 
  private:
   std::string path_, tmp_path_;

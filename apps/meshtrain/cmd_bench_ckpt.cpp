@@ -1,0 +1,225 @@
+// `meshtrain bench ckpt`: the checkpoint figures of docs/PERFORMANCE.md, each
+// next to its baseline measured in the same run (medians of interleaved
+// repetitions):
+//   save throughput  a synchronous checkpoint save of S bytes (params + AdamW
+//                    moments, one rank) vs the disk's sequential write
+//                    bandwidth: S bytes in 8 MiB writes + fsync, in the same
+//                    directory (target >= 70%);
+//   stall            what the training loop waits for in an asynchronous save
+//                    (the host snapshot) vs a synchronous save (target <= 10%);
+//   recovery         a 2-rank training job whose rank 1 is SIGKILLed: seconds
+//                    from the launcher seeing the death to every rank training
+//                    again (restart log), vs the checkpoint's load time
+//                    (target <= 5 s + load).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "meshtrain/ckpt/checkpoint_dir.h"
+#include "meshtrain/ckpt/checkpoint_writer.h"
+#include "meshtrain/ckpt/gpt_checkpoint.h"
+#include "meshtrain/ckpt/resume.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/rng.h"
+
+namespace meshtrain::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct BenchCkptArgs {
+  double mb = 256;          // checkpoint size
+  int reps = 3;
+  std::string dir = ".";    // where to write (the filesystem checkpoints go to)
+  bool recovery = true;
+  std::string preset = "char-6L";
+  bool json = false;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The baseline: `bytes` written sequentially in 8 MiB writes, then fsync,
+// like `dd bs=8M conv=fsync`. Seconds.
+double disk_write_s(const std::string& path, const std::vector<char>& block, size_t bytes) {
+  const double t0 = now_s();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MT_CHECK(fd >= 0, "cannot create {}", path);
+  size_t left = bytes;
+  while (left > 0) {
+    const size_t n = std::min(left, block.size());
+    const ssize_t w = ::write(fd, block.data(), n);
+    MT_CHECK(w > 0, "cannot write {}", path);
+    left -= static_cast<size_t>(w);
+  }
+  MT_CHECK(::fsync(fd) == 0 && ::close(fd) == 0, "cannot fsync {}", path);
+  const double t = now_s() - t0;
+  fs::remove(path);
+  return t;
+}
+
+// Kills rank 1 of a short 2-rank training run after its step-8 checkpoint
+// and reads the recovery time from the restart log; then times loading that
+// checkpoint in this process. Returns {recovery_s, load_s}.
+std::pair<double, double> measure_recovery(const BenchCkptArgs& a, const std::string& root) {
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  MT_CHECK(len > 0, "cannot find this program's path");
+  const std::string bin(self, static_cast<size_t>(len));
+  const std::string data = root + "/data", run = root + "/run";
+  const std::string quiet = " >" + root + "/log 2>&1";
+  MT_CHECK(std::system((bin + " data synth --out " + data + " --tokens 200000" + quiet).c_str()) == 0,
+           "bench ckpt: data synth failed (see {}/log)", root);
+  const std::string cmd = fmt::format(
+      "MESHTRAIN_TEST_KILL_AT_STEP=1:10 {} train --nproc 2 --max-restarts 1 --set model.preset={} "
+      "--set model.vocab_size=256 --set data.train='{}/train_*.bin' --set train.steps=12 "
+      "--set train.micro_batch=2 --set train.eval_every=0 --set checkpoint.every=4 "
+      "--set checkpoint.async=false --set telemetry.dir={} {}", bin, a.preset, data, run, quiet);
+  MT_CHECK(std::system(cmd.c_str()) == 0, "bench ckpt: the recovery run failed (see {}/log)", root);
+  double recovery = -1;
+  std::ifstream log(run + "/restarts.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    const json j = json::parse(line);
+    if (j.value("event", "") == "training_again") recovery = j.at("seconds_after_failure").get<double>();
+  }
+  MT_CHECK(recovery >= 0, "bench ckpt: no training_again record in {}/restarts.jsonl", run);
+  // Load time of the checkpoint the restart resumed from (step 8), as one rank.
+  const std::string step8 = ckpt::step_dir(run + "/ckpt", 8);
+  const ckpt::CheckpointIndex index = ckpt::read_index(step8);
+  const GPTConfig cfg = index.model;
+  Tensor flat = Tensor::zeros({cfg.num_params()}, DType::F32);
+  const GPTParams params = GPTParams::view(cfg, flat);
+  AdamW adam(0, cfg.num_params(), {{0, cfg.num_params(), true}}, AdamWConfig{});
+  const double t0 = now_s();
+  ckpt::load_checkpoint(step8, ckpt::gpt_fill_requests(params, &adam));
+  return {recovery, now_s() - t0};
+}
+
+void run_bench_ckpt(const BenchCkptArgs& a) {
+  MT_CHECK(a.mb > 0 && a.reps >= 1, "--mb and --reps must be positive");
+  fs::create_directories(a.dir);
+  std::string tmpl = (fs::path(a.dir) / "meshtrain_bench_ckpt_XXXXXX").string();
+  MT_CHECK(mkdtemp(tmpl.data()), "cannot create a directory in {}", a.dir);
+  const std::string root = tmpl;
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::error_code ec; fs::remove_all(dir, ec); }
+  } cleanup{root};
+
+  // Three f32 buffers (parameters and both moments) of mb/3 each, random so
+  // nothing compresses or dedups.
+  const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(a.mb * (1 << 20) / 12));
+  std::vector<float> p(n), m(n), v(n);
+  Rng rng(7);
+  for (auto* b : {&p, &m, &v})
+    for (auto& x : *b) x = rng.normal();
+  const size_t bytes = static_cast<size_t>(n) * 12;
+  ckpt::SaveRequest req;
+  req.model = gpt_preset("tiny");
+  req.buffers = {{ckpt::kParams, DType::F32, n, p.data(), {0, n}},
+                 {ckpt::kExpAvg, DType::F32, n, m.data(), {0, n}},
+                 {ckpt::kExpAvgSq, DType::F32, n, v.data(), {0, n}}};
+  std::vector<char> block(8u << 20);
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>(rng.next_u64());
+
+  // Steady state, as in training: one writer of each kind for the whole
+  // run, a first (unmeasured) save to allocate its snapshot buffers.
+  std::vector<double> disk_s, sync_s, async_stall_s, async_total_s, first_stall_s;
+  auto writer = [&](bool async) {
+    ckpt::WriterOptions o;
+    o.root = root + (async ? "/async" : "/sync");
+    o.async = async;
+    o.keep_last = 1;
+    return std::make_unique<ckpt::CheckpointWriter>(o, nullptr);
+  };
+  auto sync_writer = writer(false), async_writer = writer(true);
+  int64_t step = 0;
+  for (auto* w : {sync_writer.get(), async_writer.get()}) {
+    req.step = ++step;
+    const double t0 = now_s();
+    w->save(req);
+    first_stall_s.push_back(now_s() - t0);
+    w->wait();
+  }
+  for (int r = 0; r < a.reps; ++r) {
+    disk_s.push_back(disk_write_s(root + "/dd.bin", block, bytes));
+    req.step = ++step;
+    double t0 = now_s();
+    sync_writer->save(req);
+    sync_s.push_back(now_s() - t0);
+    req.step = ++step;
+    t0 = now_s();
+    async_writer->save(req);
+    async_stall_s.push_back(now_s() - t0);
+    async_writer->wait();
+    async_total_s.push_back(now_s() - t0);
+  }
+  const double mib = bytes / 1048576.0;
+  const double disk_bw = mib / median(disk_s), save_bw = mib / median(sync_s);
+  const double stall = median(async_stall_s), sync_t = median(sync_s);
+  std::vector<json> rows;
+  rows.push_back({{"figure", "save_throughput"}, {"mib", mib}, {"save_mib_s", save_bw},
+                  {"disk_mib_s", disk_bw}, {"ratio", save_bw / disk_bw}, {"target", ">= 0.70"}});
+  rows.push_back({{"figure", "async_stall"}, {"async_stall_ms", stall * 1e3},
+                  {"sync_save_ms", sync_t * 1e3}, {"async_total_ms", median(async_total_s) * 1e3},
+                  {"first_async_stall_ms", first_stall_s[1] * 1e3},
+                  {"ratio", stall / sync_t}, {"target", "<= 0.10"}});
+  if (!a.json) {
+    fmt::print("checkpoint of {:.0f} MiB in {} (median of {} interleaved repetitions)\n", mib, a.dir, a.reps);
+    fmt::print("  save throughput  {:8.0f} MiB/s   disk write+fsync {:8.0f} MiB/s   ratio {:5.1f}%  (target >= 70%)\n",
+               save_bw, disk_bw, 100 * save_bw / disk_bw);
+    fmt::print("  training stall   {:8.1f} ms async   sync save       {:8.1f} ms      ratio {:5.1f}%  (target <= 10%; "
+               "the async write took {:.1f} ms in the background; the first async save, which "
+               "allocates the snapshot, waited {:.1f} ms)\n",
+               stall * 1e3, sync_t * 1e3, 100 * stall / sync_t, median(async_total_s) * 1e3,
+               first_stall_s[1] * 1e3);
+  }
+  if (a.recovery) {
+    const auto [recovery, load] = measure_recovery(a, root);
+    rows.push_back({{"figure", "recovery"}, {"preset", a.preset}, {"training_again_s", recovery},
+                    {"checkpoint_load_s", load}, {"target_s", 5 + load}});
+    if (!a.json)
+      fmt::print("  recovery         {:8.2f} s from a killed rank to 2 ranks training again ({}); "
+                 "checkpoint load {:.2f} s; target <= 5 s + load = {:.2f} s\n",
+                 recovery, a.preset, load, 5 + load);
+  }
+  if (a.json)
+    for (const auto& r : rows) fmt::print("{}\n", r.dump());
+}
+
+}  // namespace
+
+void register_bench_ckpt(CLI::App& bench) {
+  auto a = std::make_shared<BenchCkptArgs>();
+  auto* c = bench.add_subcommand(
+      "ckpt", "Checkpoint save throughput vs the disk, async stall vs a sync save, recovery time after a killed rank");
+  c->add_option("--mb", a->mb, "Checkpoint size in MiB (params + two AdamW moments)")->capture_default_str();
+  c->add_option("--reps", a->reps, "Interleaved repetitions (medians are printed)")->capture_default_str();
+  c->add_option("--dir", a->dir, "Directory on the filesystem to measure (a temporary folder is made inside)")
+      ->capture_default_str();
+  c->add_option("--preset", a->preset, "Model of the recovery run")->capture_default_str();
+  c->add_flag("!--no-recovery", a->recovery, "Skip the killed-rank recovery measurement");
+  c->add_flag("--json", a->json, "One JSON object per figure");
+  c->callback([a] { run_bench_ckpt(*a); });
+}
+
+}  // namespace meshtrain::cli
