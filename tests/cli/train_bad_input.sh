@@ -49,7 +49,8 @@ expect 1 "outside the vocabulary" -- "$BIN" train "${COMMON[@]}" --set model.pre
 "$BIN" train "${COMMON[@]}" >/dev/null 2>&1 || fail "setup training failed"
 expect 1 "disagree" -- "$BIN" train "${COMMON[@]}" --set model.preset="" \
   --set "init_from=$TMP/run/model.safetensors" --set model.seq_len=64
-expect 1 "not available" -- "$BIN" train "${COMMON[@]}" --set zero.stage=2
+expect 1 "not available" -- "$BIN" train "${COMMON[@]}" --set parallel.tp=2
+expect 1 "comm.grad_dtype" -- "$BIN" train "${COMMON[@]}" --set comm.grad_dtype=bf16 --set zero.stage=1
 head -c 100 "$TMP/run/model.safetensors" >"$TMP/cut.safetensors"
 expect 1 "cut.safetensors" -- "$BIN" sample --model "$TMP/cut.safetensors"
 expect 1 "missing.safetensors" -- "$BIN" sample --model "$TMP/missing.safetensors"
