@@ -100,6 +100,21 @@ TEST(precision, mixed_precision_forward_backward_tracks_fp32) {
   EXPECT_LT(rel_norm_diff(unscaled, hf.grads), 1e-2);
 }
 
+// The model through the widening fallback (what a CPU without AVX512_BF16
+// runs) matches the oneDNN path: both multiply the same bf16 values exactly
+// and accumulate in f32; only the summation order differs.
+TEST(precision, bf16_fallback_path_matches_the_onednn_path) {
+  if (!cpu::have_onednn() || !cpu::cpu_has_avx512_bf16()) GTEST_SKIP() << "no oneDNN bf16 path here";
+  const GPTConfig cfg = odd_shape();
+  cpu::set_bf16_gemm_path(cpu::HalfGemmPath::FallbackSgemm);
+  const Result fb = run(cfg, Precision::BF16);
+  cpu::set_bf16_gemm_path(cpu::HalfGemmPath::OneDnnBf16);
+  const Result dn = run(cfg, Precision::BF16);
+  EXPECT_NEAR(fb.loss, dn.loss, 1e-4 * dn.loss);
+  EXPECT_LT(rel_norm_diff(fb.grads, dn.grads), 1e-2);
+  EXPECT_GT(cosine(fb.grads, dn.grads), 0.9999);
+}
+
 TEST(precision, recompute_is_bit_identical_under_mixed_precision) {
   const GPTConfig cfg = odd_shape();
   for (Precision p : {Precision::BF16, Precision::FP16}) {
