@@ -17,6 +17,7 @@
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/ckpt/resume.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/half.h"
 #include "meshtrain/core/rng.h"
 
 using namespace meshtrain;
@@ -381,6 +382,37 @@ TEST_F(ckpt, export_import_round_trip_is_bit_identical) {
     EXPECT_EQ(back.opt->exp_avg().data<float>()[0], 0.0f);
     EXPECT_EQ(r.absent_buffers.size(), 2u);
   }
+}
+
+// init_from a checkpoint directory: a root means its newest complete
+// checkpoint; the parameters arrive bit-exact (or rounded once into a 16-bit
+// buffer); another model is refused naming the index.
+TEST_F(ckpt, init_from_a_checkpoint_dir_loads_its_parameters) {
+  save_steps({1, 2});
+  fs::remove(step_dir(root_, 2) + "/index.json");  // step 2 torn: the root means step 1
+  EXPECT_TRUE(is_checkpoint_path(root_));
+  EXPECT_FALSE(is_checkpoint_path(shard(1)));
+  const GPTConfig got = read_init_config(root_);
+  EXPECT_EQ(gpt_config_difference(got, cfg_), "");
+  Model m(cfg_, 77), want(cfg_, 1);
+  EXPECT_EQ(load_init_weights(root_, m.params, cfg_), step_dir(root_, 1));
+  EXPECT_TRUE(same_bytes(m.flat, want.flat));
+  EXPECT_EQ(m.opt->steps_taken(), 770);  // the optimizer is not touched
+  // A bf16 parameter buffer gets the rounded values.
+  Tensor half = Tensor::zeros({cfg_.num_params()}, DType::BF16);
+  load_init_weights(step_dir(root_, 1), GPTParams::view(cfg_, half), cfg_);
+  EXPECT_EQ(half.data<uint16_t>()[123], f32_to_bf16(want.flat.data<float>()[123]));
+  // Another model.
+  GPTConfig other = cfg_;
+  other.n_layer = 3;
+  Model o(other, 5);
+  try {
+    load_init_weights(root_, o.params, other);
+    ADD_FAILURE() << "loading another model's checkpoint succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index.json is from another model"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_init_config(root_ + "/nothing_here"), Error);
 }
 
 // Throughput (run by hand: --gtest_also_run_disabled_tests): 3 x 128 MiB
