@@ -33,8 +33,8 @@ void add_elastic_options(CLI::App* cmd, launch::ElasticOptions& o) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--restart-log", o.restart_log,
-                  "JSON-lines file receiving every restart with its cause")
-      ->capture_default_str();
+                  "JSON-lines file receiving every restart with its cause (default: "
+                  "meshtrain-restarts.jsonl for launch, TELEMETRY_DIR/restarts.jsonl for train)");
 }
 
 void register_launch(CLI::App& app) {
