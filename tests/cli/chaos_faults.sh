@@ -68,10 +68,10 @@ no_leaks() {
 "$BIN" train "${ARGS[@]}" --nproc $NP --set telemetry.dir="$TMP/ref" >"$TMP/log_ref" 2>&1 ||
   { cat "$TMP/log_ref"; fail "reference run failed"; }
 
-# 3. A hung rank (SIGSTOP): no heartbeat for 2 s -> stopped and restarted.
+# 3. A hung rank (SIGSTOP): no heartbeat for 3 s -> stopped and restarted.
 d="$TMP/hang"
-MESHTRAIN_TEST_HANG_AT_STEP=2:11 "$BIN" train "${ARGS[@]}" --nproc $NP --max-restarts 1 \
-  --heartbeat-timeout 2 --grace 1 --set telemetry.dir="$d" >"$d.log" 2>&1 ||
+MESHTRAIN_TEST_HANG_AT_STEP=2:11 "$BIN" train "${ARGS[@]}" --nproc $NP --max-restarts 2 \
+  --heartbeat-timeout 3 --grace 1 --set telemetry.dir="$d" >"$d.log" 2>&1 ||
   { cat "$d.log"; fail "job with a hung rank failed"; }
 ev=$(events "$d/restarts.jsonl")
 grep -qx "restart:heartbeat:2:$NP" <<<"$ev" || { cat "$d.log"; fail "hang not logged as a heartbeat timeout of rank 2: $ev"; }
