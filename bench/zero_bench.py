@@ -17,10 +17,16 @@
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+
+
+def cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)  # every waited-for descendant (all ranks)
+    return r.ru_utime + r.ru_stime
 
 
 def run_train(bin_, args, run_dir):
@@ -41,23 +47,31 @@ def common(data, steps, threads):
 def overhead(a, bin_, data, tmp):
     stages = [0] + [int(s) for s in a.stages.split(",")]
     times = {s: [] for s in stages}
+    cpus = {s: [] for s in stages}
     for rnd in range(a.rounds):
         for s in stages:
             d = os.path.join(tmp, f"ov_{s}_{rnd}")
+            c0 = cpu_s()
             run_train(bin_, common(data, a.steps, a.threads) + [
                 "--nproc", str(a.nproc), "--set", f"model.preset={a.preset}",
                 "--set", f"train.micro_batch={a.batch}", "--set", f"model.seq_len={a.seq}",
                 "--set", f"zero.stage={s}"], d)
             rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
             times[s].append(statistics.median(r["step_ms"] for r in rows[2:]))
-            print(f"  round {rnd + 1} stage {s}: {times[s][-1]:.1f} ms/step", flush=True)
+            # CPU of the whole run (all ranks, setup included) per step: other
+            # jobs on a busy machine disturb it much less than wall time.
+            cpus[s].append((cpu_s() - c0) * 1e3 / a.steps)
+            print(f"  round {rnd + 1} stage {s}: {times[s][-1]:.1f} ms/step, "
+                  f"{cpus[s][-1]:.0f} CPU ms/step", flush=True)
     base = statistics.median(times[0])
+    cbase = statistics.median(cpus[0])
     print(f"\nZeRO step-time overhead: {a.preset}, {a.nproc} ranks, micro-batch {a.batch} x "
           f"{a.seq}, {a.threads} thread(s)/rank, median of {a.rounds} interleaved runs")
-    print(f"{'stage':>6} {'ms/step':>10} {'vs stage 0':>11}")
+    print(f"{'stage':>6} {'ms/step':>10} {'vs stage 0':>11} {'CPU ms/step':>12} {'vs stage 0':>11}")
     for s in stages:
-        m = statistics.median(times[s])
-        print(f"{s:>6} {m:>10.1f} {('%+.1f%%' % ((m / base - 1) * 100)) if s else 'baseline':>11}")
+        m, c = statistics.median(times[s]), statistics.median(cpus[s])
+        rel = lambda x, b: ('%+.1f%%' % ((x / b - 1) * 100)) if s else 'baseline'
+        print(f"{s:>6} {m:>10.1f} {rel(m, base):>11} {c:>12.0f} {rel(c, cbase):>11}")
 
 
 def capacity(a, bin_, data, tmp):
@@ -78,7 +92,7 @@ def capacity(a, bin_, data, tmp):
                 "--set", "train.micro_batch=1", "--set", f"zero.stage={s}"], d)
             mem = json.load(open(os.path.join(d, "memory.json")))
             peaks[s] = max(max(r["training_peak_total"], r["setup_peak_total"]) for r in mem)
-            desc = next(l for l in log.splitlines() if l.startswith("model:")).split(",")[-1].strip()
+            desc = next(l for l in log.splitlines() if l.startswith("model:")).split(",")[-1].split()[0]
             if peaks[s] <= cap:
                 largest[s] = (L, c, desc)
             else:

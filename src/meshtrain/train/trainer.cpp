@@ -239,6 +239,9 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
                   "tokens/step, {} steps, {} thread(s) per rank", opt.micro_batch, T, world,
                   opt.grad_accum, global_batch, tokens_per_step, opt.steps, thread_count()));
+  if (opt.zero_stage > 0 && world == 1)
+    say(fmt::format("zero.stage = {}: one rank has nothing to shard with; training as stage 0",
+                    opt.zero_stage));
   if (zero) {
     say(fmt::format("ZeRO stage {}: {} ranks over {}; rank 0 holds parameters [{}, {}) of {} for "
                     "its optimizer state{}{}", zero->stage(), world, zero->comm().transport(),
