@@ -61,6 +61,7 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
     if (largest > 0) m.comm += b.p * (std::max(units.front(), layer) + layer);
   }
+  m.params += b.p_full * P;
   return m;
 }
 

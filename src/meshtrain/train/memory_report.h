@@ -25,6 +25,9 @@ struct StateBytes {
   int64_t p = 4;  // parameters the model computes with
   int64_t g = 4;  // gradients (as held for the optimizer)
   int64_t o = 8;  // optimizer state (Adam m, v; + fp32 master weights under mixed precision)
+  // Parameters every rank keeps whole at every stage: mixed precision's 16-bit
+  // compute copy (2; nn/gpt.h), beside the f32 parameters `p` that ZeRO-3 shards.
+  int64_t p_full = 0;
 };
 
 struct MemoryPlan {

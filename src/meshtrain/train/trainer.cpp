@@ -80,7 +80,7 @@ MemoryPlan memory_plan(const TrainerOptions& opt, const GPTConfig& cfg, int T, i
   plan.bytes = opt.state_bytes;
   // Mixed precision: the model's 16-bit compute copy beside its f32 master
   // parameters (nn/gpt.h), 2 more bytes per parameter.
-  if (is_mixed(opt.precision)) plan.bytes.p += 2;
+  if (is_mixed(opt.precision)) plan.bytes.p_full = 2;
   plan.base = base;
   return plan;
 }
