@@ -169,6 +169,16 @@ TEST(precision, zero_and_bf16_reduction_compose_with_mixed_precision) {
   };
   close(z1, dp, 1e-2);
   close(z3, dp, 1e-2);
+  // Model-state bytes per rank equal the formulas with the 16-bit copy whole
+  // on every rank and the f32 parameters sharded at stage 3.
+  for (const RunResult* r : {&dp, &z1, &z3}) {
+    const auto mem = nlohmann::json::parse(slurp((r->dir / "memory.json").string()));
+    ASSERT_EQ(mem.size(), 2u);
+    for (const auto& rank : mem)
+      for (const char* cat : {"parameters", "gradients", "optimizer"})
+        EXPECT_EQ(rank["peak"][cat].get<double>(), rank["predicted"][cat].get<double>())
+            << r->dir << " rank " << rank["rank"] << " " << cat;
+  }
   close(red, f32, 1e-2);
   // The bf16 reduction really ran in bf16: not bit-identical to f32.
   EXPECT_NE(red.metrics().back()["loss"].get<double>(), f32.metrics().back()["loss"].get<double>());
