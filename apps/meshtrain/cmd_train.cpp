@@ -104,7 +104,10 @@ void check_memory_limit_of(const TrainConfig& c, const GPTConfig& g, int ranks) 
   plan.world = ranks;
   plan.zero_stage = ranks > 1 ? c.zero.stage : 0;
   plan.persist_threshold = c.zero.persist_threshold;
-  plan.base = predict_training_memory(g, plan.B, T, threads, recompute_from_config(c.recompute));
+  const Precision precision = precision_from_name(c.precision);
+  plan.base = predict_training_memory(g, plan.B, T, threads, recompute_from_config(c.recompute),
+                                      precision);
+  if (is_mixed(precision)) plan.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
   check_memory_limit(plan, c.memory.limit_mb * 1e6);
 }
 
