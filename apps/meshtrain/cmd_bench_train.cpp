@@ -207,6 +207,8 @@ void register_bench_train(CLI::App& bench) {
       ->capture_default_str();
   c->callback([args] {
     const comm::WorldInfo w = comm::world_from_env();
+    if (args->precision != "fp32" && (args->nproc > 1 || w.size > 1))
+      throw UsageError("--precision compares with fp32 in one process; drop --nproc");
     if (args->nproc > 1 && w.source == "none") {
       // Run N ranks of this same command (without --nproc).
       launch::LaunchOptions lo;
@@ -227,8 +229,6 @@ void register_bench_train(CLI::App& bench) {
       return;
     }
     if (args->precision != "fp32") {
-      if (args->nproc > 1 || w.size > 1)
-        throw UsageError("--precision compares with fp32 in one process; drop --nproc");
       run_bench_precision({args->preset, args->batch, args->seq, args->threads, args->steps,
                            args->warmup, args->json, args->recompute, args->precision});
       return;

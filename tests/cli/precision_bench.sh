@@ -32,6 +32,8 @@ assert j["fp32"]["tokens_per_s"] > 0 and j["fp16"]["tokens_per_s"] > 0, j
 assert "fallback: fp32 sgemm" in j["gemm_path"], j["gemm_path"]
 assert j["speedup"] > 0
 PY
+"$BIN" bench train --preset tiny --precision bf16 --nproc 2 >"$TMP/np" 2>&1
+[ $? -eq 2 ] && grep -q "drop --nproc" "$TMP/np" || { cat "$TMP/np"; fail "--precision with --nproc should be refused"; }
 "$BIN" bench train --preset tiny --precision fp8 >"$TMP/bad" 2>&1
 [ $? -eq 2 ] || { cat "$TMP/bad"; fail "--precision fp8 should be a usage error"; }
 echo "precision_bench: ok"
