@@ -118,6 +118,10 @@ void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
       wait(u);
     }
     if (!sharded()) return;
+    // The backward head holds the whole tied embedding and its gradient, the
+    // step's memory peak: no prefetch on top of it (the last layer's gather
+    // then waits, once per step).
+    if (backward && resident_[0] && !persistent_[0]) return;
     // Prefetch: the next unit in use order, while this one computes.
     const int v = next_need(1, more_micro_batches_);
     if (v >= 0 && v != u && !valid_[v] && works_[v].empty()) launch(v);

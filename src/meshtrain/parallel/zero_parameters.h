@@ -8,7 +8,8 @@
 //     the next forward starts on the embeddings while later layers arrive;
 //   - stage 3 (sharded) holds only its own range plus the persistent units
 //     (smaller than the threshold); Need(unit) gathers the unit (or waits for
-//     its prefetch), prefetches the next unit of the documented order, and
+//     its prefetch), prefetches the next unit of the documented order (not
+//     while backward still holds the embedding unit: that is the peak), and
 //     Done(unit) returns its pages unless the unit is needed again within the
 //     next two uses (the head's embedding between forward and backward).
 // Every decision depends only on the sequence of hook events, which is the

@@ -57,9 +57,19 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
       else largest = std::max(largest, u);
     }
     m.params = b.p * (own + persistent - persistent * own / std::max<int64_t>(1, P));
-    // Gathered units in use: the current one and its prefetched successor.
-    const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
-    if (largest > 0) m.comm += b.p * (std::max(units.front(), layer) + layer);
+    // Gathered units in use (parallel/zero_parameters.h) on top of the
+    // transient gradients, at the three moments that can peak: the forward
+    // embedding (+ prefetched layer), the backward head (embedding and its
+    // gradient, no prefetch) and the backward layers (current + prefetched
+    // layer; the embedding gradient, the layer written, two pending).
+    if (largest > 0) {
+      const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
+      const int64_t u0 = units.front(), lnf = units.back();
+      const int64_t L = plan.model.n_layer;
+      m.comm = std::max({b.p * (u0 + layer), b.p * u0 + b.g * (u0 + lnf),
+                         b.p * std::min<int64_t>(2, L) * layer +
+                             b.g * (u0 + std::min<int64_t>(3, L) * layer + lnf)});
+    }
   }
   m.params += b.p_full * P;
   return m;
