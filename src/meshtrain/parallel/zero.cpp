@@ -68,6 +68,7 @@ void Zero::attach(GPT& model) {
   model.set_param_hook([this](GPT::ParamEvent ev, int unit, bool backward) {
     if (grads_ && backward && ev == GPT::ParamEvent::Need) grads_->on_unit_backward(unit);
     params_->on_event(ev, unit, backward);
+    if (grads_ && backward && ev == GPT::ParamEvent::Done) grads_->on_unit_done_backward(unit);
   });
 }
 

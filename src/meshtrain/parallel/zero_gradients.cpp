@@ -36,6 +36,12 @@ void ZeroGradients::on_unit_backward(int unit) {
   staging_.add(units_[unit].count() * 4);
 }
 
+void ZeroGradients::on_unit_done_backward(int unit) {
+  if (unit != 0 || units_.empty()) return;
+  launch(units_[0]);
+  poll();
+}
+
 void ZeroGradients::on_ready(int64_t begin, int64_t end) {
   MT_CHECK(end == frontier_ && begin <= end && begin >= 0,
            "grad-ready range [{}, {}) does not continue the finished range from {}", begin, end,

@@ -6,6 +6,8 @@
 // reduces complete, the owner adds its piece into the shard and every rank
 // returns the range's pages (they read as zero again, ready for the next
 // micro-batch). With gradient accumulation this happens every micro-batch.
+// The embeddings' gradient is reduced twice per backward (after the output
+// projection, and after the encoder), see on_unit_done_backward().
 // The transient full gradients are counted as communication buffers from the
 // moment backward starts writing a unit (its Need) until they are returned.
 // At most kMaxPending reported ranges wait for their reduces: backward blocks
@@ -34,6 +36,14 @@ class ZeroGradients {
   void begin_backward();
   // Backward is about to write the gradients of `unit` (its Need in backward).
   void on_unit_backward(int unit);
+  // Backward is done reading `unit`'s parameters (its Done in backward). For
+  // the embeddings (unit 0) this is the end of the output projection, which
+  // wrote the large tied-embedding gradient: it is reduced right away and its
+  // pages returned, instead of being held through the whole backward. The
+  // encoder's contribution (the rows of the batch's tokens and the positions)
+  // follows in the final range and is added to the shard separately (the sum
+  // is the same; it is not counted as transient, being a few rows).
+  void on_unit_done_backward(int unit);
   // The model's grad-ready hook.
   void on_ready(int64_t begin, int64_t end);
   // After each backward: reduces anything not yet reported, waits for all,

@@ -43,12 +43,14 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   m.activations = plan.base.activations;
   m.workspace = plan.base.workspace;
   if (stage >= 2) {
-    // Transient full gradients (parallel/zero_gradients.h): the embeddings
-    // (written first, reduced last), the layer being written and up to two
-    // reported ranges (layers or the final LayerNorm) waiting for their reduce.
+    // Transient full gradients (parallel/zero_gradients.h): at the backward
+    // head the embeddings' (reduced right after it) and the final LayerNorm's;
+    // then the layer being written and up to two ranges waiting for their
+    // reduce (the first of which may still be the embeddings).
     const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
-    m.comm += b.g * (units.front() + std::min<int64_t>(3, plan.model.n_layer) * layer +
-                     units.back());
+    const int64_t u0 = units.front(), lnf = units.back();
+    m.comm = b.g * std::max({u0 + lnf, u0 + lnf + layer,
+                             std::min<int64_t>(3, plan.model.n_layer) * layer});
   }
   if (stage == 3) {
     int64_t persistent = 0, largest = 0;
@@ -58,17 +60,19 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     }
     m.params = b.p * (own + persistent - persistent * own / std::max<int64_t>(1, P));
     // Gathered units in use (parallel/zero_parameters.h) on top of the
-    // transient gradients, at the three moments that can peak: the forward
+    // transient gradients, at the moments that can peak: the forward
     // embedding (+ prefetched layer), the backward head (embedding and its
-    // gradient, no prefetch) and the backward layers (current + prefetched
-    // layer; the embedding gradient, the layer written, two pending).
+    // gradient, no prefetch), the first layer (current + prefetched; the
+    // embedding gradient still reducing) and the other layers (the layer
+    // written and two pending).
     if (largest > 0) {
       const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
       const int64_t u0 = units.front(), lnf = units.back();
       const int64_t L = plan.model.n_layer;
       m.comm = std::max({b.p * (u0 + layer), b.p * u0 + b.g * (u0 + lnf),
+                         b.p * std::min<int64_t>(2, L) * layer + b.g * (u0 + lnf + layer),
                          b.p * std::min<int64_t>(2, L) * layer +
-                             b.g * (u0 + std::min<int64_t>(3, L) * layer + lnf)});
+                             b.g * std::min<int64_t>(3, L) * layer});
     }
   }
   m.params += b.p_full * P;
