@@ -78,8 +78,8 @@ def capacity(a, bin_, data, tmp):
     cap = a.cap_mb * 1e6
     largest = {0: None, 3: None}
     active = {0, 3}  # stages still fitting: a stage is measured until it first exceeds the cap
-    print(f"capacity under {a.cap_mb:g} MB per rank, {a.nproc} ranks (allocator peak, "
-          "max of setup and training):")
+    print(f"capacity under {a.cap_mb:g} MB per rank, {a.nproc} ranks, recompute {a.recompute} "
+          "(allocator peak, max of setup and training):")
     print(f"{'n_layer':>7} {'n_embd':>6} {'params':>9} {'stage 0 MB':>11} {'stage 3 MB':>11}")
     for c in [int(w) for w in a.widths.split(",")]:
         L, peaks, desc = c // 64, {}, ""
@@ -89,7 +89,8 @@ def capacity(a, bin_, data, tmp):
                 "--nproc", str(a.nproc), "--set", "model.preset=gpt2",
                 "--set", f"model.n_layer={L}", "--set", f"model.n_embd={c}",
                 "--set", f"model.n_head={c // 64}", "--set", f"model.seq_len={a.seq}",
-                "--set", "train.micro_batch=1", "--set", f"zero.stage={s}"], d)
+                "--set", "train.micro_batch=1", "--set", f"recompute={a.recompute}",
+                "--set", f"zero.stage={s}"], d)
             mem = json.load(open(os.path.join(d, "memory.json")))
             peaks[s] = max(max(r["training_peak_total"], r["setup_peak_total"]) for r in mem)
             desc = next(l for l in log.splitlines() if l.startswith("model:")).split(",")[-1].split()[0]
@@ -120,6 +121,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--stages", default="1,2,3")
     p.add_argument("--cap-mb", type=float, default=1000)
+    p.add_argument("--recompute", default="none", help="capacity: the same for both stages")
     p.add_argument("--widths", default="128,192,256,320,384,448,512,576,640,704,768,832,896,960,1024")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
