@@ -115,3 +115,14 @@ TEST(zero, stage3_persistent_units) {
             std::string::npos) << r.log;
   expect_same_training(r, reference(3, 1), kTol);
 }
+
+// Whole-model uses in the middle of stage-3 training (rank 0 samples text and
+// writes the model file; every rank gathers first, collectively) leave the
+// training unchanged, and every collective still matches across ranks.
+TEST(zero, stage3_sampling_and_saving_mid_run) {
+  RunResult r = zero_run("z3_sample", 3, 2, 2, 1,
+                         " --set train.sample_every=5 --set train.save_every=7",
+                         "MESHTRAIN_COMM_DEBUG=1");
+  EXPECT_NE(r.log.find("sample:"), std::string::npos) << r.log;
+  expect_same_training(r, reference(4, 1), kTol);
+}
