@@ -25,11 +25,16 @@ Zero::Zero(comm::Communicator comm, const GPTConfig& cfg, ZeroOptions opts)
   layout_ = ZeroLayout(cfg_.num_params(), comm_.size(), comm_.rank());
 }
 
-Zero::~Zero() {
-  if (model_) {
-    model_->set_param_hook(nullptr);
-    model_->set_grad_ready_hook(nullptr);
-  }
+// The model is usually destroyed first (it lives on buffers this object
+// owns): nothing here touches it; in-flight collectives are waited for by the
+// members before the buffers go.
+Zero::~Zero() = default;
+
+void Zero::detach() {
+  if (!model_) return;
+  model_->set_param_hook(nullptr);
+  model_->set_grad_ready_hook(nullptr);
+  model_ = nullptr;
 }
 
 std::unique_ptr<GPT> Zero::make_model() {

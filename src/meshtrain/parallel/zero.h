@@ -60,9 +60,10 @@ class Zero {
 
   // The model, built on the buffers this stage needs. Call once.
   std::unique_ptr<GPT> make_model();
-  // Installs the parameter and grad-ready hooks. The model must outlive this
-  // object or be detached by destroying it first.
+  // Installs the parameter and grad-ready hooks. Destroy the model first, or
+  // detach() it before this object goes while the model lives on.
   void attach(GPT& model);
+  void detach();
   // Collective: rank 0's full parameters to every rank (before shard()).
   void broadcast_parameters();
   // Stage 3: keep only the own range and the persistent units (call before
