@@ -65,8 +65,8 @@ GPTConfig model_config(const TrainConfig& c) {
 // Settings whose machinery lands in later versions are refused, not ignored.
 void refuse_unavailable(const TrainConfig& c) {
   auto refuse = [](bool cond, const std::string& what) {
-    if (cond) throw Error(what + " is not available in this build yet (single-process fp32 "
-                                 "training); remove the setting to train");
+    if (cond) throw Error(what + " is not available in this build yet; remove the setting "
+                                 "to train");
   };
   refuse(c.comm.grad_dtype != "f32" && c.zero.stage > 0,
          fmt::format("comm.grad_dtype = \"{}\" with zero.stage = {} (the bf16 gradient "
