@@ -39,8 +39,10 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void copy_bytes(char* dst, const char* src, size_t n) {
-  if (n < kParallelCopyBytes) {
+// parallel = false on the snapshot thread: there the copy overlaps the
+// training step, whose threads already use every core.
+void copy_bytes(char* dst, const char* src, size_t n, bool parallel) {
+  if (!parallel || n < kParallelCopyBytes) {
     std::memcpy(dst, src, n);
     return;
   }
@@ -155,21 +157,29 @@ struct CheckpointWriter::Impl {
   int rank = 0, world = 1;
 
   struct Job {
-    SaveRequest meta;  // buffers[].data point into `snapshot`
+    SaveRequest meta;  // buffers[].data point into `snapshot` once it is taken
     std::vector<ShardSlice> slices;
     std::shared_ptr<SnapshotBuffer> snapshot;
-    double stall_s = 0;
+    // Until the snapshot is taken: where each slice comes from and where it
+    // goes in the snapshot buffer.
+    std::vector<const char*> sources;
+    std::vector<size_t> offsets, sizes;
+    size_t total = 0;
+    double stall_s = 0, copy_s = 0;
   };
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::deque<Job> queue;
+  std::deque<Job> copy_queue;  // snapshot_in_background: saves whose copy is not taken yet
+  bool copying = false;        // the snapshot thread is inside a copy
+  std::deque<Job> queue;       // snapshots ready to write
   int in_flight = 0;
   std::vector<std::shared_ptr<SnapshotBuffer>> pool;  // free snapshot buffers
   std::exception_ptr error;
   bool stopping = false;
   std::vector<SaveStats> done;
   std::thread worker;
+  std::thread snapshotter;  // snapshot_in_background only
 
   void rethrow_error_locked(std::unique_lock<std::mutex>& lock) {
     if (!error) return;
@@ -179,54 +189,67 @@ struct CheckpointWriter::Impl {
     std::rethrow_exception(e);
   }
 
-  // copy = false (synchronous saves): the slices point at the caller's
-  // buffers, which stay untouched until save() returns.
-  Job snapshot(const SaveRequest& r, bool copy = true);
+  // Checks the ranges and plans the job. copy = false (synchronous saves):
+  // the slices point at the caller's buffers, which stay untouched until
+  // save() returns; otherwise take_snapshot() must copy them.
+  Job plan(const SaveRequest& r, bool copy);
+  void take_snapshot(Job& job, bool parallel);
   SaveStats write(const Job& job);
   void write_index_rank0(const Job& job, const std::string& dir,
                          const std::vector<int64_t>& gathered);
   void run_worker();
+  void run_snapshotter();
+  // A job that will not be written (its copy failed): frees its slot.
+  void drop_locked(Job& job);
 };
 
-CheckpointWriter::Impl::Job CheckpointWriter::Impl::snapshot(const SaveRequest& r, bool copy) {
+CheckpointWriter::Impl::Job CheckpointWriter::Impl::plan(const SaveRequest& r, bool copy) {
   Job job;
   job.meta = r;
-  size_t total = 0;
-  std::vector<ElemRange> ranges;
-  for (const auto& b : r.buffers) {
+  for (size_t i = 0; i < r.buffers.size(); ++i) {
+    const auto& b = r.buffers[i];
     const ElemRange want = shard_range(b.numel, world, rank);
     MT_CHECK(b.held.begin <= want.begin && want.end <= b.held.end && (want.count() == 0 || b.data),
              "checkpoint step {}: rank {} must hold elements [{}, {}) of buffer '{}' but holds [{}, {})",
              r.step, rank, want.begin, want.end, b.name, b.held.begin, b.held.end);
-    ranges.push_back(want);
-    total += static_cast<size_t>(want.count()) * dtype_size(b.dtype);
-  }
-  char* base = nullptr;
-  if (copy) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!pool.empty()) {
-        job.snapshot = pool.back();
-        pool.pop_back();
-      }
-    }
-    if (!job.snapshot) job.snapshot = std::make_shared<SnapshotBuffer>();
-    base = job.snapshot->reserve(total);
-  }
-  size_t at = 0;
-  for (size_t i = 0; i < r.buffers.size(); ++i) {
-    const auto& b = r.buffers[i];
     const size_t es = dtype_size(b.dtype);
-    const size_t n = static_cast<size_t>(ranges[i].count()) * es;
-    const char* src = static_cast<const char*>(b.data) + (ranges[i].begin - b.held.begin) * es;
-    char* dst = copy ? base + at : const_cast<char*>(src);
-    if (n && copy) copy_bytes(dst, src, n);
-    job.slices.push_back({b.name, b.dtype, dst, ranges[i]});
-    job.meta.buffers[i].data = dst;
-    job.meta.buffers[i].held = ranges[i];
-    at += n;
+    const char* src = static_cast<const char*>(b.data) + (want.begin - b.held.begin) * es;
+    job.sources.push_back(src);
+    job.offsets.push_back(job.total);
+    job.sizes.push_back(static_cast<size_t>(want.count()) * es);
+    job.total += job.sizes.back();
+    job.slices.push_back({b.name, b.dtype, src, want});
+    job.meta.buffers[i].data = copy ? nullptr : src;
+    job.meta.buffers[i].held = want;
   }
   return job;
+}
+
+void CheckpointWriter::Impl::take_snapshot(Job& job, bool parallel) {
+  const double t0 = now_s();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!pool.empty()) {
+      job.snapshot = pool.back();
+      pool.pop_back();
+    }
+  }
+  if (!job.snapshot) job.snapshot = std::make_shared<SnapshotBuffer>();
+  char* base = job.snapshot->reserve(job.total);
+  for (size_t i = 0; i < job.slices.size(); ++i) {
+    char* dst = base + job.offsets[i];
+    if (job.sizes[i]) copy_bytes(dst, job.sources[i], job.sizes[i], parallel);
+    job.slices[i].data = dst;
+    job.meta.buffers[i].data = dst;
+  }
+  job.sources.clear();  // the caller's buffers are free to change from here on
+  job.copy_s = now_s() - t0;
+}
+
+void CheckpointWriter::Impl::drop_locked(Job& job) {
+  if (job.snapshot) pool.push_back(std::move(job.snapshot));
+  --in_flight;
+  cv.notify_all();
 }
 
 void CheckpointWriter::Impl::write_index_rank0(const Job& job, const std::string& dir,
@@ -308,6 +331,7 @@ SaveStats CheckpointWriter::Impl::write(const Job& job) {
   SaveStats s;
   s.step = job.meta.step;
   s.stall_s = job.stall_s;
+  s.copy_s = job.copy_s;
   s.write_s = now_s() - t0;
   s.bytes = res.bytes;
   s.dir = dir;
@@ -340,6 +364,40 @@ void CheckpointWriter::Impl::run_worker() {
   }
 }
 
+// Takes the queued snapshots in order, then hands each to the writer thread.
+// A copy stays on this thread (never waits behind a write), so the caller's
+// wait_for_snapshot() waits for copies only.
+void CheckpointWriter::Impl::run_snapshotter() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stopping || !copy_queue.empty(); });
+      if (copy_queue.empty()) return;
+      job = std::move(copy_queue.front());
+      copy_queue.pop_front();
+      copying = true;
+    }
+    if (opt.snapshot_delay_s_for_testing > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(opt.snapshot_delay_s_for_testing));
+    std::exception_ptr e;
+    try {
+      take_snapshot(job, /*parallel=*/false);
+    } catch (...) {
+      e = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    copying = false;
+    if (e) {
+      if (!error) error = e;
+      drop_locked(job);
+    } else {
+      queue.push_back(std::move(job));
+    }
+    cv.notify_all();
+  }
+}
+
 CheckpointWriter::CheckpointWriter(WriterOptions options, comm::Communicator* comm)
     : impl_(std::make_unique<Impl>()) {
   MT_CHECK(!options.root.empty(), "checkpoint writer: no checkpoint directory given");
@@ -351,7 +409,11 @@ CheckpointWriter::CheckpointWriter(WriterOptions options, comm::Communicator* co
     impl_->world = impl_->comm.size();
   }
   if (impl_->rank == 0) fs::create_directories(impl_->opt.root);
+  MT_CHECK(impl_->opt.async || !impl_->opt.snapshot_in_background,
+           "checkpoint writer: snapshot_in_background needs async saves");
   if (impl_->opt.async) impl_->worker = std::thread([this] { impl_->run_worker(); });
+  if (impl_->opt.snapshot_in_background)
+    impl_->snapshotter = std::thread([this] { impl_->run_snapshotter(); });
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -365,6 +427,7 @@ CheckpointWriter::~CheckpointWriter() {
     impl_->stopping = true;
   }
   impl_->cv.notify_all();
+  if (impl_->snapshotter.joinable()) impl_->snapshotter.join();
   if (impl_->worker.joinable()) impl_->worker.join();
 }
 
@@ -372,7 +435,7 @@ void CheckpointWriter::save(const SaveRequest& request) {
   Impl& m = *impl_;
   const double t0 = now_s();
   if (!m.opt.async) {
-    Impl::Job job = m.snapshot(request, /*copy=*/false);  // no copy: the caller waits anyway
+    Impl::Job job = m.plan(request, /*copy=*/false);  // no copy: the caller waits anyway
     job.stall_s = now_s() - t0;
     SaveStats s = m.write(job);
     s.stall_s = now_s() - t0;  // synchronous: the caller waited for everything
@@ -389,17 +452,26 @@ void CheckpointWriter::save(const SaveRequest& request) {
   }
   Impl::Job job;
   try {
-    job = m.snapshot(request);
+    job = m.plan(request, /*copy=*/true);
+    if (!m.opt.snapshot_in_background) m.take_snapshot(job, /*parallel=*/true);
   } catch (...) {
     std::lock_guard<std::mutex> lock(m.mu);
-    --m.in_flight;
-    m.cv.notify_all();
+    m.drop_locked(job);
     throw;
   }
   job.stall_s = now_s() - t0;
   std::lock_guard<std::mutex> lock(m.mu);
-  m.queue.push_back(std::move(job));
+  (m.opt.snapshot_in_background ? m.copy_queue : m.queue).push_back(std::move(job));
   m.cv.notify_all();
+}
+
+double CheckpointWriter::wait_for_snapshot() {
+  Impl& m = *impl_;
+  const double t0 = now_s();
+  std::unique_lock<std::mutex> lock(m.mu);
+  if (m.copy_queue.empty() && !m.copying) return 0;
+  m.cv.wait(lock, [&] { return m.copy_queue.empty() && !m.copying; });
+  return now_s() - t0;
 }
 
 void CheckpointWriter::wait() {

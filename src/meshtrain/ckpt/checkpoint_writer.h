@@ -10,6 +10,12 @@
 // oldest write. Errors on the background thread are re-thrown by the next
 // save() or wait(). Synchronous mode writes inside save().
 //
+// With snapshot_in_background, save() only queues the copy: a snapshot thread
+// copies the slices while the caller goes on (a training step's forward and
+// backward do not change parameters or optimizer state), and the caller must
+// call wait_for_snapshot() before it next changes any buffer it saved (the
+// optimizer update). The stall is then bookkeeping only.
+//
 // The collectives of a save run on a private communicator split from the
 // caller's at construction, so background writes never interleave with the
 // training collectives of the caller's communicator.
@@ -58,14 +64,20 @@ struct WriterOptions {
   bool async = true;
   int keep_last = 3;            // 0 = keep all
   int64_t milestone_every = 0;  // also keep steps that are multiples of this; 0 = none
+  // save() returns before the snapshot copy: see wait_for_snapshot().
+  bool snapshot_in_background = false;
   // Test hook: stop after the shard files, before the index (a simulated crash).
   bool skip_index_for_testing = false;
+  // Test hook: the snapshot thread sleeps this long before each copy (so a
+  // test can check that the caller's next update waits for it).
+  double snapshot_delay_s_for_testing = 0;
 };
 
 // What one save cost this rank.
 struct SaveStats {
   int64_t step = 0;
   double stall_s = 0;   // the caller's wait inside save(): snapshot copy (+ waiting for a free buffer)
+  double copy_s = 0;    // the snapshot copy (inside stall_s unless snapshot_in_background)
   double write_s = 0;   // shard write + barrier + index, on the writer thread
   uint64_t bytes = 0;   // this rank's shard file size
   std::string dir;
@@ -82,7 +94,13 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // Collective: every rank calls save() for the same steps in the same order.
+  // The saved buffers must stay alive and unchanged until save() returns, or
+  // with snapshot_in_background until wait_for_snapshot() (or wait()) returns.
   void save(const SaveRequest& request);
+  // Blocks until every snapshot copy queued so far has been taken, so the
+  // saved buffers may change again; returns the seconds waited. Never throws
+  // (a failed copy is re-thrown by the next save() or wait()). Not collective.
+  double wait_for_snapshot();
   // Blocks until every save issued so far is complete (index written on
   // every rank's return); re-throws a background error.
   void wait();

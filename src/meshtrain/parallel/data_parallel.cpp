@@ -58,8 +58,9 @@ DataParallel::DataParallel(comm::Communicator comm, int64_t num_params, DataPara
   clock_ = std::make_unique<CompletionClock>();
 }
 
+// The model is usually destroyed first (it lives on our gradient buffer), so
+// nothing here touches it: see detach().
 DataParallel::~DataParallel() {
-  if (model_) model_->set_grad_ready_hook(nullptr);
   // Reductions still in flight (a step abandoned by an error) must not write
   // into freed memory: let them finish or fail before the buffer goes away.
   for (auto& w : works_) {
@@ -78,6 +79,12 @@ void DataParallel::attach(GPT& model) {
            model.config().num_params());
   model_ = &model;
   model.set_grad_ready_hook([this](int64_t b, int64_t e) { on_grad_ready(b, e); });
+}
+
+void DataParallel::detach() {
+  if (!model_) return;
+  model_->set_grad_ready_hook(nullptr);
+  model_ = nullptr;
 }
 
 void DataParallel::broadcast_parameters() {

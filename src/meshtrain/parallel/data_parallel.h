@@ -69,9 +69,13 @@ class DataParallel {
   // num_params f32 in the transport's shared memory: build the model with
   // GPT(cfg, gradient_buffer()) so bucket allreduces skip the copy-in.
   Tensor gradient_buffer() const;
-  // Installs the model's grad-ready hook. The model must outlive this object
-  // or be detached by destroying it first.
+  // Installs the model's grad-ready hook. The model lives on this object's
+  // gradient buffer, so it is normally destroyed first; the destructor never
+  // touches it (it may be gone). A model that outlives this object must be
+  // detach()ed first (its hook would call into a destroyed object).
   void attach(GPT& model);
+  // Removes the hook from the attached model (which must still be alive).
+  void detach();
   // Rank 0's parameters to every rank (verified when options().verify).
   void broadcast_parameters();
   // Throws unless every rank's parameters have the same checksum.

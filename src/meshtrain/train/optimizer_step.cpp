@@ -110,6 +110,10 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
   const bool apply = mp_ ? mp_->decide(check.finite) : check.finite;
   st.overflow_skipped = mp_ && mp_->last_was_overflow();
   if (apply) {
+    if (before_update_) {
+      telemetry::TraceScope wait(telemetry::global_tracer(), "wait checkpoint snapshot", "io");
+      st.update_wait_s = before_update_();
+    }
     telemetry::TraceScope trace(telemetry::global_tracer(), "optimizer", "compute");
     if (zero_) zero_->before_update();
     opt_->step(model_.params().flat.data<float>(), g, st.lr,

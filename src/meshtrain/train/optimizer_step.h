@@ -6,6 +6,7 @@
 // its own range of the flat buffer and the parameters are gathered back.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -49,6 +50,7 @@ struct StepStats {
   float loss_scale = 1.f;         // fp16: the loss scale this step's backward used
   bool overflow_skipped = false;  // fp16: skipped for an overflow (the scale was lowered)
   parallel::CommTiming comm;  // gradient reduction of this step (data parallel only)
+  double update_wait_s = 0;   // the update waited for the before-update fence (a checkpoint snapshot)
 };
 
 class OptimizerStep {
@@ -66,6 +68,11 @@ class OptimizerStep {
   // Mixed precision (train/mixed_precision.h): fp16 loss scaling and its
   // skip decision. Optional; must outlive this object.
   void set_mixed_precision(MixedPrecision* mp) { mp_ = mp; }
+  // Called right before the update writes parameters and optimizer state
+  // (the only place a step changes them, every ZeRO stage and precision
+  // included): an asynchronous checkpoint's snapshot copy must finish first.
+  // Returns the seconds it waited (StepStats::update_wait_s).
+  void set_before_update(std::function<double()> fence) { before_update_ = std::move(fence); }
 
  private:
   GPT& model_;
@@ -75,6 +82,7 @@ class OptimizerStep {
   parallel::DataParallel* dp_;
   parallel::Zero* zero_;
   MixedPrecision* mp_ = nullptr;
+  std::function<double()> before_update_;
 };
 
 }  // namespace meshtrain

@@ -170,6 +170,17 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
       zero ? zero->make_model()
            : dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
   GPT& model = *model_ptr;
+  // Declared after the model, so destroyed before it (also when an error
+  // unwinds): DataParallel and Zero drop their hooks from a model that is
+  // still alive, and no hook outlives the object it calls.
+  struct DetachFromModel {
+    parallel::DataParallel* dp;
+    parallel::Zero* zero;
+    ~DetachFromModel() {
+      if (dp) dp->detach();
+      if (zero) zero->detach();
+    }
+  } detach_from_model{dp.get(), zero.get()};
   model.set_recompute(opt.recompute);
   MixedPrecision mixed(model, {opt.precision, opt.loss_scale});
   if (opt.init_from.empty()) {
@@ -283,6 +294,9 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
       opt.resolved_config_json.empty() ? nlohmann::json::object()
                                        : nlohmann::json::parse(opt.resolved_config_json),
       world, global_batch);
+  // An async save's snapshot is copied while the next step's forward and
+  // backward run; the update, the first write to what it copies, waits for it.
+  stepper.set_before_update([&checkpoints] { return checkpoints.wait_for_snapshot(); });
   if (opt.checkpoint.every > 0)
     say(fmt::format("checkpoints: every {} steps to {} ({}, keep last {})", opt.checkpoint.every,
                     opt.checkpoint.dir, opt.checkpoint.async ? "async" : "sync",
@@ -415,6 +429,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
         rec["comm_first_launch_ms"] = st.comm.first_launch_s * 1e3;
         rec["last_backward_ms"] = st.comm.backward_s * 1e3;
       }
+      if (st.update_wait_s > 0) rec["ckpt_snapshot_wait_ms"] = st.update_wait_s * 1e3;
       metrics->write(rec);
       tb->add_scalars(t.step, t.scalars());
       summary.add(t);

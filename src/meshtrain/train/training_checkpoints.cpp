@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 
 #include "meshtrain/ckpt/gpt_checkpoint.h"
@@ -90,6 +91,11 @@ TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::C
   ckpt::WriterOptions wo;
   wo.root = opt.dir;
   wo.async = opt.async;
+  wo.snapshot_in_background = opt.async;
+  wo.snapshot_delay_s_for_testing = opt.snapshot_delay_s_for_testing;
+  // Test hook for whole training runs: MESHTRAIN_TEST_SNAPSHOT_DELAY_MS.
+  if (const char* d = std::getenv("MESHTRAIN_TEST_SNAPSHOT_DELAY_MS"); d && *d)
+    wo.snapshot_delay_s_for_testing = std::atof(d) / 1e3;
   wo.keep_last = opt.keep_last;
   wo.milestone_every = opt.milestone_every;
   writer_ = std::make_unique<ckpt::CheckpointWriter>(wo, comm && comm->valid() ? comm : nullptr);
@@ -124,6 +130,10 @@ double TrainingCheckpointer::save(int64_t step, const GPT& model, AdamW& adam,
     fs::remove(fs::path(ckpt::step_dir(writer_->options().root, step)) / ckpt::kIndexFileName);
   writer_->save(req);
   return now_s() - t0;
+}
+
+double TrainingCheckpointer::wait_for_snapshot() {
+  return writer_ ? writer_->wait_for_snapshot() : 0.0;
 }
 
 void TrainingCheckpointer::wait() {

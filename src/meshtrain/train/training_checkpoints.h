@@ -23,7 +23,8 @@ struct CheckpointOptions {
   int64_t every = 0;            // steps between saves; 0 = none
   int keep_last = 3;            // 0 = keep all
   int64_t milestone_every = 0;  // also keep multiples of this; 0 = none
-  bool async = true;
+  bool async = true;              // async saves also take their snapshot in the background
+  double snapshot_delay_s_for_testing = 0;  // test hook (ckpt::WriterOptions)
   std::string resume = "never";  // "auto" | "never" | a checkpoint directory
 };
 
@@ -55,12 +56,19 @@ class TrainingCheckpointer {
                        nlohmann::json config, int world, int64_t global_batch);
   bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
   // Collective. `step` = steps taken; `next` = the loader position of the next
-  // step's batch. Returns the time training waited (snapshot copy).
+  // step's batch. Returns the time training waited: bookkeeping when async
+  // (the snapshot is copied in the background: call wait_for_snapshot()
+  // before the parameters or optimizer state change again), the whole save
+  // when synchronous.
   // `own_params` (ZeRO): this rank holds current parameters only there.
   // `loss_scaler`: the fp16 loss scaler's state (null: none).
   double save(int64_t step, const GPT& model, AdamW& adam, data::LoaderPosition next,
               std::optional<ckpt::ElemRange> own_params = {},
               const nlohmann::json& loss_scaler = nullptr);
+  // Blocks until the last save's snapshot is taken, so parameters and
+  // optimizer state may change (the optimizer update calls it); returns the
+  // seconds waited (0 when nothing was pending).
+  double wait_for_snapshot();
   // Blocks until every save is complete; re-throws a background error.
   void wait();
 
