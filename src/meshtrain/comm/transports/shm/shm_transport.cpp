@@ -182,13 +182,25 @@ void ShmTransport::fail_waiting(int peer, const OpContext& ctx, bool dead) {
   throw CommError(msg);
 }
 
-void ShmTransport::idle(int& spins, Clock::time_point& last_check, int peer,
-                        const OpContext& ctx) {
+// Test hook: MESHTRAIN_SHM_TEST_STALL_US=D sleeps D microseconds between a
+// waiter's last look at a peer and its liveness check of that peer, emulating
+// a waiter preempted there on a loaded machine (the peer may finish and exit
+// meanwhile). Read once.
+static long stall_before_liveness_check_us() {
+  static const long us = [] {
+    const char* s = std::getenv("MESHTRAIN_SHM_TEST_STALL_US");
+    return s ? std::max(0L, std::atol(s)) : 0L;
+  }();
+  return us;
+}
+
+ShmTransport::Stall ShmTransport::idle(int& spins, Clock::time_point& last_check, int peer,
+                                       const OpContext& ctx) {
   ++spins;
   if (spins < spin_limit_) {
     cpu_relax();
     if ((spins & 1023) == 0) check_abort(ctx);
-    return;
+    return Stall::None;
   }
   check_abort(ctx);
   // Yield to a rank that shares our core; sleep once waiting is clearly long.
@@ -197,14 +209,17 @@ void ShmTransport::idle(int& spins, Clock::time_point& last_check, int peer,
   } else {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  if ((spins & 63) != 0) return;
+  if ((spins & 63) != 0) return Stall::None;
   auto now = Clock::now();
-  if (now > ctx.deadline) fail_waiting(peer, ctx, false);
+  if (now > ctx.deadline) return Stall::TimedOut;
   if (now - last_check > std::chrono::milliseconds(20)) {
     last_check = now;
+    if (long us = stall_before_liveness_check_us())
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
     if (peer >= 0 && !process_alive(__atomic_load_n(&control(peer).pid, __ATOMIC_RELAXED)))
-      fail_waiting(peer, ctx, true);
+      return Stall::PeerExited;
   }
+  return Stall::None;
 }
 
 void ShmTransport::sync(const OpContext& ctx) {
@@ -214,8 +229,13 @@ void ShmTransport::sync(const OpContext& ctx) {
     if (p == rank_) continue;
     int spins = 0;
     auto last_check = Clock::now();
-    while (control(p).arrived.value.load(std::memory_order_acquire) < step_)
-      idle(spins, last_check, p, ctx);
+    auto reached = [&] { return control(p).arrived.value.load(std::memory_order_acquire) >= step_; };
+    while (!reached()) {
+      Stall s = idle(spins, last_check, p, ctx);
+      // Everything an exited peer wrote is visible now: if it arrived before
+      // exiting, it did its part and is not a failure.
+      if (s != Stall::None && !reached()) fail_waiting(p, ctx, s == Stall::PeerExited);
+    }
   }
 }
 
@@ -233,6 +253,15 @@ void ShmTransport::exchange(std::span<const SendSpec> sends, std::span<const Rec
   std::vector<size_t> sdone(sends.size(), 0), rdone(recvs.size(), 0);
   int spins = 0;
   auto last_check = Clock::now();
+  int stalled_on = -1;  // the peer idle() gave up on, checked by one more pass
+  Stall stall = Stall::None;
+  auto blocked_by = [&](int peer) {
+    for (size_t i = 0; i < sends.size(); ++i)
+      if (sends[i].peer == peer && sdone[i] < sends[i].bytes) return true;
+    for (size_t i = 0; i < recvs.size(); ++i)
+      if (recvs[i].peer == peer && rdone[i] < recvs[i].bytes) return true;
+    return false;
+  };
   for (;;) {
     bool finished = true, progress = false;
     int blocking = -1;
@@ -282,8 +311,15 @@ void ShmTransport::exchange(std::span<const SendSpec> sends, std::span<const Rec
     if (finished) return;
     if (progress) {
       spins = 0;
+      stalled_on = -1;
+    } else if (stalled_on >= 0 && blocked_by(stalled_on)) {
+      // A pass after the stall made no progress and still needs that peer.
+      fail_waiting(stalled_on, ctx, stall == Stall::PeerExited);
     } else {
-      idle(spins, last_check, blocking, ctx);
+      // An exited sender's last slots may still be unread: look once more
+      // before failing (see sync).
+      stall = idle(spins, last_check, blocking, ctx);
+      stalled_on = stall == Stall::None ? -1 : blocking;
     }
   }
 }

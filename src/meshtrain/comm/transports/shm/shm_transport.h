@@ -65,9 +65,14 @@ class ShmTransport final : public Transport {
   char* region(int rank) const;
   shm::ChannelHeader& channel(int receiver, int sender) const;
   char* channel_slots(int receiver, int sender) const;
-  // Backoff while nothing progresses; throws on deadline, abort or a dead peer.
-  void idle(int& spins, std::chrono::steady_clock::time_point& last_check, int blocking_peer,
-            const OpContext& ctx);
+  // Why idle() stopped waiting. A peer that exited (or a deadline that passed)
+  // is only a failure if what we wait for is still missing: a peer may publish
+  // its part and exit between our last look and the liveness check, so the
+  // caller looks once more before calling fail_waiting.
+  enum class Stall { None, PeerExited, TimedOut };
+  // Backoff while nothing progresses; throws on abort.
+  Stall idle(int& spins, std::chrono::steady_clock::time_point& last_check, int blocking_peer,
+             const OpContext& ctx);
   [[noreturn]] void fail_waiting(int peer, const OpContext& ctx, bool dead);
   void check_abort(const OpContext& ctx) const;
 
