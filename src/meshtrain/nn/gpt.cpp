@@ -110,9 +110,20 @@ void GPT::set_precision(Precision p) {
                                                                                  : DType::F16,
                                           MemCategory::Parameters)
                           : Tensor();
+  external_half_ = false;
   // The activation layout depends on the precision: drop it and the last forward.
   acts_.reset();
   have_targets_ = false;
+}
+
+void GPT::use_external_half_copy(Tensor buffer) {
+  MT_CHECK(is_mixed(precision_), "use_external_half_copy() needs a mixed precision, not {}",
+           precision_name(precision_));
+  MT_CHECK(buffer.numel() == cfg_.num_params() && buffer.dtype() == half_buf_.dtype(),
+           "external 16-bit copy: {} elements of the wrong dtype, expected {} {}", buffer.numel(),
+           cfg_.num_params(), precision_name(precision_));
+  half_buf_ = std::move(buffer);
+  external_half_ = true;
 }
 
 const uint16_t* GPT::half_weight(const Tensor& p) const {
@@ -120,12 +131,13 @@ const uint16_t* GPT::half_weight(const Tensor& p) const {
 }
 
 void GPT::refresh_half_weights(int unit) {
-  if (!is_mixed(precision_)) return;
+  if (!is_mixed(precision_) || external_half_) return;
   auto round = [&](const Tensor& p) {
     to_half(half_of(precision_), p.data<float>(), const_cast<uint16_t*>(half_weight(p)), p.numel());
   };
-  // Only GEMM operands: wte (the tied classifier) and each layer's matrices.
-  // Embedding lookups, biases and LayerNorm parameters are read in f32.
+  // Only GEMM operands: wte (the tied classifier, and the token embedding
+  // lookup) and each layer's matrices. Position embeddings, biases and
+  // LayerNorm parameters are read in f32.
   if (unit == 0) {
     round(params_.wte);
   } else if (unit <= cfg_.n_layer) {
@@ -238,7 +250,25 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 
   const int L = cfg_.n_layer;
   use_params(ParamEvent::Need, 0, false);
-  encoder_forward(a.encoded, inputs, params_.wte.data<float>(), params_.wpe.data<float>(), B, T, C);
+  if (is_mixed(precision_)) {
+    // The token embedding is read from the 16-bit copy (rounded like every
+    // other weight the model computes with), so ZeRO needs no f32 wte.
+    refresh_half_weights(0);
+    const cpu::Half h = half_of(precision_);
+    const uint16_t* wte_h = half_weight(params_.wte);
+    const float* wpe = params_.wpe.data<float>();
+    float* enc = a.encoded;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < BT; ++i) {
+      float* o = enc + i * C;
+      from_half(h, wte_h + static_cast<int64_t>(inputs[i]) * C, o, C);
+      const float* p = wpe + (i % T) * C;
+      for (int64_t c = 0; c < C; ++c) o[c] += p[c];
+    }
+  } else {
+    encoder_forward(a.encoded, inputs, params_.wte.data<float>(), params_.wpe.data<float>(), B, T,
+                    C);
+  }
   use_params(ParamEvent::Done, 0, false);
   for (int l = 0; l < L; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
@@ -256,8 +286,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
                     params_.lnfw.data<float>(), params_.lnfb.data<float>(), BT, C);
   if (mixed) to_half(half_of(precision_), a.dbt4c, a.lnf_h, BT * C);
   use_params(ParamEvent::Need, 0, false);
-  if (mixed) {
-    refresh_half_weights(0);
+  if (mixed) {  // wte's 16-bit copy is current since the embedding lookup
     matmul_forward_half(half_of(precision_), a.logits, a.lnf_h, half_weight(params_.wte), nullptr,
                         BT, C, Vp);
   } else {

@@ -98,6 +98,14 @@ class GPT {
   // Takes effect at the next forward.
   void set_precision(Precision p);
   Precision precision() const { return precision_; }
+  // Mixed precision under ZeRO (parallel/zero.h): the 16-bit copy lives in
+  // `buffer` (num_params() elements of the 16-bit dtype) and is kept current
+  // by the caller (gathered from the ranks that own the f32 master shards),
+  // so the model never rounds params() itself and reads only the f32
+  // parameters that are not GEMM weights (wpe, biases, LayerNorm). Call
+  // after set_precision() with a mixed precision.
+  void use_external_half_copy(Tensor buffer);
+  bool external_half_copy() const { return external_half_; }
 
   // Bytes the activation buffers take for (B, T) under a policy: exactly what
   // the allocator counts as MemCategory::Activations for this model.
@@ -125,6 +133,7 @@ class GPT {
   Recompute recompute_;
   Precision precision_ = Precision::FP32;
   Tensor half_buf_;  // 16-bit compute copy of params() (mixed precision only)
+  bool external_half_ = false;  // half_buf_ kept current by ZeRO
   Tensor param_buf_, grad_buf_;
   GPTParams params_, grads_;
   std::unique_ptr<GPTActivations> acts_;

@@ -33,13 +33,26 @@ Tensor ReservedBuffer::tensor() const {
   return Tensor(Storage::borrow(data_, bytes_), 0, {numel_}, DType::F32);
 }
 
+Tensor ReservedBuffer::half_tensor(int64_t numel, DType dtype) const {
+  MT_CHECK(data_ && numel >= 0 && static_cast<size_t>(numel) * 2 <= bytes_,
+           "16-bit view of {} elements does not fit a reserved buffer of {} bytes", numel, bytes_);
+  return Tensor(Storage::borrow(data_, bytes_), 0, {numel}, dtype);
+}
+
 void ReservedBuffer::discard(int64_t begin, int64_t end) {
   MT_CHECK(begin >= 0 && begin <= end && end <= numel_, "discard [{}, {}) outside [0, {})", begin,
            end, numel_);
+  discard_bytes(static_cast<size_t>(begin) * sizeof(float), static_cast<size_t>(end) * sizeof(float));
+}
+
+void ReservedBuffer::discard_bytes(size_t begin, size_t end) {
+  MT_CHECK(begin <= end && end <= bytes_, "discard bytes [{}, {}) outside [0, {})", begin, end,
+           bytes_);
   if (begin == end) return;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(data_ + begin);
-  const uintptr_t hi = reinterpret_cast<uintptr_t>(data_ + end);
+  char* base = reinterpret_cast<char*>(data_);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(base + begin);
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(base + end);
   const uintptr_t plo = (lo + page - 1) / page * page, phi = hi / page * page;
   if (plo >= phi) {  // no whole page inside: clear in place
     std::memset(reinterpret_cast<void*>(lo), 0, hi - lo);

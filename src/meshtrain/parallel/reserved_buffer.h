@@ -24,9 +24,14 @@ class ReservedBuffer {
   int64_t numel() const { return numel_; }
   // A view of all elements (keep this object alive while it is used).
   Tensor tensor() const;
+  // The first `numel` elements of a 16-bit dtype (mixed precision's compute
+  // copy; reserve numel / 2 rounded up floats).
+  Tensor half_tensor(int64_t numel, DType dtype) const;
   // Elements [begin, end) become zero: the whole pages inside are returned
   // to the kernel, the partial pages at the ends are cleared in place.
   void discard(int64_t begin, int64_t end);
+  // The same for bytes [begin, end) (16-bit views).
+  void discard_bytes(size_t begin, size_t end);
 
  private:
   float* data_ = nullptr;

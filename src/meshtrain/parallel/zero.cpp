@@ -1,5 +1,7 @@
 #include "meshtrain/parallel/zero.h"
 
+#include <algorithm>
+
 #include "meshtrain/core/error.h"
 
 namespace meshtrain::parallel {
@@ -37,29 +39,64 @@ void Zero::detach() {
   model_ = nullptr;
 }
 
+namespace {
+// The parameters GPT reads in f32 under mixed precision (nn/gpt.h): all but
+// the GEMM weights (wte and each layer's four matrices), as sorted spans.
+std::vector<ElemSpan> f32_read_spans(const GPTParams& p) {
+  std::vector<ElemSpan> out;
+  auto add = [&](const Tensor& t) {
+    const int64_t b = t.offset() - p.flat.offset();
+    if (!out.empty() && out.back().end == b) out.back().end = b + t.numel();
+    else out.push_back({b, b + t.numel()});
+  };
+  add(p.wpe);
+  for (const GPTLayerParams& l : p.layers)
+    for (const Tensor* t : {&l.ln1w, &l.ln1b, &l.qkvb, &l.attprojb, &l.ln2w, &l.ln2b, &l.fcb,
+                            &l.fcprojb})
+      add(*t);
+  add(p.lnfw);
+  add(p.lnfb);
+  std::sort(out.begin(), out.end(), [](ElemSpan a, ElemSpan b) { return a.begin < b.begin; });
+  return out;
+}
+}  // namespace
+
 std::unique_ptr<GPT> Zero::make_model() {
   MT_CHECK(!params_, "make_model() called twice");
   const int64_t P = cfg_.num_params();
+  const bool mixed = is_mixed(opts_.precision);
   std::unique_ptr<GPT> model;
   float* params = nullptr;
+  // Mixed precision keeps only the own f32 range resident at every stage.
+  if (mixed || opts_.stage == 3) param_res_ = std::make_unique<ReservedBuffer>(P);
   if (opts_.stage == 1) {
     dp_ = std::make_unique<DataParallel>(comm_, P, opts_.dp);
-    model = std::make_unique<GPT>(cfg_, dp_->gradient_buffer());
+    model = mixed ? std::make_unique<GPT>(cfg_, param_res_->tensor(), dp_->gradient_buffer(), true)
+                  : std::make_unique<GPT>(cfg_, dp_->gradient_buffer());
   } else {
     grad_res_ = std::make_unique<ReservedBuffer>(P);  // zero until backward writes
-    if (opts_.stage == 2) {
+    if (!param_res_) {
       param_tensor_ = Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
       model = std::make_unique<GPT>(cfg_, param_tensor_, grad_res_->tensor(), false);
     } else {
-      param_res_ = std::make_unique<ReservedBuffer>(P);
       model = std::make_unique<GPT>(cfg_, param_res_->tensor(), grad_res_->tensor(), false);
     }
   }
   params = model->params().flat.data<float>();
   const std::vector<ElemSpan> units = units_of(model->params());
   if (grad_res_) grads_ = std::make_unique<ZeroGradients>(comm_, layout_, units, *grad_res_);
+  HalfCopy half;
+  if (mixed) {
+    half_res_ = std::make_unique<ReservedBuffer>((P + 1) / 2);
+    const DType dt = opts_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
+    model->set_precision(opts_.precision);
+    model->use_external_half_copy(half_res_->half_tensor(P, dt));
+    half = {reinterpret_cast<uint16_t*>(half_res_->data()), half_res_.get(), dt,
+            f32_read_spans(model->params())};
+  }
   params_ = std::make_unique<ZeroParameters>(comm_, layout_, units, params, param_res_.get(),
-                                             opts_.persist_threshold);
+                                             opts_.stage == 3, opts_.persist_threshold,
+                                             mixed ? &half : nullptr);
   return model;
 }
 
@@ -67,6 +104,13 @@ void Zero::attach(GPT& model) {
   MT_CHECK(params_, "make_model() before attach()");
   MT_CHECK(model.config().num_params() == cfg_.num_params(),
            "attach() the model make_model() built");
+  MT_CHECK(model.precision() == opts_.precision &&
+               (!is_mixed(opts_.precision) || model.external_half_copy()),
+           "ZeRO was set up for precision {} but the model computes in {}{}: pass the precision "
+           "in ZeroOptions before make_model()", precision_name(opts_.precision),
+           precision_name(model.precision()),
+           is_mixed(model.precision()) && !model.external_half_copy() ? " with its own 16-bit copy"
+                                                                      : "");
   model_ = &model;
   if (dp_) dp_->attach(model);
   if (grads_) model.set_grad_ready_hook([this](int64_t b, int64_t e) { grads_->on_ready(b, e); });

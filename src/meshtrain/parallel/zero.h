@@ -8,6 +8,13 @@
 //   stage 2: + gradients reduced to their owners during backward, kept only
 //            as the own fp32 shard (zero_gradients.h).
 //   stage 3: + parameters sharded: each unit gathered before use, freed after.
+// Mixed precision (ZeroOptions::precision bf16/fp16): at every stage the f32
+// parameters are the master weights and only the own range of them stays
+// resident (optimizer state); the model computes on a 16-bit copy, whole on
+// every rank in stages 1 and 2 and gathered per unit in stage 3: owners round
+// their range after the update and the 16-bit pieces are what is gathered
+// (zero_parameters.h). params() is whole again only inside
+// gather_full_parameters() ... resume_hooks().
 //
 //   Zero zero(comm, cfg, {stage});
 //   auto model = zero.make_model();   // buffers as the stage needs them
@@ -40,6 +47,9 @@ struct ZeroOptions {
   // Stage 3: units with fewer elements stay resident (replicated).
   int64_t persist_threshold = 100000;
   DataParallelOptions dp;  // stage 1's gradient buckets
+  // Mixed precision: make_model() sets it on the model (nn/gpt.h) with the
+  // 16-bit copy in this object's buffer.
+  Precision precision = Precision::FP32;
 };
 
 class Zero {
@@ -99,7 +109,8 @@ class Zero {
   GPT* model_ = nullptr;
   std::unique_ptr<DataParallel> dp_;             // stage 1
   Tensor param_tensor_;                          // stage 2
-  std::unique_ptr<ReservedBuffer> param_res_;    // stage 3
+  std::unique_ptr<ReservedBuffer> param_res_;    // stage 3; every stage with mixed precision
+  std::unique_ptr<ReservedBuffer> half_res_;     // mixed precision's 16-bit copy
   std::unique_ptr<ReservedBuffer> grad_res_;     // stages 2, 3
   std::unique_ptr<ZeroGradients> grads_;         // stages 2, 3
   std::unique_ptr<ZeroParameters> params_;

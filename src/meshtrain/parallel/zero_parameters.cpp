@@ -3,14 +3,20 @@
 #include <algorithm>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cpu/convert.h"
 
 namespace meshtrain::parallel {
 
 ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
                                std::vector<ElemSpan> units, float* params,
-                               ReservedBuffer* reserved, int64_t persist_threshold)
+                               ReservedBuffer* reserved, bool shard_units,
+                               int64_t persist_threshold, const HalfCopy* half)
     : comm_(std::move(comm)), layout_(layout), units_(std::move(units)), params_(params),
-      reserved_(reserved) {
+      reserved_(reserved), shard_units_(shard_units) {
+  if (half) half_ = *half;
+  MT_CHECK(!shard_units_ || reserved_, "stage 3 needs the reserved parameter buffer");
+  MT_CHECK(!mixed() || (reserved_ && half_.reserved),
+           "mixed precision ZeRO needs reserved f32 and 16-bit buffers");
   const int n = static_cast<int>(units_.size());
   MT_CHECK(n >= 3, "ZeRO needs the model's parameter units (embeddings, layers, final norm)");
   for (int u = 0; u < n; ++u) {
@@ -19,6 +25,16 @@ ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
   }
   MT_CHECK(units_.back().end == layout_.numel(), "parameter units cover {} of {} elements",
            units_.back().end, layout_.numel());
+  for (size_t i = 1; i < half_.f32_spans.size(); ++i)
+    MT_CHECK(half_.f32_spans[i - 1].end <= half_.f32_spans[i].begin, "f32 spans must be sorted");
+  foreign_f32_.assign(n, 0);
+  const ElemSpan own = layout_.own();
+  for (int u = 0; u < n; ++u)
+    split_by_f32_spans(units_[u], [&](int64_t b, int64_t e, bool f32) {
+      if (!f32) return;
+      const int64_t inside = std::max<int64_t>(0, std::min(e, own.end) - std::max(b, own.begin));
+      foreign_f32_[u] += (e - b) - inside;
+    });
   resident_.assign(n, true);  // the model starts with full parameters (init, load)
   valid_.assign(n, true);
   works_.resize(n);
@@ -32,13 +48,63 @@ ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
   for (int u = L; u >= 1; --u) need(u, true), done(u, true);
   // Until start() the whole buffer is resident (initialization, loading):
   // own range and persistent units as parameters, the rest as gathered.
-  if (sharded()) {
-    int64_t held = layout_.own().count(), gathered = 0;
+  if (mixed()) {
+    int64_t held = 2 * own.count(), gathered = 0, masters = 0;
+    for (int u = 0; u < n; ++u) {
+      (persistent_[u] ? held : gathered) += foreign_bytes(u);
+      masters += 4 * (layout_.foreign_count(units_[u]) - foreign_f32_[u]);
+    }
+    held_params_.set(held);
+    gathered_.set(gathered);
+    master_.set(4 * own.count());
+    full_masters_bytes_.set(masters);
+  } else if (sharded()) {
+    int64_t held = own.count(), gathered = 0;
     for (int u = 0; u < n; ++u)
       (persistent_[u] ? held : gathered) += layout_.foreign_count(units_[u]);
     held_params_.set(held * 4);
     gathered_.set(gathered * 4);
   }
+  full_masters_ = mixed();
+}
+
+template <class Fn>
+void ZeroParameters::split_by_f32_spans(ElemSpan s, Fn&& fn) const {
+  int64_t at = s.begin;
+  auto it = std::lower_bound(half_.f32_spans.begin(), half_.f32_spans.end(), s.begin,
+                             [](const ElemSpan& f, int64_t x) { return f.end <= x; });
+  for (; it != half_.f32_spans.end() && it->begin < s.end; ++it) {
+    const int64_t b = std::max(it->begin, s.begin), e = std::min(it->end, s.end);
+    if (at < b) fn(at, b, false);
+    if (b < e) fn(b, e, true);
+    at = std::max(at, e);
+  }
+  if (at < s.end) fn(at, s.end, false);
+}
+
+int64_t ZeroParameters::foreign_bytes(int u) const {
+  const int64_t foreign = layout_.foreign_count(units_[u]);
+  return mixed() ? 2 * foreign + 4 * foreign_f32_[u] : 4 * foreign;
+}
+
+void ZeroParameters::release_foreign_masters() {
+  if (!mixed() || !full_masters_) return;
+  for (const ElemSpan& u : units_)
+    for (const OwnedPiece& p : layout_.pieces(u)) {
+      if (p.owner == comm_.rank()) continue;
+      split_by_f32_spans(p.span, [&](int64_t b, int64_t e, bool f32) {
+        if (!f32) reserved_->discard(b, e);
+      });
+    }
+  full_masters_ = false;
+  full_masters_bytes_.set(0);
+}
+
+void ZeroParameters::round_own_range() {
+  if (!mixed()) return;
+  const ElemSpan own = layout_.own();
+  cpu::to_half(half_.dtype == DType::F16 ? cpu::Half::F16 : cpu::Half::BF16, params_ + own.begin,
+          half_.data + own.begin, own.count());
 }
 
 ZeroParameters::~ZeroParameters() {
@@ -82,11 +148,23 @@ void ZeroParameters::launch(int u) {
   MT_CHECK(works_[u].empty(), "parameter unit {} gathered twice", u);
   if (!resident_[u]) {
     resident_[u] = true;
-    if (!persistent_[u]) gathered_.add(layout_.foreign_count(units_[u]) * 4);
+    if (!persistent_[u]) gathered_.add(foreign_bytes(u));
   }
-  for (const OwnedPiece& p : layout_.pieces(units_[u]))
-    works_[u].push_back(comm_.broadcast(params_ + p.span.begin, static_cast<size_t>(p.span.count()),
-                                        DType::F32, p.owner));
+  for (const OwnedPiece& p : layout_.pieces(units_[u])) {
+    if (!mixed()) {
+      works_[u].push_back(comm_.broadcast(params_ + p.span.begin,
+                                          static_cast<size_t>(p.span.count()), DType::F32, p.owner));
+      continue;
+    }
+    // The 16-bit copy of the whole piece, and in f32 the parts the model reads in f32.
+    works_[u].push_back(comm_.broadcast(half_.data + p.span.begin,
+                                        static_cast<size_t>(p.span.count()), half_.dtype, p.owner));
+    split_by_f32_spans(p.span, [&](int64_t b, int64_t e, bool f32) {
+      if (f32)
+        works_[u].push_back(
+            comm_.broadcast(params_ + b, static_cast<size_t>(e - b), DType::F32, p.owner));
+    });
+  }
   ++gathers_;
 }
 
@@ -100,11 +178,21 @@ void ZeroParameters::release(int u) {
   MT_CHECK(works_[u].empty() && sharded() && !persistent_[u], "cannot release parameter unit {}", u);
   if (!resident_[u]) return;
   const ElemSpan s = units_[u], own = layout_.own();
-  reserved_->discard(s.begin, std::max(s.begin, std::min(s.end, own.begin)));
-  reserved_->discard(std::min(s.end, std::max(s.begin, own.end)), s.end);
+  const ElemSpan before{s.begin, std::max(s.begin, std::min(s.end, own.begin))};
+  const ElemSpan after{std::min(s.end, std::max(s.begin, own.end)), s.end};
+  for (const ElemSpan& f : {before, after}) {
+    if (!mixed()) {
+      reserved_->discard(f.begin, f.end);
+      continue;
+    }
+    half_.reserved->discard_bytes(static_cast<size_t>(f.begin) * 2, static_cast<size_t>(f.end) * 2);
+    split_by_f32_spans(f, [&](int64_t b, int64_t e, bool f32) {
+      if (f32 || full_masters_) reserved_->discard(b, e);
+    });
+  }
   resident_[u] = false;
   valid_[u] = false;
-  gathered_.add(-layout_.foreign_count(s) * 4);
+  gathered_.add(-foreign_bytes(u));
 }
 
 void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
@@ -134,6 +222,7 @@ void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
 
 void ZeroParameters::shard() {
   before_update();
+  release_foreign_masters();
   if (!sharded()) return;
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (!persistent_[u]) release(u);
@@ -155,6 +244,7 @@ void ZeroParameters::after_update() {
     MT_CHECK(works_[u].empty(), "parameter unit {} still gathering during the update", u);
     valid_[u] = false;
   }
+  round_own_range();
   if (!sharded()) {
     for (int u = 0; u < n; ++u) launch(u);  // forward order: embeddings first
   } else {
@@ -169,9 +259,27 @@ void ZeroParameters::gather_all() {
   }
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (!works_[u].empty()) wait(u);
+  if (!mixed() || full_masters_) return;
+  // Mixed precision: the whole f32 buffer (the masters of every rank), for
+  // whoever reads params() in full; counted as gathered until released.
+  std::vector<comm::Work> works;
+  int64_t masters = 0;
+  for (const ElemSpan& u : units_)
+    for (const OwnedPiece& p : layout_.pieces(u)) {
+      if (p.owner != comm_.rank())
+        split_by_f32_spans(p.span, [&](int64_t b, int64_t e, bool f32) {
+          if (!f32) masters += e - b;
+        });
+      works.push_back(comm_.broadcast(params_ + p.span.begin, static_cast<size_t>(p.span.count()),
+                                      DType::F32, p.owner));
+    }
+  full_masters_bytes_.set(4 * masters);
+  comm::wait_all(works);
+  full_masters_ = true;
 }
 
 void ZeroParameters::release_transient() {
+  release_foreign_masters();
   if (!sharded()) return;
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
     if (persistent_[u]) continue;

@@ -14,6 +14,15 @@
 //     next two uses (the head's embedding between forward and backward).
 // Every decision depends only on the sequence of hook events, which is the
 // same on every rank, so the collectives match across ranks.
+//
+// Mixed precision (HalfCopy): the f32 buffer is the master copy and only the
+// own range of it stays resident (it is the optimizer's, counted as
+// optimizer state), at every stage. What is gathered is the model's 16-bit
+// compute copy (each owner rounds its range after the update: half the bytes
+// of an f32 gather) plus, in f32, the few parameters the model reads in f32
+// (position embeddings, biases, LayerNorm: HalfCopy::f32_spans). gather_all()
+// also gathers the whole f32 buffer (saves, sampling); release_transient()
+// drops its foreign part again.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -26,13 +35,25 @@
 
 namespace meshtrain::parallel {
 
+// Mixed precision's 16-bit compute copy (one element per parameter).
+struct HalfCopy {
+  uint16_t* data = nullptr;
+  ReservedBuffer* reserved = nullptr;  // holds `data`: foreign pages go on release
+  DType dtype = DType::BF16;
+  // Sorted, disjoint: the parameters the model reads in f32 (not GEMM weights).
+  std::vector<ElemSpan> f32_spans;
+};
+
 class ZeroParameters {
  public:
-  // `units` tile the buffer in order. `reserved` (stage 3) holds the
-  // parameters and lets foreign pages go; null for stages 1 and 2, whose
-  // parameters live in `params` (counted by the allocator).
+  // `units` tile the buffer in order. `reserved` (stage 3, and every stage
+  // with `half`) holds the f32 parameters and lets foreign pages go; null for
+  // fp32 stages 1 and 2, whose parameters live in `params` (counted by the
+  // allocator). `shard_units`: stage 3 (units below `persist_threshold`
+  // elements stay resident). `half`: mixed precision (null for fp32).
   ZeroParameters(comm::Communicator comm, ZeroLayout layout, std::vector<ElemSpan> units,
-                 float* params, ReservedBuffer* reserved, int64_t persist_threshold);
+                 float* params, ReservedBuffer* reserved, bool shard_units,
+                 int64_t persist_threshold, const HalfCopy* half = nullptr);
   ~ZeroParameters();
 
   // The model's parameter hook.
@@ -60,7 +81,8 @@ class ZeroParameters {
   // Stage 3: return the pages of every non-persistent unit (after gather_all()).
   void release_transient();
 
-  bool sharded() const { return reserved_ != nullptr; }
+  bool sharded() const { return shard_units_; }
+  bool mixed() const { return half_.data != nullptr; }
   bool persistent(int unit) const { return persistent_[unit]; }
   // Elements of the persistent units (all of them in stages 1 and 2).
   int64_t persistent_elements() const;
@@ -80,12 +102,27 @@ class ZeroParameters {
   void launch(int unit);
   void wait(int unit);
   void release(int unit);
+  // Bytes a unit's foreign part takes when resident: f32, or mixed
+  // precision's 16-bit copy plus its f32-read parameters.
+  int64_t foreign_bytes(int unit) const;
+  // Calls fn(begin, end, in_f32_spans) for the parts of `s`, in order.
+  template <class Fn>
+  void split_by_f32_spans(ElemSpan s, Fn&& fn) const;
+  // Mixed precision: the foreign f32 elements outside f32_spans (the GEMM
+  // weights' masters of other ranks), dropped or counted.
+  void release_foreign_masters();
+  // Mixed precision: rounds the own f32 range into the 16-bit copy.
+  void round_own_range();
 
   comm::Communicator comm_;
   ZeroLayout layout_;
   std::vector<ElemSpan> units_;
   float* params_;
   ReservedBuffer* reserved_;
+  bool shard_units_;
+  HalfCopy half_;
+  std::vector<int64_t> foreign_f32_;  // per unit: foreign elements in f32_spans
+  bool full_masters_ = true;          // mixed: foreign f32 weights resident (setup, gather_all)
   std::vector<bool> persistent_, resident_, valid_;
   std::vector<std::vector<comm::Work>> works_;
   std::vector<Event> order_;  // one step's documented hook sequence
@@ -94,6 +131,8 @@ class ZeroParameters {
   int64_t gathers_ = 0;
   ExternalBytes held_params_{MemCategory::Parameters};    // stage 3: own + persistent
   ExternalBytes gathered_{MemCategory::CommBuffers};      // stage 3: foreign parts in use
+  ExternalBytes master_{MemCategory::OptimizerState};     // mixed: the own f32 range
+  ExternalBytes full_masters_bytes_{MemCategory::CommBuffers};  // mixed: foreign f32 weights
 };
 
 }  // namespace meshtrain::parallel

@@ -29,6 +29,50 @@ std::vector<int64_t> gpt_unit_sizes(const GPTConfig& cfg) {
   return u;
 }
 
+std::vector<std::pair<int64_t, int64_t>> gpt_f32_read_spans(const GPTConfig& cfg) {
+  const int64_t C = cfg.n_embd;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t at = static_cast<int64_t>(cfg.padded_vocab) * C;  // after wte
+  auto f32 = [&](int64_t n) {
+    if (!out.empty() && out.back().second == at) out.back().second += n;
+    else out.push_back({at, at + n});
+    at += n;
+  };
+  f32(static_cast<int64_t>(cfg.seq_len) * C);  // wpe
+  for (int l = 0; l < cfg.n_layer; ++l) {      // gpt_params.cpp's layout
+    f32(2 * C), at += 3 * C * C, f32(3 * C), at += C * C, f32(C);
+    f32(2 * C), at += 4 * C * C, f32(4 * C), at += 4 * C * C, f32(C);
+  }
+  f32(2 * C);  // final LayerNorm
+  return out;
+}
+
+namespace {
+
+// Mixed precision under ZeRO: per unit, the bytes its foreign part takes
+// when resident (the 16-bit copy, plus f32 for the parameters read in f32).
+std::vector<int64_t> mixed_foreign_unit_bytes(const GPTConfig& cfg, int64_t own_begin,
+                                              int64_t own_end) {
+  const std::vector<int64_t> units = gpt_unit_sizes(cfg);
+  const auto spans = gpt_f32_read_spans(cfg);
+  std::vector<int64_t> out;
+  int64_t b = 0;
+  for (int64_t n : units) {
+    const int64_t e = b + n;
+    auto outside_own = [&](int64_t lo, int64_t hi) {
+      return (hi - lo) - std::max<int64_t>(0, std::min(hi, own_end) - std::max(lo, own_begin));
+    };
+    int64_t f32 = 0;
+    for (auto [lo, hi] : spans)
+      if (std::max(lo, b) < std::min(hi, e)) f32 += outside_own(std::max(lo, b), std::min(hi, e));
+    out.push_back(2 * outside_own(b, e) + 4 * f32);
+    b = e;
+  }
+  return out;
+}
+
+}  // namespace
+
 RankMemory predict_rank_memory(const MemoryPlan& plan) {
   const int64_t P = plan.model.num_params();
   const int N = std::max(1, plan.world);
@@ -76,6 +120,34 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     }
   }
   m.params += b.p_full * P;
+  if (b.p_full > 0 && stage >= 1) {
+    // Mixed precision under ZeRO (parallel/zero_parameters.h): the f32
+    // parameters are master weights kept for the own range only, counted with
+    // the optimizer state (o + 4 = 12); the 16-bit copy (p_full) is the
+    // parameter copy the model computes with, whole in stages 1-2 and
+    // gathered per unit in stage 3, plus in f32 the foreign parts of the few
+    // parameters read in f32 (position embeddings, biases, LayerNorm).
+    const int64_t chunk = (P + N - 1) / N;
+    const int64_t ob = std::min(P, chunk * plan.rank), oe = std::min(P, chunk * (plan.rank + 1));
+    const std::vector<int64_t> foreign = mixed_foreign_unit_bytes(plan.model, ob, oe);
+    m.optimizer = (b.o + b.p) * own;
+    m.params = b.p_full * own;
+    int64_t held_units = 0, largest_layer = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (stage < 3 || units[u] < plan.persist_threshold) held_units += foreign[u];
+      else if (u > 0 && u + 1 < units.size()) largest_layer = std::max(largest_layer, foreign[u]);
+    }
+    m.params += held_units;
+    if (stage == 3 && units.front() >= plan.persist_threshold) {
+      // The gathered units at the peaks named above, at their 16-bit size.
+      const int64_t u0 = foreign.front(), lnf = units.back();
+      const int64_t L = plan.model.n_layer, layer = L > 0 ? units[1] : 0;
+      m.comm = std::max({u0 + largest_layer, u0 + b.g * (units.front() + lnf),
+                         std::min<int64_t>(2, L) * largest_layer + b.g * (units.front() + lnf + layer),
+                         std::min<int64_t>(2, L) * largest_layer +
+                             b.g * std::min<int64_t>(3, L) * layer});
+    }
+  }
   return m;
 }
 

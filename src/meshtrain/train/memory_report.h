@@ -7,8 +7,15 @@
 //   stage 0: (p + g + o)Ψ      stage 1: (p + g)Ψ + oΨ/N
 //   stage 2: pΨ + (g + o)Ψ/N   stage 3: (p + g + o)Ψ/N  (+ p x persistent units)
 // where Ψ/N is the rank's own range. fp32 training: p = g = 4, o = 8 (Adam m,
-// v; the fp32 parameters are the master weights). Mixed precision supplies
-// its own StateBytes (p = 2, g = 2 or 4, o = 12 with the fp32 master copy).
+// v; the fp32 parameters are the master weights).
+// Mixed precision (p_full = 2, the 16-bit compute copy): at stage 0 the
+// model holds both, (4 + 2 + 4 + 8)Ψ. Under ZeRO the f32 parameters are the
+// master weights, kept for the own range only and counted as optimizer state
+// (o = 12), and the 16-bit copy is the parameter copy (p = 2): stage 1
+// (2 + 4)Ψ + 12Ψ/N, stage 2 2Ψ + 16Ψ/N, stage 3 18Ψ/N — the ZeRO paper's
+// 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N with meshtrain's f32 gradients (g = 4, not
+// 2). On top, the foreign parts of the parameters the model reads in f32
+// (position embeddings, biases, LayerNorm: a few % of Ψ) at 4 bytes.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,8 +32,9 @@ struct StateBytes {
   int64_t p = 4;  // parameters the model computes with
   int64_t g = 4;  // gradients (as held for the optimizer)
   int64_t o = 8;  // optimizer state (Adam m, v; + fp32 master weights under mixed precision)
-  // Parameters every rank keeps whole at every stage: mixed precision's 16-bit
-  // compute copy (2; nn/gpt.h), beside the f32 parameters `p` that ZeRO-3 shards.
+  // Mixed precision's 16-bit compute copy (2; nn/gpt.h; 0 for fp32). Stage 0:
+  // beside the f32 parameters `p`; stages 1-3: the parameter copy, and `p`
+  // is the f32 master counted in the sharded optimizer state (see above).
   int64_t p_full = 0;
 };
 
@@ -49,6 +57,10 @@ struct RankMemory {
 
 // Parameter units of a model shape (embeddings, layers, final LayerNorm), elements.
 std::vector<int64_t> gpt_unit_sizes(const GPTConfig& cfg);
+
+// Mixed precision: the [begin, end) element ranges of the flat parameter
+// buffer that the model reads in f32 (all but the GEMM weights; nn/gpt.h).
+std::vector<std::pair<int64_t, int64_t>> gpt_f32_read_spans(const GPTConfig& cfg);
 
 RankMemory predict_rank_memory(const MemoryPlan& plan);
 

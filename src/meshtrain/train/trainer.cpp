@@ -161,6 +161,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     zo.stage = opt.zero_stage;
     zo.persist_threshold = opt.zero_persist_threshold;
     zo.dp = opt.dp;
+    zo.precision = opt.precision;  // mixed precision: the 16-bit copy is what ZeRO gathers
     zero = std::make_unique<parallel::Zero>(opt.comm, cfg, zo);
   } else if (world > 1) {
     dp = std::make_unique<parallel::DataParallel>(opt.comm, cfg.num_params(), opt.dp);
