@@ -12,6 +12,7 @@
             increasing sizes; both stages measured at each size in turn.
 
   python3 bench/zero_bench.py overhead --nproc 2 --preset char-6L
+  python3 bench/zero_bench.py overhead --nproc 2 --preset char-6L --precision bf16
   python3 bench/zero_bench.py capacity --nproc 4 --cap-mb 1000
 """
 import argparse
@@ -37,11 +38,15 @@ def run_train(bin_, args, run_dir):
     return r.stdout
 
 
+PRECISION = "fp32"  # --precision: bf16/fp16 shard the f32 master with the optimizer state
+
+
 def common(data, steps, threads):
     return ["--set", f"data.train={data}/train_*.bin", "--set", "data.val=",
             "--set", f"train.steps={steps}", "--set", "train.warmup=1",
             "--set", "train.eval_every=0", "--set", f"train.threads={threads}",
-            "--set", "checkpoint.every=0", "--set", "checkpoint.resume=never"]
+            "--set", "checkpoint.every=0", "--set", "checkpoint.resume=never",
+            "--set", f"precision={PRECISION}"]
 
 
 def overhead(a, bin_, data, tmp):
@@ -65,7 +70,7 @@ def overhead(a, bin_, data, tmp):
                   f"{cpus[s][-1]:.0f} CPU ms/step", flush=True)
     base = statistics.median(times[0])
     cbase = statistics.median(cpus[0])
-    print(f"\nZeRO step-time overhead: {a.preset}, {a.nproc} ranks, micro-batch {a.batch} x "
+    print(f"\nZeRO step-time overhead ({PRECISION}): {a.preset}, {a.nproc} ranks, micro-batch {a.batch} x "
           f"{a.seq}, {a.threads} thread(s)/rank, median of {a.rounds} interleaved runs")
     print(f"{'stage':>6} {'ms/step':>10} {'vs stage 0':>11} {'CPU ms/step':>12} {'vs stage 0':>11}")
     for s in stages:
@@ -123,7 +128,10 @@ def main():
     p.add_argument("--cap-mb", type=float, default=1000)
     p.add_argument("--recompute", default="none", help="capacity: the same for both stages")
     p.add_argument("--widths", default="128,192,256,320,384,448,512,576,640,704,768,832,896,960,1024")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     a = p.parse_args()
+    global PRECISION
+    PRECISION = a.precision
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data")
         subprocess.run([a.bin, "data", "synth", "--out", data, "--tokens", "200000"], check=True,
