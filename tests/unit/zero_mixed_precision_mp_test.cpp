@@ -235,3 +235,24 @@ TEST(zero, fp16_stage3_skips_overflow_like_stage0) {
   EXPECT_NE(s3.log.find(skipped), std::string::npos) << s3.log;
   EXPECT_LE(max_relative_difference(s3, s0), kTolNoClip);
 }
+
+// Stage 3 with the layers (3,280 elements) and final LayerNorm resident below
+// the threshold and the embeddings gathered: the resident units keep their
+// 16-bit copy and f32-read parameters whole; training as bf16 stage 0, and
+// the parameter bytes as predicted.
+TEST(zero, bf16_stage3_persistent_units) {
+  const RunResult ref = bf16_run("zmix_persist_ref", 0, 3, 1, 1, kNoClip);
+  const RunResult r = train("zmix_persist", tiny_settings(kSteps) + kBf16 + kNoClip +
+                                                " --nproc 3 --set zero.stage=3 --set "
+                                                "zero.persist_threshold=4000 --set train.micro_batch=1");
+  ASSERT_EQ(ref.status, 0) << ref.log;
+  ASSERT_EQ(r.status, 0) << r.log;
+  EXPECT_NE(r.log.find("6592 elements in units under zero.persist_threshold = 4000"),
+            std::string::npos) << r.log;
+  EXPECT_LE(max_relative_difference(r, ref), kTolNoClip);
+  const auto m = nlohmann::json::parse(slurp((r.dir / "memory.json").string()));
+  for (const auto& rank : m)
+    for (const char* cat : {"parameters", "gradients", "optimizer"})
+      EXPECT_EQ(rank["peak"][cat].get<double>(), rank["predicted"][cat].get<double>())
+          << "rank " << rank["rank"] << " " << cat;
+}
