@@ -169,8 +169,9 @@ TEST(precision, zero_and_bf16_reduction_compose_with_mixed_precision) {
   };
   close(z1, dp, 1e-2);
   close(z3, dp, 1e-2);
-  // Model-state bytes per rank equal the formulas with the 16-bit copy whole
-  // on every rank and the f32 parameters sharded at stage 3.
+  // Model-state bytes per rank equal the formulas: stage 0 the f32
+  // parameters and the 16-bit copy whole; ZeRO the f32 master shard in the
+  // optimizer state and the 16-bit copy whole (stage 1) or sharded (stage 3).
   for (const RunResult* r : {&dp, &z1, &z3}) {
     const auto mem = nlohmann::json::parse(slurp((r->dir / "memory.json").string()));
     ASSERT_EQ(mem.size(), 2u);

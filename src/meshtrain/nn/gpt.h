@@ -88,10 +88,11 @@ class GPT {
 
   // Mixed precision (nn/precision.h). params() and grads() stay f32: the
   // parameters are the f32 master weights the optimizer updates (and
-  // checkpoints, ZeRO and the data-parallel broadcast see). With bf16/fp16 the
+  // checkpoints and the data-parallel broadcast see). With bf16/fp16 the
   // model also holds a 16-bit compute copy of its weight matrices
   // (MemCategory::Parameters, 2 bytes per parameter), refreshed from params()
-  // at each unit's forward Need (so after any update, load or gather), and
+  // at each unit's forward Need (so after any update, load or gather; under
+  // ZeRO the copy is external and kept current by ZeRO instead), and
   // every GEMM runs on 16-bit operands with f32 accumulation; the activations
   // that only feed GEMMs are stored in 16 bits (gpt_activations.h). LayerNorm,
   // softmax, loss, GELU, attention and all gradient accumulation stay f32.
