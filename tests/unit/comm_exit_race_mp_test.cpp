@@ -110,16 +110,19 @@ TEST(comm, peer_killed_before_final_allgather_is_still_reported_dead) {
 }
 
 // Without the stall: many short jobs whose ranks leave right after a final
-// gather, at different speeds (catches the race on a loaded machine).
+// gather, arriving up to 40 ms apart so that waiters run their liveness
+// checks (after 20 ms) while peers finish and exit (catches the race on a
+// loaded machine).
 TEST(comm, ranks_leaving_at_different_speeds_after_final_gather) {
   for (int round = 0; round < 12; ++round) {
     auto w = run_world(4, [round](Communicator& c) -> std::string {
       std::mt19937 rng(round * 31 + c.rank());
-      for (int i = 0; i < 3; ++i) {
+      for (int i = 0; i < 2; ++i) {
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
         if (auto err = gather_ten_doubles(c, "direct"); !err.empty()) return err;
       }
-      return "";
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
+      return gather_ten_doubles(c, "direct");
     }, timeout_of(20));
     ASSERT_TRUE(w.ok()) << "round " << round << "\n" << w.report();
   }
