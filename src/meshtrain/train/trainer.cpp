@@ -303,8 +303,12 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
                     opt.checkpoint.dir, opt.checkpoint.async ? "async" : "sync",
                     opt.checkpoint.keep_last));
 
-  // MFU is quoted against the sgemm rate this rank's threads reach (measured once).
-  const double peak_flops = cpu::measure_sgemm_gflops() * 1e9;
+  // MFU is quoted against the GEMM rate this rank's threads reach in the
+  // precision the GEMMs run in (measured once): the bf16 GEMM for bf16, so a
+  // bf16 run is not credited with beating fp32's peak; sgemm for fp32 and for
+  // fp16 (whose GEMMs are sgemms after widening on CPUs).
+  const double peak_flops = (opt.precision == Precision::BF16 ? cpu::measure_bf16_gemm_gflops()
+                                                              : cpu::measure_sgemm_gflops()) * 1e9;
   const double flops_per_token = cfg.flops_per_token(T);
 
   // Only rank 0 reports; the others stay quiet unless they fail. A resumed
@@ -479,8 +483,11 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", steps_run,
              ProgressDisplay::format_duration(sum.seconds), sum.tokens_per_s, sum.final_loss,
              sum.final_val_loss >= 0 ? fmt::format("{:.4f}", sum.final_val_loss) : "-");
-  fmt::print("memory (measured): allocator peak {:.1f} MB (predicted {:.1f} MB), process peak RSS "
-             "{:.1f} MB\n", ms.total_peak / 1e6, pred.total_bytes() / 1e6,
+  // The run's allocator peak also covers setup and, under ZeRO, gathering the
+  // whole model to save it; the table below splits training from setup.
+  fmt::print("memory (measured): allocator peak {:.1f} MB over the whole run (training predicted "
+             "{:.1f} MB, per category below), process peak RSS {:.1f} MB\n", ms.total_peak / 1e6,
+             predict_rank_memory(memory_plan(opt, cfg, T, world, 0, pred)).total() / 1e6,
              process_peak_rss_bytes() / 1e6);
   {
     std::vector<RankMemory> predicted;
