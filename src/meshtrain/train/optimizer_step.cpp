@@ -59,6 +59,7 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
     model_.zero_grad();
   }
   double loss_sum = 0.0;
+  double zero_waited = 0;  // every micro-batch's wait for ZeRO's gradient reductions
   // fp16: the loss (so every gradient) is scaled up; divided out below.
   const float loss_scale = mp_ ? mp_->loss_scale() : 1.0f;
   const float scale = loss_scale / static_cast<float>(micro.size());
@@ -72,13 +73,17 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
     if (dp_) dp_->begin_backward(last);
     if (zero_) zero_->begin_backward(last);
     model_.backward(scale);
+    double waited = 0;  // ZeRO's wait for reductions: communication, not backward
     if (zero_) {
       // Stages 2/3 reduce every micro-batch; stage 1 waits after the last.
       telemetry::TraceScope wait(telemetry::global_tracer(), "wait gradients", "comm");
+      const double w0 = now_s();
       zero_->end_backward(last);
+      waited = now_s() - w0;
+      zero_waited += waited;
     }
     st.forward_s += t1 - t0;
-    st.backward_s += now_s() - t1;
+    st.backward_s += now_s() - t1 - waited;
   }
   double loss = loss_sum / micro.size();
   if (dp_) {
@@ -89,6 +94,8 @@ StepStats OptimizerStep::run(const std::vector<MicroBatch>& micro, int64_t step)
   }
   if (zero_) {
     st.comm = zero_->timing();
+    // Counted once: what backward_s above leaves out (all micro-batches' waits).
+    st.comm.exposed_s = zero_waited;
     loss = zero_->comm().allreduce_scalar(loss, comm::ReduceOp::Avg);
   }
   double t2 = now_s();  // optimizer time excludes the exposed communication
