@@ -7,64 +7,7 @@
 #     restart log; nothing is left in /dev/shm or in the process table.
 # chaos_faults.sh covers hangs, a kill inside a save and a slot that keeps failing.
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; [ -n "${KEEP:-}" ] && echo "kept $TMP"; exit 1; }
-
-"$BIN" data synth --out "$TMP/data" --tokens 40000 >/dev/null
-NP=3
-ARGS=(--set model.preset=tiny --set model.vocab_size=256 --set data.train="$TMP/data/train_*.bin"
-      --set train.steps=30 --set train.warmup=2 --set train.lr=3e-3 --set train.eval_every=0
-      --set train.threads=1 --set train.micro_batch=2 --set checkpoint.every=4
-      --set checkpoint.keep_last=0 --set checkpoint.resume=auto --set deterministic=true)
-
-# Losses of every step in two metrics files (a resumed run appends; the last
-# record of a step wins): equal bit for bit, or within a relative tolerance.
-same_losses() {
-  python3 - "$1" "$2" "$3" "$4" <<'PY'
-import json, sys
-a, b, first, tol = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-def losses(p):
-    out = {}
-    for line in open(p):
-        if line.strip():
-            r = json.loads(line)
-            out[r["step"]] = r["loss"]
-    return out
-la, lb = losses(a), losses(b)
-assert sorted(la) == sorted(lb) == list(range(1, 31)), f"steps {sorted(la)} vs {sorted(lb)}"
-for s in range(first, 31):
-    x, y = la[s], lb[s]
-    ok = x == y if tol == 0 else abs(x - y) <= tol * abs(y)
-    assert ok, f"step {s}: {x!r} vs {y!r} (tolerance {tol})"
-PY
-}
-
-# The restart log's events, one "event:cause:rank:new_world" per line.
-events() {
-  python3 - "$1" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    print(f'{r["event"]}:{r.get("cause", "")}:{r.get("rank", "")}:{r.get("new_world", r.get("world", ""))}')
-PY
-}
-
-# No process and no shared memory of any job in the restart log survives.
-no_leaks() {
-  for job in $(python3 -c 'import json,sys; [print(json.loads(l)["job"]) for l in open(sys.argv[1])]' "$1"); do
-    ls /dev/shm | grep -q "^mt-$job-" && fail "shared memory of job $job left in /dev/shm"
-    for env in /proc/[0-9]*/environ; do
-      grep -qz "^MESHTRAIN_JOB_ID=$job$" "$env" 2>/dev/null && fail "a process of job $job is still running ($env)"
-    done
-  done
-  return 0
-}
-
-# 1. Reference.
-"$BIN" train "${ARGS[@]}" --nproc $NP --set telemetry.dir="$TMP/ref" >"$TMP/log_ref" 2>&1 ||
-  { cat "$TMP/log_ref"; fail "reference run failed"; }
+source "$(dirname "$0")/lib/chaos_common.sh"  # BIN, TMP, ARGS, checks, reference run
 
 # 2. SIGKILL of a random rank at a random step, three seeds.
 for seed in 1 2 3; do

@@ -141,27 +141,8 @@ bool cpu_has_avx512() {
   return ok;
 }
 #else
-// F16C alone (AVX2-era CPUs): 8 at a time, scalar tail.
-__attribute__((target("f16c,avx"))) void f32_to_f16_f16c(const float* in, uint16_t* out, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
-  for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
-}
-
-__attribute__((target("f16c,avx"))) void f16_to_f32_f16c(const uint16_t* in, float* out, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
-  for (; i < n; ++i) out[i] = f16_to_f32(in[i]);
-}
-
-bool cpu_has_f16c() {
-  static const bool ok = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return ok;
-}
-
+// No vector conversions off x86-64: the scalar loops below run.
+bool cpu_has_f16c() { return false; }
 bool cpu_has_avx512() { return false; }
 #endif
 

@@ -17,23 +17,26 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
               static_cast<blasint>(ldc));
 }
 
+float seed_output_with_bias(float* out, const float* bias, int64_t N, int64_t OC,
+                            bool accumulate) {
+  if (!bias) return accumulate ? 1.0f : 0.0f;
+  // Seed the output with the bias (added to it when accumulating) so the
+  // GEMM's beta=1 pass fuses the bias add.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    float* row = out + i * OC;
+    if (accumulate) {
+      for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
+    } else {
+      std::memcpy(row, bias, sizeof(float) * OC);
+    }
+  }
+  return 1.0f;
+}
+
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int64_t N, int64_t C, int64_t OC, bool accumulate) {
-  float beta = accumulate ? 1.0f : 0.0f;
-  if (bias) {
-    // Seed the output with the bias (added to it when accumulating) so the
-    // GEMM's beta=1 pass fuses the bias add.
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      float* row = out + i * OC;
-      if (accumulate) {
-        for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
-      } else {
-        std::memcpy(row, bias, sizeof(float) * OC);
-      }
-    }
-    beta = 1.0f;
-  }
+  const float beta = seed_output_with_bias(out, bias, N, OC, accumulate);
   sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 

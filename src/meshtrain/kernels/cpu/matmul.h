@@ -17,6 +17,11 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
                      bool accumulate_dinp = false);
 
+// Prepares out (N, OC) for a GEMM that adds into it: with a bias, each row is
+// set to the bias (or has it added, when accumulating) and the GEMM's beta to
+// return is 1; without, beta is 1 when accumulating, else 0.
+float seed_output_with_bias(float* out, const float* bias, int64_t N, int64_t OC, bool accumulate);
+
 // Column sums of a (N, OC) matrix added into out (OC); deterministic order.
 void add_column_sums(float* out, const float* m, int64_t N, int64_t OC);
 

@@ -1,7 +1,5 @@
 #include "meshtrain/kernels/cpu/matmul_half.h"
 
-#include <cstring>
-
 #include "meshtrain/kernels/cpu/convert.h"
 #include "meshtrain/kernels/cpu/matmul.h"
 
@@ -9,20 +7,7 @@ namespace meshtrain::cpu {
 
 void matmul_forward_half(Half fmt, float* out, const uint16_t* inp, const uint16_t* weight,
                          const float* bias, int64_t N, int64_t C, int64_t OC, bool accumulate) {
-  float beta = accumulate ? 1.0f : 0.0f;
-  if (bias) {
-    // Seed the output with the bias so the GEMM's beta = 1 fuses the add.
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      float* row = out + i * OC;
-      if (accumulate) {
-        for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
-      } else {
-        std::memcpy(row, bias, sizeof(float) * OC);
-      }
-    }
-    beta = 1.0f;
-  }
+  const float beta = seed_output_with_bias(out, bias, N, OC, accumulate);
   gemm_half(fmt, false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
