@@ -1,0 +1,60 @@
+#include "meshtrain/comm/stream_copy.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace meshtrain::comm {
+
+size_t streaming_threshold_bytes() {
+  static const size_t bytes = [] {
+    const char* s = std::getenv("MESHTRAIN_SHM_STREAMING_BYTES");
+    if (!s || !*s) return size_t{16} << 20;
+    const long long v = std::atoll(s);
+    return v <= 0 ? SIZE_MAX : static_cast<size_t>(v);
+  }();
+  return bytes;
+}
+
+void stream_copy(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__)
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  // Plain copy up to the first 64-byte boundary of the destination.
+  const size_t head = std::min(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+  std::memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  const size_t body = bytes / 64 * 64;
+  for (size_t i = 0; i < body; i += 64) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i),
+                        _mm512_loadu_si512(reinterpret_cast<const void*>(s + i)));
+#elif defined(__AVX__)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32)));
+#else
+    for (int k = 0; k < 64; k += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + k),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + k)));
+#endif
+  }
+  std::memcpy(d + body, s + body, bytes - body);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+void stream_fence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
+
+}  // namespace meshtrain::comm

@@ -1,0 +1,22 @@
+// Copies with non-temporal (streaming) stores: the destination lines are
+// written straight to memory without first being read into the cache (no
+// read-for-ownership) and without evicting data the collective still needs.
+// Worth it only for results far larger than the cache that nothing reads
+// soon (a large allreduce's output); below kStreamingBytes plain memcpy wins.
+#pragma once
+#include <cstddef>
+
+namespace meshtrain::comm {
+
+// Collectives whose message is at least this many bytes write their final
+// result with stream_copy: 16 MiB by default (half the last-level cache of
+// the machines we target: larger results would not stay cached anyway);
+// MESHTRAIN_SHM_STREAMING_BYTES overrides it (0 = never stream).
+size_t streaming_threshold_bytes();
+
+void stream_copy(void* dst, const void* src, size_t bytes);
+// Orders the streaming stores issued so far before later stores (call before
+// publishing that the data is written).
+void stream_fence();
+
+}  // namespace meshtrain::comm
