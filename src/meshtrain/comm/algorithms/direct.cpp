@@ -56,8 +56,9 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   auto chunk_len = [&](size_t j) { return std::min(chunk, a.count - j * chunk); };
   // A result much larger than the cache goes out with streaming stores: no
   // read-for-ownership of the output, a third less memory traffic
-  // (comm/stream_copy.h). An in-place shared buffer is read by peers, so no.
-  const bool streaming = !mine_shared && a.bytes() >= streaming_threshold_bytes();
+  // (comm/stream_copy.h). Not the reduced slice of an in-place shared
+  // buffer: the peers gather it from there right away.
+  const bool streaming = a.bytes() >= streaming_threshold_bytes();
   auto write_out = [&](char* dst, const char* src, size_t bytes) {
     if (streaming)
       stream_copy(dst, src, bytes);
