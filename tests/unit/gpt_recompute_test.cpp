@@ -95,7 +95,11 @@ RunResult run(const GPTConfig& cfg, const Recompute& rc, int B, int T, bool pois
   if (poison) {
     for (int u = 0; u < p.num_units(); ++u) hide(u);
     m.set_param_hook([&](GPT::ParamEvent ev, int u, bool bwd) {
-      r.hook_log.emplace_back(ev == GPT::ParamEvent::Need ? 'N' : 'D', u, bwd);
+      // GradBegin/GradEnd bracket a gradient write that reads no parameters:
+      // the unit stays hidden (NaN) through it.
+      const bool grad = ev == GPT::ParamEvent::GradBegin || ev == GPT::ParamEvent::GradEnd;
+      r.hook_log.emplace_back(ev == GPT::ParamEvent::Need ? 'N' : grad ? 'G' : 'D', u, bwd);
+      if (grad) return;
       auto [b, e] = p.unit_range(u);
       if (ev == GPT::ParamEvent::Need) {
         if (held[u]++ == 0) std::copy(saved[u].begin(), saved[u].end(), flat + b);
@@ -123,6 +127,8 @@ RunResult run(const GPTConfig& cfg, const Recompute& rc, int B, int T, bool pois
 void expect_bit_identical(const GPTConfig& cfg, int B, int T, bool poison) {
   const RunResult base = run(cfg, Recompute::none(), B, T, poison);
   for (float l : base.losses) ASSERT_TRUE(std::isfinite(l));
+  // A parameter read outside its bracket (poison) would leave NaN gradients.
+  for (float g : base.grads) ASSERT_TRUE(std::isfinite(g));
   for (const Recompute& rc : recompute_modes()) {
     SCOPED_TRACE("recompute = " + rc.name());
     const RunResult r = run(cfg, rc, B, T, poison);
@@ -197,7 +203,8 @@ TEST(gpt_recompute, hook_order_is_the_documented_one_under_full_recompute) {
     }
     for (auto e : HookLog{{'N', L + 1, false}, {'N', 0, false}, {'D', 0, false},
                           {'D', L + 1, false}, {'N', 0, true}, {'N', L + 1, true},
-                          {'D', L + 1, true}, {'D', 0, true}})
+                          {'D', 0, true}, {'G', 0, true}, {'G', 0, true},
+                          {'D', L + 1, true}})
       want.push_back(e);
     for (int l = L; l >= 1; --l) {
       want.emplace_back('N', l, true);

@@ -161,8 +161,19 @@ TEST(gpt, param_hook_brackets_every_unit_in_the_documented_order) {
   }
   EXPECT_EQ(at, m.config().num_params());
   std::vector<std::tuple<char, int, bool>> log;
+  // The tied embedding's weight gradient is written between GradBegin 0 and
+  // GradEnd 0 of backward, after its parameters' Done (ZeRO-3 never holds both).
+  auto wte_grad_nonzero = [&] {
+    const Tensor& g = m.grads().wte;
+    const float* p = g.data<float>();
+    return std::any_of(p, p + g.numel(), [](float v) { return v != 0.f; });
+  };
+  std::vector<bool> wte_grad_at;  // at Done 0, GradBegin 0, GradEnd 0 of backward
   m.set_param_hook([&](GPT::ParamEvent ev, int unit, bool bwd) {
-    log.emplace_back(ev == GPT::ParamEvent::Need ? 'N' : 'D', unit, bwd);
+    const char c = ev == GPT::ParamEvent::Need ? 'N' : ev == GPT::ParamEvent::Done ? 'D'
+                 : ev == GPT::ParamEvent::GradBegin ? 'B' : 'E';
+    log.emplace_back(c, unit, bwd);
+    if (bwd && unit == 0 && c != 'N') wte_grad_at.push_back(wte_grad_nonzero());
   });
   const int B = 2, T = 8;
   auto in = tokens(B * T, m.config().vocab_size, 1), tg = tokens(B * T, m.config().vocab_size, 2);
@@ -176,11 +187,13 @@ TEST(gpt, param_hook_brackets_every_unit_in_the_documented_order) {
   for (auto e : std::vector<std::tuple<char, int, bool>>{{'N', L + 1, false}, {'N', 0, false},
                                                          {'D', 0, false}, {'D', L + 1, false},
                                                          {'N', 0, true}, {'N', L + 1, true},
-                                                         {'D', L + 1, true}, {'D', 0, true}})
+                                                         {'D', 0, true}, {'B', 0, true},
+                                                         {'E', 0, true}, {'D', L + 1, true}})
     want.push_back(e);
   for (int l = L; l >= 1; --l) {
     want.emplace_back('N', l, true);
     want.emplace_back('D', l, true);
   }
   EXPECT_EQ(log, want);
+  EXPECT_EQ(wte_grad_at, (std::vector<bool>{false, false, true}));
 }

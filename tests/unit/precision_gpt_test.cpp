@@ -167,7 +167,9 @@ TEST(precision, param_hook_order_is_unchanged_and_weights_are_read_inside_need) 
     m.set_precision(p);
     auto& log = p == Precision::FP32 ? log32 : log16;
     m.set_param_hook([&](GPT::ParamEvent e, int unit, bool bwd) {
-      log.push_back(fmt::format("{}{}{}", e == GPT::ParamEvent::Need ? 'N' : 'D', unit, bwd ? 'b' : 'f'));
+      const char c = e == GPT::ParamEvent::Need ? 'N' : e == GPT::ParamEvent::Done ? 'D'
+                   : e == GPT::ParamEvent::GradBegin ? 'B' : 'E';
+      log.push_back(fmt::format("{}{}{}", c, unit, bwd ? 'b' : 'f'));
     });
     auto in = tokens(2 * 8, cfg.vocab_size, 1), tg = tokens(2 * 8, cfg.vocab_size, 2);
     m.forward(in.data(), tg.data(), 2, 8);

@@ -327,12 +327,22 @@ void GPT::backward(float loss_scale) {
   float* dlnf = a.dbtc;
   const bool mixed = is_mixed(precision_);
   const cpu::Half h = half_of(precision_);
+  // dlnf = dlogits wte needs wte; dwte += dlogits^T lnf does not, so it comes
+  // after Done 0 (gpt.h): ZeRO-3 has freed the gathered wte before the whole
+  // wte gradient is written. Same kernels and GEMMs as one matmul_backward.
   if (mixed)
-    matmul_backward_half(h, dlnf, grads_.wte.data<float>(), nullptr, a.logits, a.dout_h, a.lnf_h,
+    matmul_backward_half(h, dlnf, nullptr, nullptr, a.logits, a.dout_h, a.lnf_h,
                          half_weight(params_.wte), BT, C, Vp);
   else
-    matmul_backward(dlnf, grads_.wte.data<float>(), nullptr, a.logits, a.lnf,
-                    params_.wte.data<float>(), BT, C, Vp);
+    matmul_backward(dlnf, nullptr, nullptr, a.logits, a.lnf, params_.wte.data<float>(), BT, C, Vp);
+  use_params(ParamEvent::Done, 0, true);
+  use_params(ParamEvent::GradBegin, 0, true);
+  if (mixed)  // dlogits as rounded into dout_h above (rounded once)
+    matmul_backward_weight_half(h, grads_.wte.data<float>(), a.dout_h, a.lnf_h, BT, C, Vp);
+  else
+    matmul_backward(nullptr, grads_.wte.data<float>(), nullptr, a.logits, a.lnf, nullptr, BT, C,
+                    Vp);
+  use_params(ParamEvent::GradEnd, 0, true);
   // Residual-stream gradient starts at zero; layernorm backward accumulates.
   float* dres = a.dresidual;
   std::fill(dres, dres + BT * C, 0.f);
@@ -340,7 +350,6 @@ void GPT::backward(float loss_scale) {
   layernorm_backward(dres, grads_.lnfw.data<float>(), grads_.lnfb.data<float>(), dlnf, last,
                      params_.lnfw.data<float>(), a.lnf_mean, a.lnf_rstd, BT, C);
   use_params(ParamEvent::Done, L + 1, true);
-  use_params(ParamEvent::Done, 0, true);
   if (grad_ready_hook_) grad_ready_hook_(total - 2 * C, total);
 
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {

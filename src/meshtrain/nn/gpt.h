@@ -67,13 +67,23 @@ class GPT {
   // Called when forward or backward is about to use the parameters of a unit
   // (GPTParams::unit_range) and when it is done with them until the next
   // Need. ZeRO-3 gathers a unit's parameters on Need, frees them on Done and
-  // prefetches the next unit of kParamOrder* meanwhile. Order of calls:
+  // prefetches the next unit of the order below meanwhile. GradBegin/GradEnd
+  // bracket a gradient write made without the unit's parameters: the tied
+  // embedding's weight gradient at the backward head (dwte += dlogits^T lnf)
+  // comes after Done 0, so ZeRO-3 never holds the gathered wte and the whole
+  // wte gradient at once (ZeRO-2/3 count that gradient from GradBegin and
+  // start reducing it at GradEnd). Every other gradient is written inside its
+  // unit's backward Need/Done. Order of calls:
   //   forward:  Need/Done 0 (embedding), Need/Done 1..L (layers), Need L+1,
   //             Need 0 (output projection), Done 0, Done L+1
-  //   backward: Need 0, Need L+1 (head and final LayerNorm), Done L+1, Done 0,
-  //             Need/Done L..1 (layers, last first); the embedding backward
-  //             reads no parameters.
-  enum class ParamEvent { Need, Done };
+  //   backward: Need 0, Need L+1 (head: dlnf = dlogits wte), Done 0,
+  //             GradBegin 0, GradEnd 0 (dwte), Done L+1 (after the final
+  //             LayerNorm backward), Need/Done L..1 (layers, last first);
+  //             the embedding backward (encoder: wte rows of the batch's
+  //             tokens, wpe) reads no parameters and is reported by the
+  //             grad-ready hook only.
+  // Hooks that only track parameters ignore GradBegin/GradEnd.
+  enum class ParamEvent { Need, Done, GradBegin, GradEnd };
   using ParamHook = std::function<void(ParamEvent event, int unit, bool backward)>;
   void set_param_hook(ParamHook hook) { param_hook_ = std::move(hook); }
 

@@ -84,7 +84,11 @@ std::unique_ptr<GPT> Zero::make_model() {
   }
   params = model->params().flat.data<float>();
   const std::vector<ElemSpan> units = units_of(model->params());
-  if (grad_res_) grads_ = std::make_unique<ZeroGradients>(comm_, layout_, units, *grad_res_);
+  // Stage 3 runs for memory: its largest transient gradient (the tied
+  // embedding's) is reduced before backward gathers and writes a layer.
+  if (grad_res_)
+    grads_ = std::make_unique<ZeroGradients>(comm_, layout_, units, *grad_res_,
+                                             /*isolate_embedding=*/opts_.stage == 3);
   HalfCopy half;
   if (mixed) {
     half_res_ = std::make_unique<ReservedBuffer>((P + 1) / 2);
@@ -115,9 +119,14 @@ void Zero::attach(GPT& model) {
   if (dp_) dp_->attach(model);
   if (grads_) model.set_grad_ready_hook([this](int64_t b, int64_t e) { grads_->on_ready(b, e); });
   model.set_param_hook([this](GPT::ParamEvent ev, int unit, bool backward) {
-    if (grads_ && backward && ev == GPT::ParamEvent::Need) grads_->on_unit_backward(unit);
+    // nn/gpt.h: the tied embedding's gradient is written between GradBegin 0
+    // and GradEnd 0, after its backward Done; every other unit's inside its
+    // backward Need/Done. The parameter side ignores the Grad events.
+    if (grads_ && ev == GPT::ParamEvent::GradBegin) grads_->on_grad_begin(unit);
+    if (grads_ && ev == GPT::ParamEvent::Need && backward && unit != 0)
+      grads_->on_grad_begin(unit);
     params_->on_event(ev, unit, backward);
-    if (grads_ && backward && ev == GPT::ParamEvent::Done) grads_->on_unit_done_backward(unit);
+    if (grads_ && ev == GPT::ParamEvent::GradEnd) grads_->on_grad_end(unit);
   });
 }
 

@@ -1,5 +1,6 @@
 #include "meshtrain/parallel/zero_gradients.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "meshtrain/core/error.h"
@@ -7,8 +8,10 @@
 namespace meshtrain::parallel {
 
 ZeroGradients::ZeroGradients(comm::Communicator comm, ZeroLayout layout,
-                             std::vector<ElemSpan> units, ReservedBuffer& grads)
-    : comm_(std::move(comm)), layout_(layout), units_(std::move(units)), grads_(grads) {
+                             std::vector<ElemSpan> units, ReservedBuffer& grads,
+                             bool isolate_embedding)
+    : comm_(std::move(comm)), layout_(layout), units_(std::move(units)), grads_(grads),
+      isolate_embedding_(isolate_embedding) {
   shard_ = Tensor::zeros({std::max<int64_t>(1, layout_.own().count())}, DType::F32,
                          MemCategory::Gradients);
   staged_.assign(units_.size(), false);
@@ -30,13 +33,22 @@ void ZeroGradients::begin_backward() {
   frontier_ = layout_.numel();
 }
 
-void ZeroGradients::on_unit_backward(int unit) {
-  if (unit < 0 || unit >= static_cast<int>(units_.size()) || staged_[unit]) return;
+void ZeroGradients::on_grad_begin(int unit) {
+  if (unit < 0 || unit >= static_cast<int>(units_.size())) return;
+  if (isolate_embedding_ && unit != 0) {
+    // The reduces complete in launch order: finish up to the embeddings'.
+    auto holds_embedding = [&](const Pending& p) { return p.span.begin < units_[0].end; };
+    while (std::any_of(pending_.begin(), pending_.end(), holds_embedding)) {
+      finish(pending_.front());
+      pending_.pop_front();
+    }
+  }
+  if (staged_[unit]) return;
   staged_[unit] = true;
   staging_.add(units_[unit].count() * 4);
 }
 
-void ZeroGradients::on_unit_done_backward(int unit) {
+void ZeroGradients::on_grad_end(int unit) {
   if (unit != 0 || units_.empty()) return;
   launch(units_[0]);
   poll();

@@ -6,13 +6,17 @@
 // reduces complete, the owner adds its piece into the shard and every rank
 // returns the range's pages (they read as zero again, ready for the next
 // micro-batch). With gradient accumulation this happens every micro-batch.
-// The embeddings' gradient is reduced twice per backward (after the output
-// projection, and after the encoder), see on_unit_done_backward().
+// The embeddings' gradient is reduced twice per backward (the tied weight's
+// at the head, and the encoder's rows after the layers), see on_grad_end().
 // The transient full gradients are counted as communication buffers from the
-// moment backward starts writing a unit (its Need) until they are returned.
+// moment backward starts writing a unit (on_grad_begin: a layer's backward
+// Need, the tied embedding's GradBegin, nn/gpt.h) until they are returned.
 // At most kMaxPending reported ranges wait for their reduces: backward blocks
 // on the oldest beyond that, which bounds the transient memory to the
-// embeddings, the unit being written and kMaxPending reported ranges.
+// embeddings, the unit being written and kMaxPending reported ranges. With
+// `isolate_embedding` (stage 3) the embeddings' reduce is also waited for
+// before backward starts writing a layer, so the largest transient gradient
+// is never held together with a layer's gradient and gathered parameters.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -30,20 +34,22 @@ class ZeroGradients {
  public:
   static constexpr size_t kMaxPending = 2;
   ZeroGradients(comm::Communicator comm, ZeroLayout layout, std::vector<ElemSpan> units,
-                ReservedBuffer& grads);
+                ReservedBuffer& grads, bool isolate_embedding = false);
   ~ZeroGradients();
 
   void begin_backward();
-  // Backward is about to write the gradients of `unit` (its Need in backward).
-  void on_unit_backward(int unit);
-  // Backward is done reading `unit`'s parameters (its Done in backward). For
-  // the embeddings (unit 0) this is the end of the output projection, which
-  // wrote the large tied-embedding gradient: it is reduced right away and its
-  // pages returned, instead of being held through the whole backward. The
-  // encoder's contribution (the rows of the batch's tokens and the positions)
-  // follows in the final range and is added to the shard separately (the sum
-  // is the same; it is not counted as transient, being a few rows).
-  void on_unit_done_backward(int unit);
+  // Backward is about to write the gradients of `unit` (a layer's or the
+  // final LayerNorm's backward Need; the embeddings' GradBegin). With
+  // isolate_embedding, first waits for the embeddings' reduce if pending.
+  void on_grad_begin(int unit);
+  // Backward has written the tied embedding's weight gradient (GradEnd of
+  // unit 0; ignored for other units, whose ranges come through on_ready): it
+  // is reduced right away and its pages returned, instead of being held
+  // through the whole backward. The encoder's contribution (the rows of the
+  // batch's tokens and the positions) follows in the final range and is
+  // added to the shard separately (the sum is the same; it is not counted as
+  // transient, being a few rows).
+  void on_grad_end(int unit);
   // The model's grad-ready hook.
   void on_ready(int64_t begin, int64_t end);
   // After each backward: reduces anything not yet reported, waits for all,
@@ -71,6 +77,7 @@ class ZeroGradients {
   Tensor shard_;
   std::deque<Pending> pending_;
   std::vector<bool> staged_;
+  bool isolate_embedding_ = false;
   int64_t frontier_ = 0, reductions_ = 0;
   ExternalBytes staging_{MemCategory::CommBuffers};
 };

@@ -44,7 +44,7 @@ ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
   auto done = [&](int u, bool b) { order_.push_back({false, u, b}); };
   for (int u = 0; u <= L; ++u) need(u, false), done(u, false);
   need(L + 1, false), need(0, false), done(0, false), done(L + 1, false);
-  need(0, true), need(L + 1, true), done(L + 1, true), done(0, true);
+  need(0, true), need(L + 1, true), done(0, true), done(L + 1, true);
   for (int u = L; u >= 1; --u) need(u, true), done(u, true);
   // Until start() the whole buffer is resident (initialization, loading):
   // own range and persistent units as parameters, the rest as gathered.
@@ -196,7 +196,9 @@ void ZeroParameters::release(int u) {
 }
 
 void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
-  if (!enabled_) return;
+  // GradBegin/GradEnd bracket gradient writes that read no parameters: not
+  // part of order_, so they move neither the cursor nor any decision.
+  if (!enabled_ || (event != GPT::ParamEvent::Need && event != GPT::ParamEvent::Done)) return;
   MT_CHECK(u >= 0 && u < static_cast<int>(units_.size()), "parameter hook for unknown unit {}", u);
   const bool need = event == GPT::ParamEvent::Need;
   advance({need, u, backward});
@@ -206,10 +208,13 @@ void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
       wait(u);
     }
     if (!sharded()) return;
-    // The backward head holds the whole tied embedding and its gradient, the
-    // step's memory peak: no prefetch on top of it (the last layer's gather
-    // then waits, once per step).
-    if (backward && resident_[0] && !persistent_[0]) return;
+    // While the whole tied embedding is gathered (the forward lookup, the
+    // output projection, the backward head until its Done) nothing is
+    // prefetched on top of it: it is the largest unit, and with its gradient
+    // written only after it is freed (gpt.h: GradBegin 0) these are the
+    // step's memory peaks. Layer 1's forward gather and layer L's backward
+    // gather then wait, once per micro-batch each.
+    if (resident_[0] && !persistent_[0]) return;
     // Prefetch: the next unit in use order, while this one computes.
     const int v = next_need(1, more_micro_batches_);
     if (v >= 0 && v != u && !valid_[v] && works_[v].empty()) launch(v);

@@ -9,9 +9,11 @@
 //   - stage 3 (sharded) holds only its own range plus the persistent units
 //     (smaller than the threshold); Need(unit) gathers the unit (or waits for
 //     its prefetch), prefetches the next unit of the documented order (not
-//     while backward still holds the embedding unit: that is the peak), and
-//     Done(unit) returns its pages unless the unit is needed again within the
-//     next two uses (the head's embedding between forward and backward).
+//     while the whole tied embedding is gathered: with its gradient written
+//     after its backward Done, those are the peaks), and Done(unit) returns
+//     its pages unless the unit is needed again within the next two uses
+//     (the head's embedding between forward and backward). GradBegin and
+//     GradEnd events are ignored (they read no parameters).
 // Every decision depends only on the sequence of hook events, which is the
 // same on every rank, so the collectives match across ranks.
 //

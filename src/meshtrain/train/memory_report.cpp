@@ -104,19 +104,22 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     }
     m.params = b.p * (own + persistent - persistent * own / std::max<int64_t>(1, P));
     // Gathered units in use (parallel/zero_parameters.h) on top of the
-    // transient gradients, at the moments that can peak: the forward
-    // embedding (+ prefetched layer), the backward head (embedding and its
-    // gradient, no prefetch), the first layer (current + prefetched; the
-    // embedding gradient still reducing) and the other layers (the layer
-    // written and two pending).
+    // transient gradients, at the moments that can peak. The tied embedding
+    // is held gathered or as its gradient, never both (nn/gpt.h: its
+    // gradient is written after its backward Done), nothing is prefetched
+    // while it is gathered, and its reduce completes before backward starts
+    // a layer (zero_gradients.h, isolate_embedding). So: the embedding
+    // gathered with the final LayerNorm (forward lookup and output
+    // projection; backward head, the LayerNorm's gradient staged); the
+    // embedding's gradient; the first layer (current + prefetched, the
+    // LayerNorm's reduce pending); the other layers (the layer written and
+    // two pending).
     if (largest > 0) {
-      const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
+      const int64_t L = plan.model.n_layer, layer = L > 0 ? units[1] : 0;
       const int64_t u0 = units.front(), lnf = units.back();
-      const int64_t L = plan.model.n_layer;
-      m.comm = std::max({b.p * (u0 + layer), b.p * u0 + b.g * (u0 + lnf),
-                         b.p * std::min<int64_t>(2, L) * layer + b.g * (u0 + lnf + layer),
-                         b.p * std::min<int64_t>(2, L) * layer +
-                             b.g * std::min<int64_t>(3, L) * layer});
+      const int64_t held2 = b.p * std::min<int64_t>(2, L) * layer;
+      m.comm = std::max({b.p * (u0 + lnf) + b.g * lnf, b.g * (u0 + lnf) + b.p * lnf,
+                         held2 + b.g * (layer + lnf), held2 + b.g * std::min<int64_t>(3, L) * layer});
     }
   }
   m.params += b.p_full * P;
@@ -140,12 +143,11 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     m.params += held_units;
     if (stage == 3 && units.front() >= plan.persist_threshold) {
       // The gathered units at the peaks named above, at their 16-bit size.
-      const int64_t u0 = foreign.front(), lnf = units.back();
+      const int64_t u0 = foreign.front(), lnf_p = foreign.back(), lnf = units.back();
       const int64_t L = plan.model.n_layer, layer = L > 0 ? units[1] : 0;
-      m.comm = std::max({u0 + largest_layer, u0 + b.g * (units.front() + lnf),
-                         std::min<int64_t>(2, L) * largest_layer + b.g * (units.front() + lnf + layer),
-                         std::min<int64_t>(2, L) * largest_layer +
-                             b.g * std::min<int64_t>(3, L) * layer});
+      const int64_t held2 = std::min<int64_t>(2, L) * largest_layer;
+      m.comm = std::max({u0 + lnf_p + b.g * lnf, b.g * (units.front() + lnf) + lnf_p,
+                         held2 + b.g * (layer + lnf), held2 + b.g * std::min<int64_t>(3, L) * layer});
     }
   }
   return m;

@@ -18,8 +18,13 @@ void matmul_backward_half(Half fmt, float* dinp, float* dweight, float* dbias, c
   if (dinp)
     gemm_half(fmt, false, false, N, C, OC, 1.0f, dout_half, OC, weight, C,
               accumulate_dinp ? 1.f : 0.f, dinp, C);
-  if (dweight) gemm_half(fmt, true, false, OC, C, N, 1.0f, dout_half, OC, inp, C, 1.0f, dweight, C);
+  if (dweight) matmul_backward_weight_half(fmt, dweight, dout_half, inp, N, C, OC);
   if (dbias) add_column_sums(dbias, dout, N, OC);
+}
+
+void matmul_backward_weight_half(Half fmt, float* dweight, const uint16_t* dout_half,
+                                 const uint16_t* inp, int64_t N, int64_t C, int64_t OC) {
+  gemm_half(fmt, true, false, OC, C, N, 1.0f, dout_half, OC, inp, C, 1.0f, dweight, C);
 }
 
 }  // namespace meshtrain::cpu

@@ -22,4 +22,10 @@ void matmul_backward_half(Half fmt, float* dinp, float* dweight, float* dbias, c
                           uint16_t* dout_half, const uint16_t* inp, const uint16_t* weight,
                           int64_t N, int64_t C, int64_t OC, bool accumulate_dinp = false);
 
+// dweight (OC, C) += dout_half^T @ inp from an output gradient that
+// matmul_backward_half already rounded into dout_half: its weight-gradient
+// product alone, for a caller that computes it later (the same GEMM).
+void matmul_backward_weight_half(Half fmt, float* dweight, const uint16_t* dout_half,
+                                 const uint16_t* inp, int64_t N, int64_t C, int64_t OC);
+
 }  // namespace meshtrain::cpu
