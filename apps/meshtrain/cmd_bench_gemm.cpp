@@ -1,7 +1,9 @@
 // `meshtrain bench gemm`: the GEMMs of one training step of a preset (the
 // four linear layers and the classifier, forward NT, backward NN for the
 // input gradient and TN for the weight gradient) in bf16 with f32
-// accumulation next to f32 sgemm, interleaved, medians; says which bf16 path ran.
+// accumulation next to f32 sgemm on each backend (OpenBLAS, oneDNN),
+// interleaved, medians; says which bf16 path ran and which f32 backend
+// sgemm() picked for each shape (MESHTRAIN_SGEMM, sgemm_backend.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +19,8 @@
 #include "meshtrain/kernels/cpu/convert.h"
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/kernels/cpu/sgemm_backend.h"
+#include "meshtrain/kernels/cpu/sgemm_onednn.h"
 #include "meshtrain/nn/gpt_config.h"
 
 namespace meshtrain::cli {
@@ -64,12 +68,17 @@ void run_bench_gemm(const BenchGemmArgs& a) {
     cases.push_back({fmt::format("{} dW", name), true, false, oc, ic, BT});
   }
   const std::string path = cpu::half_gemm_description(cpu::Half::BF16);
+  const bool dnn = cpu::onednn_sgemm_available();
   if (!a.json)
     fmt::print("bench gemm: {} GEMMs at batch {} x seq {} | {} thread(s) | {}\n"
-               "  {:<18} {:>6} {:>6} {:>6}  {:>12} {:>12} {:>7}\n",
-               a.preset, a.batch, T, thread_count(), path, "gemm (op)", "M", "N", "K",
-               "sgemm GF/s", "bf16 GF/s", "ratio");
-  double total_f32 = 0, total_bf16 = 0, total_flop = 0;
+               "  f32: MESHTRAIN_SGEMM={} ({})\n"
+               "  {:<18} {:>6} {:>6} {:>6}  {:>9} {:>9} {:>16} {:>9} {:>7}\n",
+               a.preset, a.batch, T, thread_count(), path,
+               cpu::sgemm_policy_name(cpu::sgemm_policy()), cpu::onednn_sgemm_description(),
+               "gemm (op)", "M", "N", "K", "openblas", "onednn", "sgemm picks", "bf16",
+               "bf16 x");
+  double total_f32 = 0, total_bf16 = 0, total_flop = 0, total_blas = 0, total_dnn = 0;
+  int onednn_picks = 0;
   for (const GemmCase& g : cases) {
     const int64_t a_elems = g.M * g.K, b_elems = g.K * g.N;
     std::vector<float> af(a_elems), bf(b_elems), c(g.M * g.N, 0.f);
@@ -84,14 +93,30 @@ void run_bench_gemm(const BenchGemmArgs& a) {
       cpu::gemm_half(cpu::Half::BF16, g.ta, g.tb, g.M, g.N, g.K, 1.f, ah.data(), lda, bh.data(),
                      ldb, 1.f, c.data(), g.N);
     };
-    f32();  // warm-up (packing buffers, primitive creation)
+    auto on = [&](cpu::SgemmBackend be) {
+      return [&, be] {
+        cpu::sgemm_with(be, g.ta, g.tb, g.M, g.N, g.K, 1.f, af.data(), lda, bf.data(), ldb, 1.f,
+                        c.data(), g.N);
+      };
+    };
+    const auto blas = on(cpu::SgemmBackend::OpenBlas), onednn = on(cpu::SgemmBackend::OneDnn);
+    f32();  // warm-up (packing buffers, primitive creation); under auto, times and picks
     b16();
-    std::vector<double> t32, t16;
+    if (dnn) onednn();
+    const cpu::SgemmBackend picked = cpu::sgemm_backend_for(
+        g.ta, g.tb, g.M, g.N, g.K, 1.f, af.data(), lda, bf.data(), ldb, 1.f, c.data(), g.N);
+    std::vector<double> tb, td, t16;
     for (int r = 0; r < a.reps; ++r) {  // interleaved
-      t32.push_back(seconds(f32));
+      tb.push_back(seconds(blas));
+      if (dnn) td.push_back(seconds(onednn));
       t16.push_back(seconds(b16));
     }
-    const double flop = 2.0 * g.M * g.N * g.K, m32 = median(t32), m16 = median(t16);
+    const double mb = median(tb), md = dnn ? median(td) : 0;
+    const bool picked_dnn = picked == cpu::SgemmBackend::OneDnn;
+    onednn_picks += picked_dnn;
+    const double flop = 2.0 * g.M * g.N * g.K, m32 = picked_dnn ? md : mb, m16 = median(t16);
+    total_blas += mb;
+    total_dnn += md;
     total_f32 += m32;
     total_bf16 += m16;
     total_flop += flop;
@@ -99,22 +124,33 @@ void run_bench_gemm(const BenchGemmArgs& a) {
       fmt::print("{}\n", nlohmann::json{{"gemm", g.name}, {"M", g.M}, {"N", g.N}, {"K", g.K},
                                         {"trans_a", g.ta}, {"trans_b", g.tb},
                                         {"sgemm_gflops", flop / m32 / 1e9},
+                                        {"sgemm_backend", cpu::sgemm_backend_name(picked)},
+                                        {"openblas_gflops", flop / mb / 1e9},
+                                        {"onednn_gflops", dnn ? flop / md / 1e9 : 0.0},
                                         {"bf16_gflops", flop / m16 / 1e9}, {"ratio", m32 / m16},
                                         {"bf16_path", path}}.dump());
     else
-      fmt::print("  {:<18} {:>6} {:>6} {:>6}  {:>12.1f} {:>12.1f} {:>6.2f}x\n",
+      fmt::print("  {:<18} {:>6} {:>6} {:>6}  {:>9.1f} {:>9} {:>16} {:>9.1f} {:>6.2f}x\n",
                  fmt::format("{} ({}{})", g.name, g.ta ? 'T' : 'N', g.tb ? 'T' : 'N'), g.M, g.N,
-                 g.K, flop / m32 / 1e9, flop / m16 / 1e9, m32 / m16);
+                 g.K, flop / mb / 1e9, dnn ? fmt::format("{:.1f}", flop / md / 1e9) : "-",
+                 fmt::format("{} {:.1f}", cpu::sgemm_backend_name(picked), flop / m32 / 1e9),
+                 flop / m16 / 1e9, m32 / m16);
   }
-  if (!a.json)
-    fmt::print("  {:<18} {:>20}  {:>12.1f} {:>12.1f} {:>6.2f}x  (sum of medians)\n", "all", "",
-               total_flop / total_f32 / 1e9, total_flop / total_bf16 / 1e9, total_f32 / total_bf16);
+  if (!a.json) {
+    fmt::print("  {:<18} {:>20}  {:>9.1f} {:>9} {:>16} {:>9.1f} {:>6.2f}x  (sum of medians)\n",
+               "all", "", total_flop / total_blas / 1e9,
+               dnn ? fmt::format("{:.1f}", total_flop / total_dnn / 1e9) : "-",
+               fmt::format("{:.1f}", total_flop / total_f32 / 1e9), total_flop / total_bf16 / 1e9,
+               total_f32 / total_bf16);
+    fmt::print("  sgemm picked onednn for {} of {} shapes; picked vs openblas alone: {:.3f}x\n",
+               onednn_picks, cases.size(), total_blas / total_f32);
+  }
 }
 }  // namespace
 
 void register_bench_gemm(CLI::App& bench) {
   auto args = std::make_shared<BenchGemmArgs>();
-  auto* c = bench.add_subcommand("gemm", "bf16 GEMM (f32 accumulation) vs f32 sgemm on a preset's shapes");
+  auto* c = bench.add_subcommand("gemm", "bf16 GEMM (f32 accumulation) vs f32 sgemm (OpenBLAS, oneDNN) on a preset's shapes");
   c->add_option("--preset", args->preset, "Model preset")->capture_default_str();
   c->add_option("--batch", args->batch, "Micro-batch size B")->capture_default_str();
   c->add_option("--seq", args->seq, "Sequence length T (default: the model's context)");

@@ -21,6 +21,7 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/gemm_peak.h"
+#include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/launch/launcher.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/parallel/data_parallel.h"
@@ -65,8 +66,9 @@ void run_bench_train(const BenchTrainArgs& a) {
   set_thread_count(a.threads > 0 ? a.threads : default_thread_count());
   const int threads = thread_count();
   // The peak is measured before and after the run and the better one kept, so
-  // a burst of outside load during one measurement does not inflate MFU.
-  double peak_gflops = cpu::measure_sgemm_gflops();
+  // a burst of outside load during one measurement does not inflate MFU. It is
+  // the faster sgemm backend's rate, whichever backends the step uses.
+  cpu::SgemmPeak peak = cpu::measure_sgemm_peak();
 
   mem_reset_peaks();
   // Data parallel inside a job of several ranks (launched by --nproc or mpirun).
@@ -123,7 +125,10 @@ void run_bench_train(const BenchTrainArgs& a) {
       cpu_s.push_back(c1 - c0);
     }
   }
-  peak_gflops = std::max(peak_gflops, cpu::measure_sgemm_gflops());
+  const cpu::SgemmPeak peak2 = cpu::measure_sgemm_peak();
+  peak.openblas_gflops = std::max(peak.openblas_gflops, peak2.openblas_gflops);
+  peak.onednn_gflops = std::max(peak.onednn_gflops, peak2.onednn_gflops);
+  const double peak_gflops = peak.best();
   const double med = median(step_s);
   // Aggregate over ranks: every rank processes batch x seq tokens per step.
   const double tokens = static_cast<double>(a.batch) * T * ranks;
@@ -149,7 +154,24 @@ void run_bench_train(const BenchTrainArgs& a) {
                         {"activations_predicted_mb", pred.activations / 1e6},
                         {"activations_allocator_peak_mb", act_peak_mb},
                         {"memory_predicted_mb", pred.total_bytes() / 1e6},
-                        {"memory_allocator_peak_mb", measured_mb}, {"memory_rss_peak_mb", rss_mb}};
+                        {"memory_allocator_peak_mb", measured_mb}, {"memory_rss_peak_mb", rss_mb},
+                        {"sgemm", cpu::sgemm_summary()},
+                        {"sgemm_policy", cpu::sgemm_policy_name(cpu::sgemm_policy())},
+                        {"sgemm_peak_openblas_gflops", peak.openblas_gflops},
+                        {"sgemm_peak_onednn_gflops", peak.onednn_gflops},
+                        {"sgemm_peak_backend", peak.best_backend()}};
+    nlohmann::json shapes = nlohmann::json::array();
+    int onednn_shapes = 0;
+    for (const cpu::SgemmChoice& c : cpu::sgemm_choices()) {
+      onednn_shapes += c.backend == cpu::SgemmBackend::OneDnn;
+      shapes.push_back({{"op", fmt::format("{}{}", c.trans_a ? 'T' : 'N', c.trans_b ? 'T' : 'N')},
+                        {"M", c.M}, {"N", c.N}, {"K", c.K}, {"beta", c.accumulate ? 1 : 0},
+                        {"backend", cpu::sgemm_backend_name(c.backend)},
+                        {"openblas_ms", c.openblas_s * 1e3}, {"onednn_ms", c.onednn_s * 1e3}});
+    }
+    j["sgemm_timed_shapes"] = shapes.size();
+    j["sgemm_onednn_shapes"] = onednn_shapes;
+    j["sgemm_shapes"] = shapes;
     if (dp) {
       j["nproc"] = ranks;
       j["comm_buckets"] = buckets;
@@ -162,7 +184,14 @@ void run_bench_train(const BenchTrainArgs& a) {
   fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {}{}\n", cfg.describe(),
              a.batch, T, threads, recompute.name(), dp ? fmt::format(" per rank | {} ranks data-parallel ({})", ranks,
                                        dp->comm().transport()) : "");
-  fmt::print("  sgemm peak (same threads)  {:10.1f} GFLOP/s\n", peak_gflops);
+  fmt::print("  sgemm peak (same threads)  {:10.1f} GFLOP/s  ({}; openblas {:.1f}{})\n", peak_gflops,
+             peak.best_backend(), peak.openblas_gflops,
+             peak.onednn_gflops > 0 ? fmt::format(", onednn {:.1f}", peak.onednn_gflops) : "");
+  fmt::print("  {}\n", cpu::sgemm_summary());
+  for (const cpu::SgemmChoice& c : cpu::sgemm_choices())
+    fmt::print("    {}{} {:>5} x {:>5} x {:>5} beta {}: {:<8} (openblas {:7.2f} ms, onednn {:7.2f} ms)\n",
+               c.trans_a ? 'T' : 'N', c.trans_b ? 'T' : 'N', c.M, c.N, c.K, c.accumulate ? 1 : 0,
+               cpu::sgemm_backend_name(c.backend), c.openblas_s * 1e3, c.onednn_s * 1e3);
   fmt::print("  step (median of {})        {:10.2f} ms  (fwd {:.2f}, bwd {:.2f}, optim {:.2f})\n",
              a.steps, med * 1e3, median(fwd_s) * 1e3, median(bwd_s) * 1e3, median(opt_s) * 1e3);
   fmt::print("  throughput                 {:10.0f} tokens/s  (CPU time {:.2f} ms/step: {:.0f} tokens per CPU-second)\n",

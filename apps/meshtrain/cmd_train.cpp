@@ -17,6 +17,7 @@
 #include "meshtrain/comm/world.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/io/gpt_model_file.h"
+#include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/launch/elastic.h"
 #include "meshtrain/launch/heartbeat.h"
 #include "meshtrain/train/memory_model.h"
@@ -181,6 +182,9 @@ void run_train(const TrainArgs& a) {
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   set_thread_count(c.train.threads > 0 ? c.train.threads
                                        : static_cast<int>(std::max(1L, cores / world.local_size)));
+  // Timed sgemm backend choices may differ between processes (a run and its
+  // restart, or two ranks): a deterministic run keeps them on one backend.
+  if (c.deterministic) cpu::pin_sgemm_for_determinism();
 
   TrainerOptions o;
   o.model = model_config(c);

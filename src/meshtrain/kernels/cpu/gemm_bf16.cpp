@@ -14,7 +14,7 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/core/tensor.h"
-#include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/kernels/cpu/sgemm_backend.h"
 
 #if defined(MESHTRAIN_HAVE_DNNL)
 #include <oneapi/dnnl/dnnl.hpp>
@@ -90,7 +90,9 @@ void gemm_widened(Half fmt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
   float* b = scratch(1, b_rows * b_cols);
   widen(fmt, A, a_rows, a_cols, lda, a);
   widen(fmt, B, b_rows, b_cols, ldb, b);
-  sgemm(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
+  // Always OpenBLAS: an automatic (timed) choice could differ between the
+  // processes of a run, and the 16-bit paths promise reproducible bits.
+  sgemm_with(SgemmBackend::OpenBlas, ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
 }
 
 // ---- oneDNN matmul ----------------------------------------------------------

@@ -4,7 +4,19 @@
 
 namespace meshtrain::cpu {
 
-// Best GFLOP/s over a few repetitions of an n x n x n sgemm.
+// The f32 GEMM rate of each backend (sgemm_backend.h) on an n x n x n NT
+// product, best of a few repetitions, the backends interleaved.
+struct SgemmPeak {
+  double openblas_gflops = 0;
+  double onednn_gflops = 0;  // 0 without oneDNN in the build
+  double best() const { return openblas_gflops > onednn_gflops ? openblas_gflops : onednn_gflops; }
+  const char* best_backend() const { return onednn_gflops > openblas_gflops ? "onednn" : "openblas"; }
+};
+SgemmPeak measure_sgemm_peak(int n = 1024, int reps = 5);
+
+// The faster backend's rate (measure_sgemm_peak().best()): MFU's denominator,
+// whatever MESHTRAIN_SGEMM says, so a run that leaves the faster library
+// unused does not look better for it.
 double measure_sgemm_gflops(int n = 1024, int reps = 5);
 
 // The same for bf16 GEMMs (gemm_bf16.h): MFU of a bf16 run is quoted against

@@ -26,6 +26,8 @@ float seed_output_with_bias(float* out, const float* bias, int64_t N, int64_t OC
 void add_column_sums(float* out, const float* m, int64_t N, int64_t OC);
 
 // Plain GEMM helpers on row-major matrices, C = alpha*op(A)*op(B) + beta*C.
+// Runs on OpenBLAS or oneDNN, chosen per problem (sgemm_backend.h,
+// MESHTRAIN_SGEMM); a given problem always takes the same backend.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* Cm,
            int64_t ldc);

@@ -1,0 +1,130 @@
+#include "meshtrain/kernels/cpu/sgemm_onednn.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "meshtrain/core/error.h"
+
+#if defined(MESHTRAIN_HAVE_DNNL)
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace meshtrain::cpu {
+
+bool onednn_sgemm_available() {
+#if defined(MESHTRAIN_HAVE_DNNL)
+  return true;
+#else
+  return false;
+#endif
+}
+
+#if defined(MESHTRAIN_HAVE_DNNL)
+namespace {
+
+// A primitive is built for a thread count (oneDNN's OpenMP runtime reads
+// omp_get_max_threads() when it plans the work split), so it is part of the key.
+struct Problem {
+  bool ta, tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  bool accumulate;  // beta == 1: a sum post-op reads C
+  int threads;
+  auto key() const { return std::tie(ta, tb, M, N, K, lda, ldb, ldc, accumulate, threads); }
+  bool operator<(const Problem& o) const { return key() < o.key(); }
+};
+
+struct Entry {
+  std::shared_ptr<dnnl::matmul> prim;
+  dnnl::memory::desc a, b, c;
+};
+
+class OneDnnF32 {
+ public:
+  const Entry& get(const Problem& p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(p);
+    if (it != cache_.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    // op(A) is (M, K): its rows step lda, or 1 when A is stored transposed.
+    Entry e;
+    e.a = dnnl::memory::desc(dims{p.M, p.K}, dt::f32, p.ta ? dims{1, p.lda} : dims{p.lda, 1});
+    e.b = dnnl::memory::desc(dims{p.K, p.N}, dt::f32, p.tb ? dims{1, p.ldb} : dims{p.ldb, 1});
+    e.c = dnnl::memory::desc(dims{p.M, p.N}, dt::f32, dims{p.ldc, 1});
+    dnnl::primitive_attr attr;
+    if (p.accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl::matmul::primitive_desc pd(engine_, e.a, e.b, e.c, attr);
+#else
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attr, engine_);
+#endif
+    e.prim = std::make_shared<dnnl::matmul>(pd);
+    if (impl_.empty()) impl_ = pd.impl_info_str();
+    return cache_.emplace(p, std::move(e)).first->second;  // std::map: references stay valid
+  }
+
+  void run(const Problem& p, const float* A, const float* B, float* C) {
+    const Entry& e = get(p);
+    thread_local dnnl::stream stream(engine_);
+    dnnl::memory am(e.a, engine_, const_cast<float*>(A));
+    dnnl::memory bm(e.b, engine_, const_cast<float*>(B));
+    dnnl::memory cm(e.c, engine_, C);
+    e.prim->execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream.wait();
+  }
+
+  std::string impl_name() {
+    get(Problem{false, true, 256, 256, 256, 256, 256, 256, false, omp_get_max_threads()});
+    std::lock_guard<std::mutex> lock(mu_);
+    return impl_;
+  }
+
+ private:
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  std::mutex mu_;
+  std::map<Problem, Entry> cache_;
+  std::string impl_;  // the implementation of the first primitive made
+};
+
+OneDnnF32& onednn_f32() {
+  static OneDnnF32* o = new OneDnnF32();  // never destroyed: usable from exit-time code
+  return *o;
+}
+
+}  // namespace
+#endif
+
+void sgemm_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, bool accumulate, float* C,
+                  int64_t ldc) {
+#if defined(MESHTRAIN_HAVE_DNNL)
+  MT_CHECK(M > 0 && N > 0 && K > 0, "sgemm_onednn: empty problem ({}, {}, {})", M, N, K);
+  onednn_f32().run(Problem{trans_a, trans_b, M, N, K, lda, ldb, ldc, accumulate,
+                           omp_get_max_threads()},
+                   A, B, C);
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb,
+      (void)accumulate, (void)C, (void)ldc;
+  throw Error("sgemm_onednn: this build has no oneDNN (install libdnnl-dev and reconfigure)");
+#endif
+}
+
+std::string onednn_sgemm_description() {
+#if defined(MESHTRAIN_HAVE_DNNL)
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("oneDNN {}.{}.{} {}", v->major, v->minor, v->patch, onednn_f32().impl_name());
+#else
+  return "oneDNN: not built in";
+#endif
+}
+
+}  // namespace meshtrain::cpu

@@ -1,0 +1,233 @@
+// test-links: mt_kernels
+// The f32 GEMM backends (OpenBLAS, oneDNN) against a double-precision
+// reference for every transpose combination, odd shapes, padded leading
+// dimensions, beta 0 and 1 and two thread counts; the per-problem choice of
+// MESHTRAIN_SGEMM=auto (made once, never changed, exact on first use) and the
+// forced and deterministic policies.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/rng.h"
+#include "meshtrain/core/threads.h"
+#include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/kernels/cpu/sgemm_backend.h"
+#include "meshtrain/kernels/cpu/sgemm_onednn.h"
+
+using namespace meshtrain;
+using namespace meshtrain::cpu;
+
+namespace {
+
+std::vector<SgemmBackend> backends() {
+  std::vector<SgemmBackend> b{SgemmBackend::OpenBlas};
+  if (onednn_sgemm_available()) b.push_back(SgemmBackend::OneDnn);
+  return b;
+}
+
+// A problem with its operands, C's start value and a double reference.
+struct Problem {
+  bool ta, tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  std::vector<float> a, b, c0;
+
+  Problem(bool ta_, bool tb_, int64_t M_, int64_t N_, int64_t K_, int64_t pad, uint64_t seed)
+      : ta(ta_), tb(tb_), M(M_), N(N_), K(K_) {
+    lda = (ta ? M : K) + pad;
+    ldb = (tb ? K : N) + pad;
+    ldc = N + pad;
+    Rng rng(seed);
+    a.resize((ta ? K : M) * lda);
+    b.resize((tb ? N : K) * ldb);
+    c0.resize(M * ldc);
+    for (auto& x : a) x = rng.normal();
+    for (auto& x : b) x = rng.normal();
+    for (auto& x : c0) x = rng.normal();
+  }
+  double A(int64_t i, int64_t k) const { return ta ? a[k * lda + i] : a[i * lda + k]; }
+  double B(int64_t k, int64_t j) const { return tb ? b[j * ldb + k] : b[k * ldb + j]; }
+
+  // Every element of c against alpha * op(A) op(B) + beta * c0, within f32
+  // accumulation error of the products' magnitudes; padding never written.
+  void check(const std::vector<float>& c, float alpha, float beta, const std::string& what) const {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        if (j >= N) {
+          ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j]) << what << ": padding written at " << i << "," << j;
+          continue;
+        }
+        double exact = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          exact += A(i, k) * B(k, j);
+          mag += std::fabs(A(i, k) * B(k, j));
+        }
+        const double base = beta * static_cast<double>(c0[i * ldc + j]);
+        ASSERT_NEAR(c[i * ldc + j], alpha * exact + base,
+                    1e-5 * (std::fabs(alpha) * mag + std::fabs(base)) + 1e-6)
+            << what << " ta " << ta << " tb " << tb << " M " << M << " N " << N << " K " << K
+            << " at " << i << "," << j;
+      }
+  }
+  std::vector<float> run_sgemm(float alpha, float beta) const {
+    std::vector<float> c = c0;
+    sgemm(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+    return c;
+  }
+  SgemmBackend backend(float alpha, float beta) const {
+    return sgemm_backend_for(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta,
+                             c0.data(), ldc);
+  }
+};
+
+// Restores the policy and the thread count a test changed.
+struct PolicyGuard {
+  SgemmPolicy policy = sgemm_policy();
+  int threads = thread_count();
+  ~PolicyGuard() {
+    set_sgemm_policy(policy);
+    set_thread_count(threads);
+    unsetenv("MESHTRAIN_SGEMM");
+  }
+};
+
+}  // namespace
+
+TEST(matmul, every_backend_matches_reference) {
+  PolicyGuard guard;
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{1, 1, 1}, {5, 7, 3}, {33, 17, 65}, {70, 129, 96}};
+  uint64_t seed = 1;
+  for (int threads : {1, 2}) {
+    set_thread_count(threads);
+    for (SgemmBackend be : backends())
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (const Shape& s : shapes)
+            for (int pad : {0, 3})
+              for (float beta : {0.f, 1.f}) {
+                const Problem p(ta, tb, s.M, s.N, s.K, pad, ++seed);
+                std::vector<float> c = p.c0;
+                sgemm_with(be, ta, tb, p.M, p.N, p.K, 1.f, p.a.data(), p.lda, p.b.data(), p.ldb,
+                           beta, c.data(), p.ldc);
+                p.check(c, 1.f, beta,
+                        std::string(sgemm_backend_name(be)) + " threads " + std::to_string(threads) +
+                            " pad " + std::to_string(pad) + " beta " + std::to_string(beta));
+                if (HasFatalFailure()) return;
+              }
+  }
+}
+
+TEST(matmul, other_alpha_beta_run_on_openblas_under_every_policy) {
+  PolicyGuard guard;
+  const Problem p(true, false, 40, 50, 60, 2, 7);
+  for (SgemmPolicy pol : {SgemmPolicy::Auto, SgemmPolicy::OpenBlas, SgemmPolicy::OneDnn}) {
+    if (pol == SgemmPolicy::OneDnn && !onednn_sgemm_available()) continue;
+    set_sgemm_policy(pol);
+    EXPECT_EQ(p.backend(0.5f, 0.25f), SgemmBackend::OpenBlas) << sgemm_policy_name(pol);
+    p.check(p.run_sgemm(0.5f, 0.25f), 0.5f, 0.25f, sgemm_policy_name(pol));
+  }
+  if (onednn_sgemm_available())
+    EXPECT_THROW(sgemm_with(SgemmBackend::OneDnn, false, false, 2, 2, 2, 2.f, p.a.data(), 2,
+                            p.b.data(), 2, 0.f, std::vector<float>(4).data(), 2),
+                 Error);
+}
+
+TEST(matmul, auto_choice_is_made_once_and_first_use_is_exact) {
+  PolicyGuard guard;
+  set_sgemm_policy(SgemmPolicy::Auto);
+  // 2MNK = 2 * 96 * 208 * 420 = 16.8 MFLOP: just above the timing threshold.
+  const Problem p(false, true, 96, 208, 420, 1, 11);
+  ASSERT_GE(2.0 * p.M * p.N * p.K, kAutoMinFlop);
+  const size_t before = sgemm_choices().size();
+  // beta = 1 on first use: the timing runs must not add into the real C.
+  const std::vector<float> first = p.run_sgemm(1.f, 1.f);
+  p.check(first, 1.f, 1.f, "first use under auto");
+  const auto choice = sgemm_choice_of(p.ta, p.tb, p.M, p.N, p.K, p.lda, p.ldb, p.ldc, true,
+                                      thread_count());
+  if (!onednn_sgemm_available()) {
+    EXPECT_FALSE(choice.has_value()) << "without oneDNN there is nothing to choose";
+    EXPECT_EQ(sgemm_choices().size(), before);
+    return;
+  }
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(sgemm_choices().size(), before + 1);
+  EXPECT_GT(choice->openblas_s, 0);
+  EXPECT_GT(choice->onednn_s, 0);
+  EXPECT_EQ(choice->backend, choice->onednn_s < choice->openblas_s ? SgemmBackend::OneDnn
+                                                                    : SgemmBackend::OpenBlas);
+  // The same problem again: same backend, no new timing, the same bits.
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(p.backend(1.f, 1.f), choice->backend);
+    const std::vector<float> again = p.run_sgemm(1.f, 1.f);
+    ASSERT_EQ(again, first) << "repeat " << r << " of the same problem changed bits";
+  }
+  EXPECT_EQ(sgemm_choices().size(), before + 1);
+  // beta = 0 is another problem (oneDNN builds it without the sum): its own decision.
+  p.check(p.run_sgemm(1.f, 0.f), 1.f, 0.f, "beta 0 under auto");
+  EXPECT_EQ(sgemm_choices().size(), before + 2);
+  EXPECT_NE(sgemm_summary().find("auto"), std::string::npos) << sgemm_summary();
+}
+
+TEST(matmul, small_and_nested_calls_stay_on_openblas_under_auto) {
+  PolicyGuard guard;
+  set_sgemm_policy(SgemmPolicy::Auto);
+  const size_t before = sgemm_choices().size();
+  const Problem small(false, false, 32, 32, 32, 0, 3);
+  EXPECT_EQ(small.backend(1.f, 0.f), SgemmBackend::OpenBlas);
+  const Problem big(false, false, 128, 128, 520, 0, 4);
+  SgemmBackend inside = SgemmBackend::OneDnn;
+#pragma omp parallel num_threads(1)
+  inside = big.backend(1.f, 0.f);  // a one-thread team still counts as nested
+  EXPECT_EQ(inside, SgemmBackend::OpenBlas);
+  EXPECT_EQ(sgemm_choices().size(), before);
+}
+
+TEST(matmul, env_forces_a_backend) {
+  PolicyGuard guard;
+  const Problem p(true, false, 160, 128, 512, 0, 5);  // 21 MFLOP: auto would time it
+  setenv("MESHTRAIN_SGEMM", "openblas", 1);
+  ASSERT_EQ(sgemm_policy_from_env(), SgemmPolicy::OpenBlas);
+  set_sgemm_policy(sgemm_policy_from_env());
+  const size_t before = sgemm_choices().size();
+  EXPECT_EQ(p.backend(1.f, 1.f), SgemmBackend::OpenBlas);
+  p.check(p.run_sgemm(1.f, 1.f), 1.f, 1.f, "MESHTRAIN_SGEMM=openblas");
+  EXPECT_EQ(sgemm_choices().size(), before) << "a forced backend times nothing";
+  EXPECT_NE(sgemm_summary().find("openblas"), std::string::npos) << sgemm_summary();
+
+  setenv("MESHTRAIN_SGEMM", "onednn", 1);
+  if (onednn_sgemm_available()) {
+    set_sgemm_policy(sgemm_policy_from_env());
+    EXPECT_EQ(p.backend(1.f, 1.f), SgemmBackend::OneDnn);
+    p.check(p.run_sgemm(1.f, 1.f), 1.f, 1.f, "MESHTRAIN_SGEMM=onednn");
+  } else {
+    EXPECT_THROW(sgemm_policy_from_env(), Error);
+  }
+  setenv("MESHTRAIN_SGEMM", "mkl", 1);
+  try {
+    sgemm_policy_from_env();
+    FAIL() << "MESHTRAIN_SGEMM=mkl accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected auto, openblas or onednn"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(matmul, deterministic_runs_pin_auto_to_openblas) {
+  PolicyGuard guard;
+  set_sgemm_policy(SgemmPolicy::Auto);
+  EXPECT_EQ(pin_sgemm_for_determinism(), SgemmPolicy::OpenBlas);
+  const Problem p(false, true, 128, 256, 300, 0, 9);
+  EXPECT_EQ(p.backend(1.f, 0.f), SgemmBackend::OpenBlas);
+  if (onednn_sgemm_available()) {
+    EXPECT_NE(sgemm_summary().find("deterministic"), std::string::npos) << sgemm_summary();
+    set_sgemm_policy(SgemmPolicy::OneDnn);  // an explicit choice is reproducible: kept
+    EXPECT_EQ(pin_sgemm_for_determinism(), SgemmPolicy::OneDnn);
+  }
+}
