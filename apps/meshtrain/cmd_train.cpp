@@ -69,10 +69,6 @@ void refuse_unavailable(const TrainConfig& c) {
     if (cond) throw Error(what + " is not available in this build yet; remove the setting "
                                  "to train");
   };
-  refuse(c.comm.grad_dtype != "f32" && c.zero.stage > 0,
-         fmt::format("comm.grad_dtype = \"{}\" with zero.stage = {} (the bf16 gradient "
-                     "reduction is plain data parallelism's; ZeRO reduces in f32)",
-                     c.comm.grad_dtype, c.zero.stage));
   refuse(c.parallel.tp != 1 || c.parallel.pp != 1,
          fmt::format("parallel.tp = {} x parallel.pp = {} (data parallelism only)", c.parallel.tp,
                      c.parallel.pp));
@@ -109,6 +105,7 @@ void check_memory_limit_of(const TrainConfig& c, const GPTConfig& g, int ranks) 
   plan.base = predict_training_memory(g, plan.B, T, threads, recompute_from_config(c.recompute),
                                       precision);
   if (is_mixed(precision)) plan.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
+  if (c.comm.grad_dtype == "bf16") plan.grad_wire = 2;
   check_memory_limit(plan, c.memory.limit_mb * 1e6);
 }
 

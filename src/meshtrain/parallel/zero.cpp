@@ -89,6 +89,8 @@ std::unique_ptr<GPT> Zero::make_model() {
   if (grad_res_)
     grads_ = std::make_unique<ZeroGradients>(comm_, layout_, units, *grad_res_,
                                              /*isolate_embedding=*/opts_.stage == 3);
+  // Stages 2-3 reduce in the same wire format as stage 1's buckets.
+  if (grads_) grads_->set_wire_dtype(opts_.dp.grad_dtype);
   HalfCopy half;
   if (mixed) {
     half_res_ = std::make_unique<ReservedBuffer>((P + 1) / 2);

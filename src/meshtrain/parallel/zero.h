@@ -46,7 +46,9 @@ struct ZeroOptions {
   int stage = 1;
   // Stage 3: units with fewer elements stay resident (replicated).
   int64_t persist_threshold = 100000;
-  DataParallelOptions dp;  // stage 1's gradient buckets
+  // Stage 1's gradient buckets; its grad_dtype (f32 or bf16) is every
+  // stage's gradient wire format.
+  DataParallelOptions dp;
   // Mixed precision: make_model() sets it on the model (nn/gpt.h) with the
   // 16-bit copy in this object's buffer.
   Precision precision = Precision::FP32;

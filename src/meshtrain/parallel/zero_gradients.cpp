@@ -4,6 +4,8 @@
 #include <chrono>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/half.h"
+#include "meshtrain/kernels/cpu/convert.h"
 
 namespace meshtrain::parallel {
 
@@ -67,13 +69,32 @@ void ZeroGradients::on_ready(int64_t begin, int64_t end) {
   }
 }
 
+void ZeroGradients::set_wire_dtype(DType wire) {
+  MT_CHECK(wire == DType::F32 || wire == DType::BF16,
+           "ZeRO gradient reduction dtype must be f32 or bf16, got {}", dtype_name(wire));
+  MT_CHECK(pending_.empty(), "set_wire_dtype() with gradient reductions pending");
+  // 16-bit elements at the f32 buffer's indices; pages committed only while
+  // a range is pending (reserved: never the whole model at once).
+  if (wire == DType::BF16 && !wire_) wire_ = std::make_unique<ReservedBuffer>((layout_.numel() + 1) / 2);
+  if (wire == DType::F32) wire_.reset();
+}
+
 void ZeroGradients::launch(ElemSpan span) {
   Pending p{span, {}};
-  float* g = grads_.data();
-  for (const OwnedPiece& piece : layout_.pieces(span))
-    p.works.push_back(comm_.reduce(g + piece.span.begin, g + piece.span.begin,
-                                   static_cast<size_t>(piece.span.count()), DType::F32,
-                                   comm::ReduceOp::Avg, piece.owner));
+  if (wire_) {
+    narrow_to_wire(span);
+    uint16_t* w = reinterpret_cast<uint16_t*>(wire_->data());
+    for (const OwnedPiece& piece : layout_.pieces(span))
+      p.works.push_back(comm_.reduce(w + piece.span.begin, w + piece.span.begin,
+                                     static_cast<size_t>(piece.span.count()), DType::BF16,
+                                     comm::ReduceOp::Avg, piece.owner));
+  } else {
+    float* g = grads_.data();
+    for (const OwnedPiece& piece : layout_.pieces(span))
+      p.works.push_back(comm_.reduce(g + piece.span.begin, g + piece.span.begin,
+                                     static_cast<size_t>(piece.span.count()), DType::F32,
+                                     comm::ReduceOp::Avg, piece.owner));
+  }
   ++reductions_;
   pending_.push_back(std::move(p));
 }
@@ -90,15 +111,56 @@ void ZeroGradients::poll() {
 void ZeroGradients::finish(Pending& p) {
   comm::wait_all(p.works);  // rethrows a failed reduce
   const ElemSpan own = layout_.own(), mine = intersect(p.span, own);
-  const float* g = grads_.data();
   float* s = shard();
+  if (wire_) {  // the f32 pages went at launch: widen the averaged bf16 piece
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(wire_->data());
+    for (int64_t i = mine.begin; i < mine.end; ++i) s[i - own.begin] += bf16_to_f32(w[i]);
+    wire_->discard_bytes(static_cast<size_t>(p.span.begin) * 2, static_cast<size_t>(p.span.end) * 2);
+    wire_bytes_.add(-p.span.count() * 2);
+    return;
+  }
+  const float* g = grads_.data();
   for (int64_t i = mine.begin; i < mine.end; ++i) s[i - own.begin] += g[i];
   grads_.discard(p.span.begin, p.span.end);
+  release_staged(p.span);
+}
+
+int64_t ZeroGradients::release_staged(ElemSpan span) {
+  int64_t bytes = 0;
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (!staged_[u] || units_[u].begin < p.span.begin || units_[u].end > p.span.end) continue;
+    if (!staged_[u] || units_[u].begin < span.begin || units_[u].end > span.end) continue;
     staged_[u] = false;
-    staging_.add(-units_[u].count() * 4);
+    bytes += units_[u].count() * 4;
   }
+  staging_.add(-bytes);
+  return bytes;
+}
+
+void ZeroGradients::narrow_to_wire(ElemSpan span) {
+  // An earlier reduce of the same elements (the embeddings are reduced twice
+  // per backward) finishes before its wire elements are overwritten.
+  auto overlaps = [&](const Pending& q) { return q.span.begin < span.end && span.begin < q.span.end; };
+  while (std::any_of(pending_.begin(), pending_.end(), overlaps)) {
+    finish(pending_.front());
+    pending_.pop_front();
+  }
+  // Chunk by chunk, so that the f32 and the bf16 copy of a large range (the
+  // tied embedding) are never both resident: the f32 pages of each chunk go
+  // as soon as it is rounded. Chunk ends sit on absolute multiples of
+  // kChunk (2 MiB of f32), so every discard covers whole pages.
+  constexpr int64_t kChunk = int64_t{1} << 19;
+  narrowing_.set(release_staged(span));  // the same bytes, now shrinking as they go
+  const float* g = grads_.data();
+  uint16_t* w = reinterpret_cast<uint16_t*>(wire_->data());
+  for (int64_t b = span.begin; b < span.end;) {
+    const int64_t e = std::min(span.end, (b / kChunk + 1) * kChunk);
+    cpu::to_half(cpu::Half::BF16, g + b, w + b, e - b);
+    wire_bytes_.add((e - b) * 2);
+    grads_.discard(b, e);
+    narrowing_.add(-std::min(narrowing_.bytes(), (e - b) * 4));
+    b = e;
+  }
+  narrowing_.set(0);
 }
 
 double ZeroGradients::end_backward() {

@@ -17,9 +17,17 @@
 // `isolate_embedding` (stage 3) the embeddings' reduce is also waited for
 // before backward starts writing a layer, so the largest transient gradient
 // is never held together with a layer's gradient and gathered parameters.
+// bf16 wire format (set_wire_dtype(BF16), config comm.grad_dtype = bf16): a
+// reported range is rounded to bf16 into a second reserved buffer (the
+// wire) chunk by chunk, its f32 pages returned as each chunk is rounded, and
+// each owner piece is reduced (Avg) there; the owner widens its piece into
+// the f32 shard when the reduce completes, and the wire pages are returned.
+// Pending ranges then hold 2 bytes per element instead of 4, and half the
+// bytes cross the wire.
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "meshtrain/comm/communicator.h"
@@ -37,6 +45,9 @@ class ZeroGradients {
                 ReservedBuffer& grads, bool isolate_embedding = false);
   ~ZeroGradients();
 
+  // F32 (default: the f32 gradients reduced in place) or BF16 (see above).
+  // Call before the first backward.
+  void set_wire_dtype(DType wire);
   void begin_backward();
   // Backward is about to write the gradients of `unit` (a layer's or the
   // final LayerNorm's backward Need; the embeddings' GradBegin). With
@@ -69,6 +80,10 @@ class ZeroGradients {
   void launch(ElemSpan span);
   void poll();
   void finish(Pending& p);
+  // bf16 wire: rounds `span` into the wire and returns its f32 pages.
+  void narrow_to_wire(ElemSpan span);
+  // The staged units inside `span` stop counting as transient; their bytes.
+  int64_t release_staged(ElemSpan span);
 
   comm::Communicator comm_;
   ZeroLayout layout_;
@@ -80,6 +95,9 @@ class ZeroGradients {
   bool isolate_embedding_ = false;
   int64_t frontier_ = 0, reductions_ = 0;
   ExternalBytes staging_{MemCategory::CommBuffers};
+  std::unique_ptr<ReservedBuffer> wire_;  // bf16 wire format only
+  ExternalBytes wire_bytes_{MemCategory::CommBuffers};  // pending ranges in the wire
+  ExternalBytes narrowing_{MemCategory::CommBuffers};   // f32 of a range being rounded
 };
 
 }  // namespace meshtrain::parallel

@@ -17,6 +17,42 @@ int64_t own_count(int64_t P, int world, int rank) {
 
 std::string mb(double bytes) { return fmt::format("{:.1f}", bytes / 1e6); }
 
+// Stages 2-3's transient full gradients (parallel/zero_gradients.h) at the
+// moments that can peak: the backward head (the embeddings' gradient and the
+// final LayerNorm's being written), the first layer (those two waiting for
+// their reduce, the layer written), later layers (the layer written, two
+// ranges waiting) and the final range (the embeddings again). A bf16 wire
+// (`w` bytes) holds the waiting ranges at w bytes per element; a range being
+// rounded is in both formats one chunk (kWireChunk elements) at a time.
+struct TransientGrads {
+  int64_t head = 0, first = 0, steady = 0, tail = 0;
+  // Stage 3 (isolate_embedding): the first layer after the embeddings' reduce completed.
+  int64_t isolated_first = 0;
+  int64_t peak() const { return std::max({head, first, steady, tail}); }
+};
+
+constexpr int64_t kWireChunk = int64_t{1} << 19;  // parallel/zero_gradients.cpp's chunk
+
+TransientGrads transient_grads(int64_t g, int64_t w, int64_t u0, int64_t lnf, int64_t layer,
+                               int64_t L) {
+  TransientGrads t;
+  if (w == 0) {
+    t.head = g * (u0 + lnf);
+    t.first = g * (u0 + lnf + layer);
+    t.steady = g * std::min<int64_t>(3, L) * layer;
+    t.isolated_first = g * (lnf + layer);
+    return t;
+  }
+  // The range launched: f32, plus its first chunk in bf16 as well.
+  auto launched = [&](int64_t n) { return g * n + w * std::min(n, kWireChunk); };
+  t.head = launched(u0) + g * lnf;
+  t.first = w * (u0 + lnf) + launched(layer);
+  t.isolated_first = w * lnf + launched(layer);
+  if (L >= 2) t.steady = w * (lnf + std::min<int64_t>(2, L - 1) * layer) + launched(layer);
+  t.tail = w * (u0 + lnf + std::min<int64_t>(2, L) * layer);
+  return t;
+}
+
 }  // namespace
 
 std::vector<int64_t> gpt_unit_sizes(const GPTConfig& cfg) {
@@ -86,15 +122,18 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   m.optimizer = b.o * own;
   m.activations = plan.base.activations;
   m.workspace = plan.base.workspace;
+  // bf16 gradient wire: stages 0-1 reduce in a shared bf16 copy of the
+  // whole gradient buffer (parallel/data_parallel.h).
+  if (N > 1 && stage <= 1) m.comm = plan.grad_wire * P;
+  const TransientGrads tg =
+      transient_grads(b.g, plan.grad_wire, units.front(), units.back(),
+                      plan.model.n_layer > 0 ? units[1] : 0, plan.model.n_layer);
   if (stage >= 2) {
     // Transient full gradients (parallel/zero_gradients.h): at the backward
     // head the embeddings' (reduced right after it) and the final LayerNorm's;
     // then the layer being written and up to two ranges waiting for their
     // reduce (the first of which may still be the embeddings).
-    const int64_t layer = plan.model.n_layer > 0 ? units[1] : 0;
-    const int64_t u0 = units.front(), lnf = units.back();
-    m.comm = b.g * std::max({u0 + lnf, u0 + lnf + layer,
-                             std::min<int64_t>(3, plan.model.n_layer) * layer});
+    m.comm = tg.peak();
   }
   if (stage == 3) {
     int64_t persistent = 0, largest = 0;
@@ -111,15 +150,15 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     // a layer (zero_gradients.h, isolate_embedding). So: the embedding
     // gathered with the final LayerNorm (forward lookup and output
     // projection; backward head, the LayerNorm's gradient staged); the
-    // embedding's gradient; the first layer (current + prefetched, the
-    // LayerNorm's reduce pending); the other layers (the layer written and
-    // two pending).
+    // embedding's gradient (tg.head); the first layer (current + prefetched,
+    // the LayerNorm's reduce pending); the other layers (the layer written
+    // and two pending); the final range.
     if (largest > 0) {
       const int64_t L = plan.model.n_layer, layer = L > 0 ? units[1] : 0;
       const int64_t u0 = units.front(), lnf = units.back();
       const int64_t held2 = b.p * std::min<int64_t>(2, L) * layer;
-      m.comm = std::max({b.p * (u0 + lnf) + b.g * lnf, b.g * (u0 + lnf) + b.p * lnf,
-                         held2 + b.g * (layer + lnf), held2 + b.g * std::min<int64_t>(3, L) * layer});
+      m.comm = std::max({b.p * (u0 + lnf) + b.g * lnf, tg.head + b.p * lnf,
+                         held2 + tg.isolated_first, held2 + tg.steady, held2 + tg.tail});
     }
   }
   m.params += b.p_full * P;
@@ -144,10 +183,9 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     if (stage == 3 && units.front() >= plan.persist_threshold) {
       // The gathered units at the peaks named above, at their 16-bit size.
       const int64_t u0 = foreign.front(), lnf_p = foreign.back(), lnf = units.back();
-      const int64_t L = plan.model.n_layer, layer = L > 0 ? units[1] : 0;
-      const int64_t held2 = std::min<int64_t>(2, L) * largest_layer;
-      m.comm = std::max({u0 + lnf_p + b.g * lnf, b.g * (units.front() + lnf) + lnf_p,
-                         held2 + b.g * (layer + lnf), held2 + b.g * std::min<int64_t>(3, L) * layer});
+      const int64_t held2 = std::min<int64_t>(2, plan.model.n_layer) * largest_layer;
+      m.comm = std::max({u0 + lnf_p + b.g * lnf, tg.head + lnf_p, held2 + tg.isolated_first,
+                         held2 + tg.steady, held2 + tg.tail});
     }
   }
   return m;

@@ -45,6 +45,11 @@ struct MemoryPlan {
   int zero_stage = 0;               // 0..3 (a single rank is stage 0)
   int64_t persist_threshold = 0;    // stage 3
   StateBytes bytes;
+  // The gradient reduction's wire format (comm.grad_dtype): 0 = f32, reduced
+  // in place; 2 = bf16: stages 0-1 hold a shared bf16 copy of the whole
+  // gradient (2Ψ more comm buffers), stages 2-3 hold the ranges waiting for
+  // their reduce in bf16 instead of f32 (parallel/zero_gradients.h).
+  int64_t grad_wire = 0;
   MemoryPrediction base;            // activations and workspace (predict_training_memory)
 };
 

@@ -81,6 +81,7 @@ MemoryPlan memory_plan(const TrainerOptions& opt, const GPTConfig& cfg, int T, i
   // Mixed precision: the model's 16-bit compute copy beside its f32 master
   // parameters (nn/gpt.h), 2 more bytes per parameter.
   if (is_mixed(opt.precision)) plan.bytes.p_full = 2;
+  if (opt.dp.grad_dtype == DType::BF16) plan.grad_wire = 2;  // comm.grad_dtype = bf16
   plan.base = base;
   return plan;
 }
