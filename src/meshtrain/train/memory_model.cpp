@@ -10,7 +10,7 @@ namespace meshtrain {
 MemoryPrediction predict_training_memory(const GPTConfig& cfg, int B, int T, int threads,
                                          const Recompute& recompute, Precision precision) {
   const int64_t P = cfg.num_params();
-  const int64_t C = cfg.n_embd, NH = cfg.n_head, hd = C / NH;
+  const int64_t C = cfg.n_embd;
   MemoryPrediction m;
   m.params = (is_mixed(precision) ? 6 : 4) * P;
   m.grads = 4 * P;
@@ -22,8 +22,9 @@ MemoryPrediction predict_training_memory(const GPTConfig& cfg, int B, int T, int
   // and adds one scratch block (docs/ARCHITECTURE.md, nn); the model's own
   // layout count gives the exact bytes.
   m.activations = GPT::activation_bytes(cfg, B, T, recompute, precision);
-  // Attention: per thread, eight T x hd head tiles and two 64 x T score blocks.
-  m.workspace = 4 * static_cast<int64_t>(threads) * (8 * T * hd + 2 * 64 * T);
+  // Attention: per thread, two 64 x T score blocks (q, k, v and the head
+  // gradients are read and written in place).
+  m.workspace = 4 * static_cast<int64_t>(threads) * (2 * 64 * T);
   const bool widened = precision == Precision::FP16 ||
                        (precision == Precision::BF16 &&
                         cpu::bf16_gemm_path() == cpu::HalfGemmPath::FallbackSgemm);

@@ -6,30 +6,20 @@
 #include <cmath>
 #include <cstring>
 
+#include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/kernels/cpu/vec_math.h"
 
 namespace meshtrain::cpu {
 
 int64_t attention_workspace_floats(int64_t T, int64_t hd) {
-  // Q K V O dO dQ dK dV (T x hd each) + probability and dP blocks (Tb x T each).
-  return 8 * T * hd + 2 * kAttentionRowBlock * T;
+  // The probability and dP blocks (Tb x T each). Q, K, V, O and their
+  // gradients are read and written in place (strided GEMM operands).
+  (void)hd;
+  return 2 * kAttentionRowBlock * T;
 }
 
 namespace {
-
-// Copies head h of component `which` (0=q, 1=k, 2=v) of batch b into dst (T, hd).
-void gather_head(float* dst, const float* qkv, int64_t b, int64_t h, int which, int64_t T,
-                 int64_t C, int64_t hd) {
-  const float* src = qkv + b * T * 3 * C + which * C + h * hd;
-  for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * hd, src + t * 3 * C, sizeof(float) * hd);
-}
-
-void gather_rows(float* dst, const float* src, int64_t b, int64_t h, int64_t T, int64_t C,
-                 int64_t hd) {
-  const float* s = src + b * T * C + h * hd;
-  for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * hd, s + t * C, sizeof(float) * hd);
-}
 
 // Turns scaled scores of rows [r0, r1) (columns [0, r1), leading dim T) into
 // causal probabilities. With lse_in, uses the saved log-sum-exp; otherwise
@@ -43,7 +33,8 @@ void causal_softmax_block(float* P, int64_t r0, int64_t r1, int64_t T, const flo
     if (lse_in) {
       l = lse_in[i];
     } else {
-      float mx = -INFINITY;
+      float mx = -INFINITY;  // a max is exact in any order: vectorized
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
       float s = 0.f;
 #pragma omp simd reduction(+ : s)
@@ -67,22 +58,21 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 #pragma omp parallel for schedule(static) num_threads(nthreads)
   for (int64_t task = 0; task < B * NH; ++task) {
     const int64_t b = task / NH, h = task % NH;
-    float* w = workspace + omp_get_thread_num() * ws;
-    float *Q = w, *K = Q + T * hd, *V = K + T * hd, *O = V + T * hd;
-    float* P = w + 8 * T * hd;
-    gather_head(Q, qkv, b, h, 0, T, C, hd);
-    gather_head(K, qkv, b, h, 1, T, C, hd);
-    gather_head(V, qkv, b, h, 2, T, C, hd);
+    float* P = workspace + omp_get_thread_num() * ws;
+    // Head h's q, k, v rows straight from qkv (row stride 3C); its output
+    // rows straight into out (stride C): the GEMMs pack them anyway.
+    const int64_t ld = 3 * C;
+    const float* Q = qkv + b * T * ld + h * hd;
+    const float *K = Q + C, *V = Q + 2 * C;
+    float* O = out + b * T * C + h * hd;
     float* lse_bh = lse + (b * NH + h) * T;
     for (int64_t r0 = 0; r0 < T; r0 += kAttentionRowBlock) {
       const int64_t r1 = std::min(T, r0 + kAttentionRowBlock), rows = r1 - r0;
       // Scores only for the columns a causal row block can see: [0, r1).
-      sgemm(false, true, rows, r1, hd, scale, Q + r0 * hd, hd, K, hd, 0.f, P, T);
+      sgemm(false, true, rows, r1, hd, scale, Q + r0 * ld, ld, K, ld, 0.f, P, T);
       causal_softmax_block(P, r0, r1, T, nullptr, lse_bh);
-      sgemm(false, false, rows, hd, r1, 1.f, P, T, V, hd, 0.f, O + r0 * hd, hd);
+      sgemm(false, false, rows, hd, r1, 1.f, P, T, V, ld, 0.f, O + r0 * C, C);
     }
-    float* dst = out + b * T * C + h * hd;
-    for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * C, O + t * hd, sizeof(float) * hd);
   }
 }
 
@@ -92,47 +82,50 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const int64_t hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t ws = attention_workspace_floats(T, hd);
+  auto overlaps = [&](const float* p, int64_t n) {
+    return dqkv < p + n && p < dqkv + B * T * 3 * C;
+  };
+  MT_CHECK(!overlaps(qkv, B * T * 3 * C) && !overlaps(out, B * T * C) && !overlaps(dout, B * T * C),
+           "attention_backward: dqkv overlaps qkv, out or dout (they are read while it is written)");
 #pragma omp parallel for schedule(static) num_threads(nthreads)
   for (int64_t task = 0; task < B * NH; ++task) {
     const int64_t b = task / NH, h = task % NH;
-    float* w = workspace + omp_get_thread_num() * ws;
-    float *Q = w, *K = Q + T * hd, *V = K + T * hd, *O = V + T * hd;
-    float *dO = O + T * hd, *dQ = dO + T * hd, *dK = dQ + T * hd, *dV = dK + T * hd;
-    float* P = w + 8 * T * hd;
+    float* P = workspace + omp_get_thread_num() * ws;
     float* dP = P + kAttentionRowBlock * T;
-    gather_head(Q, qkv, b, h, 0, T, C, hd);
-    gather_head(K, qkv, b, h, 1, T, C, hd);
-    gather_head(V, qkv, b, h, 2, T, C, hd);
-    gather_rows(O, out, b, h, T, C, hd);
-    gather_rows(dO, dout, b, h, T, C, hd);
-    std::memset(dK, 0, sizeof(float) * T * hd);
-    std::memset(dV, 0, sizeof(float) * T * hd);
+    // Operands and results in place, as in the forward: q, k, v and their
+    // gradients with row stride 3C, out and dout with stride C.
+    const int64_t ld = 3 * C;
+    const float* Q = qkv + b * T * ld + h * hd;
+    const float *K = Q + C, *V = Q + 2 * C;
+    const float* O = out + b * T * C + h * hd;
+    const float* dO = dout + b * T * C + h * hd;
+    float* dQ = dqkv + b * T * ld + h * hd;
+    float *dK = dQ + C, *dV = dQ + 2 * C;
+    for (int64_t t = 0; t < T; ++t) {  // dK, dV accumulate over row blocks
+      std::memset(dK + t * ld, 0, sizeof(float) * hd);
+      std::memset(dV + t * ld, 0, sizeof(float) * hd);
+    }
     const float* lse_bh = lse + (b * NH + h) * T;
     for (int64_t r0 = 0; r0 < T; r0 += kAttentionRowBlock) {
       const int64_t r1 = std::min(T, r0 + kAttentionRowBlock), rows = r1 - r0;
-      sgemm(false, true, rows, r1, hd, scale, Q + r0 * hd, hd, K, hd, 0.f, P, T);
+      sgemm(false, true, rows, r1, hd, scale, Q + r0 * ld, ld, K, ld, 0.f, P, T);
       causal_softmax_block(P, r0, r1, T, lse_bh, nullptr);
       // dP = dO V^T; dS = P * (dP - D) with D_i = dO_i . O_i
-      sgemm(false, true, rows, r1, hd, 1.f, dO + r0 * hd, hd, V, hd, 0.f, dP, T);
+      sgemm(false, true, rows, r1, hd, 1.f, dO + r0 * C, C, V, ld, 0.f, dP, T);
       for (int64_t i = r0; i < r1; ++i) {
-        const float* o = O + i * hd;
-        const float* g = dO + i * hd;
+        const float* o = O + i * C;
+        const float* g = dO + i * C;
         float D = 0.f;
+#pragma omp simd reduction(+ : D)
         for (int64_t d = 0; d < hd; ++d) D += o[d] * g[d];
         float* dp = dP + (i - r0) * T;
         const float* p = P + (i - r0) * T;
 #pragma omp simd
         for (int64_t j = 0; j < r1; ++j) dp[j] = p[j] * (dp[j] - D);
       }
-      sgemm(false, false, rows, hd, r1, scale, dP, T, K, hd, 0.f, dQ + r0 * hd, hd);
-      sgemm(true, false, r1, hd, rows, scale, dP, T, Q + r0 * hd, hd, 1.f, dK, hd);
-      sgemm(true, false, r1, hd, rows, 1.f, P, T, dO + r0 * hd, hd, 1.f, dV, hd);
-    }
-    float* base = dqkv + b * T * 3 * C + h * hd;
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(base + t * 3 * C, dQ + t * hd, sizeof(float) * hd);
-      std::memcpy(base + t * 3 * C + C, dK + t * hd, sizeof(float) * hd);
-      std::memcpy(base + t * 3 * C + 2 * C, dV + t * hd, sizeof(float) * hd);
+      sgemm(false, false, rows, hd, r1, scale, dP, T, K, ld, 0.f, dQ + r0 * ld, ld);
+      sgemm(true, false, r1, hd, rows, scale, dP, T, Q + r0 * ld, ld, 1.f, dK, ld);
+      sgemm(true, false, r1, hd, rows, 1.f, P, T, dO + r0 * C, C, 1.f, dV, ld);
     }
   }
 }

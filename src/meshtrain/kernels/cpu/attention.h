@@ -17,7 +17,8 @@ int64_t attention_workspace_floats(int64_t T, int64_t hd);
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH, float* workspace, int nthreads);
 
-// dqkv (B,T,3C) is overwritten. out and lse are the forward's results.
+// dqkv (B,T,3C) is overwritten; it must not overlap qkv, out or dout (they
+// are read in place while it is written). out and lse are the forward's results.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                         float* workspace, int nthreads);

@@ -9,8 +9,10 @@ namespace meshtrain::cpu {
 namespace {
 // Returns max and log(sum(exp(x - max))) of a row.
 inline void row_logsumexp(const float* x, int64_t V, float& mx, float& lse) {
-  mx = -INFINITY;
-  for (int64_t j = 0; j < V; ++j) mx = x[j] > mx ? x[j] : mx;
+  float m = -INFINITY;  // a max is exact in any order: vectorized
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < V; ++j) m = x[j] > m ? x[j] : m;
+  mx = m;
   float s = 0.f;
 #pragma omp simd reduction(+ : s)
   for (int64_t j = 0; j < V; ++j) s += fast_expf(x[j] - mx);
