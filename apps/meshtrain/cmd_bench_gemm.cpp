@@ -6,6 +6,8 @@
 // sgemm() picked for each shape (MESHTRAIN_SGEMM, sgemm_backend.h).
 #include <fmt/format.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -30,6 +32,7 @@ struct BenchGemmArgs {
   std::string preset = "char-6L";
   int batch = 8, seq = 0, threads = 0, reps = 7;
   bool json = false;
+  std::string clock = "wall";  // or "cpu": process CPU time, steadier on a shared machine
 };
 
 struct GemmCase {
@@ -44,7 +47,21 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double process_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Wall time, or the process's CPU time: with one thread the CPU time leaves
+// out the time other jobs held the core (with more, OpenMP's spin-waits count).
+bool g_cpu_clock = false;
 double seconds(const std::function<void()>& f) {
+  if (g_cpu_clock) {
+    const double c0 = process_cpu_s();
+    f();
+    return process_cpu_s() - c0;
+  }
   auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -56,6 +73,7 @@ void run_bench_gemm(const BenchGemmArgs& a) {
   if (a.batch < 1 || a.reps < 1 || T > cfg.seq_len)
     throw UsageError("--batch and --reps must be >= 1 and --seq at most the model context");
   set_thread_count(a.threads > 0 ? a.threads : default_thread_count());
+  g_cpu_clock = a.clock == "cpu";
   // out (BT, OC) = in (BT, IC) @ W^T; dIn = dOut @ W; dW (OC, IC) = dOut^T @ In.
   std::vector<GemmCase> cases;
   const std::pair<const char*, std::pair<int64_t, int64_t>> layers[] = {
@@ -71,10 +89,10 @@ void run_bench_gemm(const BenchGemmArgs& a) {
   const bool dnn = cpu::onednn_sgemm_available();
   if (!a.json)
     fmt::print("bench gemm: {} GEMMs at batch {} x seq {} | {} thread(s) | {}\n"
-               "  f32: MESHTRAIN_SGEMM={} ({})\n"
+               "  f32: MESHTRAIN_SGEMM={} ({}) | {} clock\n"
                "  {:<18} {:>6} {:>6} {:>6}  {:>9} {:>9} {:>16} {:>9} {:>7}\n",
                a.preset, a.batch, T, thread_count(), path,
-               cpu::sgemm_policy_name(cpu::sgemm_policy()), cpu::onednn_sgemm_description(),
+               cpu::sgemm_policy_name(cpu::sgemm_policy()), cpu::onednn_sgemm_description(), a.clock,
                "gemm (op)", "M", "N", "K", "openblas", "onednn", "sgemm picks", "bf16",
                "bf16 x");
   double total_f32 = 0, total_bf16 = 0, total_flop = 0, total_blas = 0, total_dnn = 0;
@@ -157,6 +175,10 @@ void register_bench_gemm(CLI::App& bench) {
   c->add_option("--threads", args->threads, "Compute threads (default: cores / local processes)");
   c->add_option("--reps", args->reps, "Timed repetitions of each GEMM")->capture_default_str();
   c->add_flag("--json", args->json, "Print one JSON object per GEMM");
+  c->add_option("--clock", args->clock,
+                "wall, or cpu: process CPU time (steadier on a busy machine with one thread)")
+      ->check(CLI::IsMember({"wall", "cpu"}))
+      ->capture_default_str();
   c->callback([args] { run_bench_gemm(*args); });
 }
 

@@ -133,10 +133,11 @@ TEST(matmul, other_alpha_beta_run_on_openblas_under_every_policy) {
     EXPECT_EQ(p.backend(0.5f, 0.25f), SgemmBackend::OpenBlas) << sgemm_policy_name(pol);
     p.check(p.run_sgemm(0.5f, 0.25f), 0.5f, 0.25f, sgemm_policy_name(pol));
   }
-  if (onednn_sgemm_available())
+  if (onednn_sgemm_available()) {
     EXPECT_THROW(sgemm_with(SgemmBackend::OneDnn, false, false, 2, 2, 2, 2.f, p.a.data(), 2,
                             p.b.data(), 2, 0.f, std::vector<float>(4).data(), 2),
                  Error);
+  }
 }
 
 TEST(matmul, auto_choice_is_made_once_and_first_use_is_exact) {

@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -82,10 +83,22 @@ SgemmChoice time_both(const Key& k, const float* A, const float* B, const float*
   std::unique_ptr<float[]> scratch(new float[c_elems]);
   if (k.accumulate) std::memcpy(scratch.get(), C, sizeof(float) * c_elems);
   const float beta = k.accumulate ? 1.0f : 0.0f;
+  // With one thread both backends run on this thread, and its CPU time leaves
+  // out the time other jobs held the core (a busy machine otherwise decides
+  // by noise); with more, wall time (the workers' time is not this thread's).
+  const bool thread_clock = k.threads == 1;
+  auto now = [thread_clock] {
+    if (thread_clock) {
+      timespec ts;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return ts.tv_sec + ts.tv_nsec * 1e-9;
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
   auto run = [&](SgemmBackend b) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now();
     sgemm_with(b, k.ta, k.tb, k.M, k.N, k.K, 1.0f, A, k.lda, B, k.ldb, beta, scratch.get(), k.ldc);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return now() - t0;
   };
   // Untimed: oneDNN generates its kernel, OpenBLAS sizes its buffers, pages fault in.
   run(SgemmBackend::OpenBlas);

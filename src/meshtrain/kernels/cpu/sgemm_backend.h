@@ -4,8 +4,9 @@
 // MESHTRAIN_SGEMM = auto (default) | openblas | onednn.
 //   auto: the first time a problem (transposes, M N K, leading dimensions,
 //         beta 0/1, thread count) is seen, both backends run it a few times,
-//         interleaved, on a scratch copy of C, and the faster (minimum time)
-//         keeps it for the rest of the process: the same problem always takes
+//         interleaved, on a scratch copy of C, and the faster (minimum time;
+//         the thread's CPU time with one thread, else wall time) keeps it for
+//         the rest of the process: the same problem always takes
 //         the same backend, so a recomputed forward is bit-identical to the
 //         first. Problems below kAutoMinFlop, calls with alpha != 1 or beta
 //         other than 0/1, and calls from inside an OpenMP parallel region
