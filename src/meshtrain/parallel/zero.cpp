@@ -156,7 +156,6 @@ void Zero::zero_grad() {
 }
 
 void Zero::begin_backward(bool last) {
-  params_->set_more_micro_batches(!last);
   if (dp_) {
     dp_->begin_backward(last);
     return;

@@ -128,19 +128,15 @@ void ZeroParameters::advance(const Event& e) {
   cursor_ = it == order_.end() ? order_.size() : static_cast<size_t>(it - order_.begin()) + 1;
 }
 
-int ZeroParameters::next_need(int k, bool wrap) const {
-  const size_t n = order_.size();
-  const size_t limit = wrap ? n : n - std::min(cursor_, n);
-  for (size_t i = 0, seen = 0; i < limit; ++i) {
-    const Event& e = order_[(cursor_ + i) % n];
-    if (e.need && ++seen == static_cast<size_t>(k)) return e.unit;
-  }
+int ZeroParameters::next_need(int k) const {
+  for (size_t i = cursor_, seen = 0; i < order_.size(); ++i)
+    if (order_[i].need && ++seen == static_cast<size_t>(k)) return order_[i].unit;
   return -1;
 }
 
 bool ZeroParameters::needed_soon(int unit, int within) const {
   for (int k = 1; k <= within; ++k)
-    if (next_need(k, false) == unit) return true;
+    if (next_need(k) == unit) return true;
   return false;
 }
 
@@ -215,8 +211,11 @@ void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
     // step's memory peaks. Layer 1's forward gather and layer L's backward
     // gather then wait, once per micro-batch each.
     if (resident_[0] && !persistent_[0]) return;
-    // Prefetch: the next unit in use order, while this one computes.
-    const int v = next_need(1, more_micro_batches_);
+    // Prefetch: the next unit in use order, while this one computes; not
+    // across into the next micro-batch, whose first unit is the embedding:
+    // gathered beside the last layer's backward (its parameters, gradients
+    // and pending reduces) it would exceed the peaks above.
+    const int v = next_need(1);
     if (v >= 0 && v != u && !valid_[v] && works_[v].empty()) launch(v);
     return;
   }

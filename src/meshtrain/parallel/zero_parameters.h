@@ -12,8 +12,10 @@
 //     while the whole tied embedding is gathered: with its gradient written
 //     after its backward Done, those are the peaks), and Done(unit) returns
 //     its pages unless the unit is needed again within the next two uses
-//     (the head's embedding between forward and backward). GradBegin and
-//     GradEnd events are ignored (they read no parameters).
+//     (the head's embedding between forward and backward). Prefetch stays
+//     within a micro-batch: the next one's first unit is the embedding,
+//     gathered at its Need rather than beside the last layer's backward.
+//     GradBegin and GradEnd events are ignored (they read no parameters).
 // Every decision depends only on the sequence of hook events, which is the
 // same on every rank, so the collectives match across ranks.
 //
@@ -63,9 +65,6 @@ class ZeroParameters {
   // While disabled, hook events are ignored (after gather_all(), for
   // rank-0-only generation).
   void set_enabled(bool on) { enabled_ = on; }
-  // Whether more micro-batches follow this backward (then the next forward's
-  // first unit may be prefetched while backward finishes).
-  void set_more_micro_batches(bool more) { more_micro_batches_ = more; }
 
   // Stage 3: returns the foreign pages of the sharded units (after the
   // initial weights are in place, before the optimizer state is allocated).
@@ -98,8 +97,9 @@ class ZeroParameters {
     bool operator==(const Event&) const = default;
   };
   void advance(const Event& e);
-  // The unit of the next `k`-th Need after the cursor (-1 when none).
-  int next_need(int k, bool wrap) const;
+  // The unit of the `k`-th Need after the cursor in this step's sequence
+  // (-1 when none).
+  int next_need(int k) const;
   bool needed_soon(int unit, int within) const;
   void launch(int unit);
   void wait(int unit);
@@ -129,7 +129,7 @@ class ZeroParameters {
   std::vector<std::vector<comm::Work>> works_;
   std::vector<Event> order_;  // one step's documented hook sequence
   size_t cursor_ = 0;
-  bool enabled_ = true, more_micro_batches_ = false;
+  bool enabled_ = true;
   int64_t gathers_ = 0;
   ExternalBytes held_params_{MemCategory::Parameters};    // stage 3: own + persistent
   ExternalBytes gathered_{MemCategory::CommBuffers};      // stage 3: foreign parts in use
