@@ -38,7 +38,12 @@ const char* sgemm_policy_name(SgemmPolicy p) {
 
 namespace {
 
-constexpr int kTimedRuns = 5;  // per backend, after one untimed run of each
+// Timed runs per backend, after one untimed run of each; large problems
+// (an untimed run over kLongRunS) get fewer, so timing stays a small part of
+// a big model's first step.
+constexpr int kTimedRuns = 5;
+constexpr int kTimedRunsLong = 2;
+constexpr double kLongRunS = 0.05;
 
 std::atomic<int> g_policy{-1};  // -1: not read from the environment yet
 std::atomic<bool> g_pinned{false};  // pin_sgemm_for_determinism turned auto into openblas
@@ -101,10 +106,10 @@ SgemmChoice time_both(const Key& k, const float* A, const float* B, const float*
     return now() - t0;
   };
   // Untimed: oneDNN generates its kernel, OpenBLAS sizes its buffers, pages fault in.
-  run(SgemmBackend::OpenBlas);
-  run(SgemmBackend::OneDnn);
+  const double first = std::max(run(SgemmBackend::OpenBlas), run(SgemmBackend::OneDnn));
+  const int timed = first > kLongRunS ? kTimedRunsLong : kTimedRuns;
   double blas = std::numeric_limits<double>::infinity(), dnn = blas;
-  for (int r = 0; r < kTimedRuns; ++r) {  // interleaved, alternating which goes first
+  for (int r = 0; r < timed; ++r) {  // interleaved, alternating which goes first
     if (r % 2 == 0) {
       blas = std::min(blas, run(SgemmBackend::OpenBlas));
       dnn = std::min(dnn, run(SgemmBackend::OneDnn));
