@@ -232,3 +232,33 @@ TEST(matmul, deterministic_runs_pin_auto_to_openblas) {
     EXPECT_EQ(pin_sgemm_for_determinism(), SgemmPolicy::OneDnn);
   }
 }
+
+// Runs last in this file: it fills the process's budget of timed problems.
+TEST(matmul, auto_times_a_bounded_number_of_problems) {
+  PolicyGuard guard;
+  set_sgemm_policy(SgemmPolicy::Auto);
+  if (!onednn_sgemm_available()) GTEST_SKIP() << "nothing to time without oneDNN";
+  // Distinct problems just above the FLOP floor: 32 x 512 x (K >= 489).
+  std::vector<float> a(32 * 700, 0.5f), b(700 * 512, 0.25f), c(32 * 512);
+  int64_t K = 489;
+  while (sgemm_choices().size() < kMaxTimedProblems) {
+    sgemm(false, false, 32, 512, K, 1.f, a.data(), K, b.data(), 512, 0.f, c.data(), 512);
+    ++K;
+    ASSERT_LT(K, 700) << "problems were not being timed";
+  }
+  const std::vector<SgemmChoice> timed = sgemm_choices();
+  // A new problem now stays on OpenBLAS, untimed, and stays there.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(sgemm_backend_for(false, false, 32, 512, K, 1.f, a.data(), K, b.data(), 512, 0.f,
+                                c.data(), 512),
+              SgemmBackend::OpenBlas);
+  }
+  EXPECT_EQ(sgemm_choices().size(), kMaxTimedProblems);
+  // The problems timed before keep their backends.
+  for (const SgemmChoice& ch : timed) {
+    if (ch.threads != thread_count()) continue;  // another thread count is another problem
+    EXPECT_EQ(sgemm_backend_for(ch.trans_a, ch.trans_b, ch.M, ch.N, ch.K, 1.f, a.data(), ch.lda,
+                                b.data(), ch.ldb, ch.accumulate ? 1.f : 0.f, c.data(), ch.ldc),
+              ch.backend);
+  }
+}

@@ -127,6 +127,7 @@ SgemmBackend decide(const Key& k, const float* A, const float* B, const float* C
   std::lock_guard<std::mutex> lock(d.mu);  // one timing at a time; later callers reuse it
   auto it = d.by_key.find(k);
   if (it != d.by_key.end()) return it->second.backend;
+  if (d.by_key.size() >= kMaxTimedProblems) return SgemmBackend::OpenBlas;  // for good: the map no longer grows
   const SgemmChoice c = time_both(k, A, B, C);
   d.by_key.emplace(k, c);
   d.order.push_back(k);

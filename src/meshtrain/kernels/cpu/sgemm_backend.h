@@ -16,6 +16,7 @@
 // processes, so auto can pick differently in two runs; deterministic runs pin
 // auto to openblas (pin_sgemm_for_determinism).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,6 +31,11 @@ const char* sgemm_policy_name(SgemmPolicy p);    // "auto" / "openblas" / "onedn
 
 // Problems with fewer FLOPs (2MNK) are not timed: they stay on OpenBLAS.
 constexpr double kAutoMinFlop = 16.0e6;
+// At most this many problems are timed per process; problems first seen after
+// that stay on OpenBLAS (text generation grows T by one per token: a new
+// problem every token, which would otherwise each be timed and get its own
+// oneDNN primitive). A training step of the presets has about 15.
+constexpr size_t kMaxTimedProblems = 64;
 
 // MESHTRAIN_SGEMM parsed now (clear error for other values; onednn without
 // oneDNN in the build is an error too).
