@@ -4,12 +4,13 @@
 
 namespace meshtrain::comm {
 
-void FlightRecorder::started(std::shared_ptr<const WorkState> work) {
+void FlightRecorder::started(std::shared_ptr<const WorkState> work,
+                             std::chrono::steady_clock::time_point start) {
   std::lock_guard lock(mu_);
   Entry& e = ring_[count_++ % kEntries];
   e.seq = work->seq;
   e.work = std::move(work);
-  e.start = std::chrono::steady_clock::now();
+  e.start = start;
   e.seconds = -1;
   e.ok = true;
 }

@@ -15,7 +15,7 @@ namespace meshtrain::comm {
 class FlightRecorder {
  public:
   static constexpr size_t kEntries = 16;
-  void started(std::shared_ptr<const WorkState> work);
+  void started(std::shared_ptr<const WorkState> work, std::chrono::steady_clock::time_point start);
   void finished(uint64_t seq, bool ok);
   std::string dump() const;
 

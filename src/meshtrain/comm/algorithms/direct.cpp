@@ -32,6 +32,15 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
 
 void allreduce_small(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   int n = t.size();
+  if (a.bytes() <= shm::kTinyBytes) {  // data rides with the barrier flag: one line per peer
+    t.sync_tiny(a.send, a.bytes(), ctx);
+    const void* local[16];  // no allocation on the latency path
+    std::vector<const void*> heap(n > 16 ? n : 0);
+    const void** srcs = n > 16 ? heap.data() : local;
+    for (int p = 0; p < n; ++p) srcs[p] = t.tiny_data(p);
+    reduce_many(a.recv, srcs, n, a.count, a.dtype, a.redop);
+    return;
+  }
   uint64_t parity = (t.step() + 1) & 1;
   std::memcpy(t.small_slot(t.rank(), parity), a.send, a.bytes());
   t.sync(ctx);

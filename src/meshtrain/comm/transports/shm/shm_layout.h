@@ -35,8 +35,18 @@ struct alignas(kLine) DataRef {
   uint64_t offset;
 };
 
+// A barrier step that carries a few bytes of data in the same cache line as
+// its flag: a peer's wait and its read of the data are one line transfer
+// (the latency of the smallest allreduces). Indexed by step parity.
+constexpr size_t kTinyBytes = 56;
+struct alignas(kLine) TinyLine {
+  std::atomic<uint64_t> step{0};
+  char data[kTinyBytes];
+};
+
 struct RankControl {
   PaddedCounter arrived;  // barrier steps this rank has reached
+  TinyLine tiny[2];       // sync_tiny's data and flag, by step parity
   alignas(kLine) int32_t pid;
   uint32_t op_code;       // CollOp of the op in progress, for reports
   uint64_t op_seq;        // sequence number of the op in progress

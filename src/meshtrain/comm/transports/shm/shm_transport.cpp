@@ -212,6 +212,7 @@ ShmTransport::Stall ShmTransport::idle(int& spins, Clock::time_point& last_check
   if ((spins & 63) != 0) return Stall::None;
   auto now = Clock::now();
   if (now > ctx.deadline) return Stall::TimedOut;
+  if (last_check == Clock::time_point{}) last_check = now;  // callers start it unset
   if (now - last_check > std::chrono::milliseconds(20)) {
     last_check = now;
     if (long us = stall_before_liveness_check_us())
@@ -227,9 +228,9 @@ void ShmTransport::sync(const OpContext& ctx) {
   control(rank_).arrived.value.store(step_, std::memory_order_release);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    int spins = 0;
-    auto last_check = Clock::now();
     auto reached = [&] { return control(p).arrived.value.load(std::memory_order_acquire) >= step_; };
+    int spins = 0;
+    Clock::time_point last_check{};  // set by idle() once spinning is over: no clock read before
     while (!reached()) {
       Stall s = idle(spins, last_check, p, ctx);
       // Everything an exited peer wrote is visible now: if it arrived before
@@ -238,6 +239,30 @@ void ShmTransport::sync(const OpContext& ctx) {
     }
   }
 }
+
+void ShmTransport::sync_tiny(const void* mine, size_t bytes, const OpContext& ctx) {
+  MT_CHECK(bytes <= kTinyBytes, "sync_tiny of {} bytes exceeds {}", bytes, kTinyBytes);
+  ++step_;
+  // A peer reads this line's data only after seeing this step; it is
+  // rewritten two steps later, after every peer has passed the next step.
+  TinyLine& line = control(rank_).tiny[step_ & 1];
+  std::memcpy(line.data, mine, bytes);
+  line.step.store(step_, std::memory_order_release);
+  control(rank_).arrived.value.store(step_, std::memory_order_release);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const TinyLine& theirs = control(p).tiny[step_ & 1];
+    auto reached = [&] { return theirs.step.load(std::memory_order_acquire) >= step_; };
+    int spins = 0;
+    Clock::time_point last_check{};
+    while (!reached()) {
+      Stall s = idle(spins, last_check, p, ctx);
+      if (s != Stall::None && !reached()) fail_waiting(p, ctx, s == Stall::PeerExited);
+    }
+  }
+}
+
+const char* ShmTransport::tiny_data(int r) const { return control(r).tiny[step_ & 1].data; }
 
 void ShmTransport::allgather_small(const void* mine, size_t bytes, void* all, const OpContext& ctx) {
   MT_CHECK(bytes <= kSmallBytes, "allgather_small of {} bytes exceeds {}", bytes, kSmallBytes);
@@ -252,7 +277,7 @@ void ShmTransport::exchange(std::span<const SendSpec> sends, std::span<const Rec
                             const OpContext& ctx) {
   std::vector<size_t> sdone(sends.size(), 0), rdone(recvs.size(), 0);
   int spins = 0;
-  auto last_check = Clock::now();
+  Clock::time_point last_check{};  // set by idle() once spinning is over
   int stalled_on = -1;  // the peer idle() gave up on, checked by one more pass
   Stall stall = Stall::None;
   auto blocked_by = [&](int peer) {

@@ -40,6 +40,11 @@ class ShmTransport final : public Transport {
   // ---- used by the direct algorithm ----
   // Arrive at the next barrier step and wait for every peer to reach it.
   void sync(const OpContext& ctx);
+  // A barrier step that also publishes `bytes` (<= shm::kTinyBytes) of data;
+  // afterwards tiny_data(p) is rank p's data for this step (valid until the
+  // next barrier step of this rank).
+  void sync_tiny(const void* mine, size_t bytes, const OpContext& ctx);
+  const char* tiny_data(int rank) const;
   uint64_t step() const { return step_; }
   size_t chunk_bytes() const { return layout_.chunk_bytes; }
   char* small_slot(int rank, uint64_t step_parity) const;
