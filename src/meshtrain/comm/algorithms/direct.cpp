@@ -11,6 +11,7 @@
 // copy-in: peers reduce and gather straight from them.
 // Small messages (<= kSmallBytes) use one phase: write, sync, every rank
 // reduces all n inputs itself.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -52,7 +53,13 @@ void allreduce_small(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
 void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   const int n = t.size(), r = t.rank();
   const size_t esz = dtype_size(a.dtype);
-  const size_t chunk = t.chunk_bytes() / esz;
+  // Below 32 MiB, half-size pieces (512 KiB by default) keep more of each
+  // step's inputs and outputs in the 1 MiB L2 of the cores we measured on;
+  // above, fewer barrier steps win (docs/PERFORMANCE.md, collectives).
+  const size_t piece_bytes = a.bytes() < (32u << 20)
+                                 ? std::min(t.chunk_bytes(), std::max<size_t>(64 * 1024, t.chunk_bytes() / 2))
+                                 : t.chunk_bytes();
+  const size_t chunk = piece_bytes / esz;
   const size_t chunks = (a.count + chunk - 1) / chunk;
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
