@@ -312,7 +312,14 @@ void run_in_world(const BenchOptions& o) {
         bool in_place = v == 1;
         if (op == CollOp::Alltoall && in_place) { us[v] = -1; continue; }
         auto [send, recv] = variant(op, b, in_place, count, t, n, r);
-        fill(const_cast<void*>(send), t, count, r);
+        // An allgather's input is this rank's block only (in place it sits
+        // inside the output at the block's offset: filling `count` from
+        // there ran past the buffer at the largest size).
+        const Block mine = block_of(count, n, r);
+        if (op == CollOp::Allgather)
+          fill(const_cast<void*>(send), t, mine.count, r, mine.offset);
+        else
+          fill(const_cast<void*>(send), t, count, r);
         us[v] = time_op(c, op, send, recv, count, t, rop, o.warmup, iters);
         wrong[v] = o.check ? count_wrong(c, op, b, in_place, count, t, rop) : 0;
       }
