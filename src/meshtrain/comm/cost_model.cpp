@@ -24,6 +24,9 @@ CostShape cost_shape(std::string_view algo, CollOp op, size_t bytes, int n) {
     // Small: one sync, every rank reads all n inputs. Large: one sync per
     // chunk; copy in, reduce own slice from n, gather: about 3S per rank.
     if (op == CollOp::Allreduce && bytes <= shm::kSmallBytes) return {1, fn * S};
+    // Allgather: each rank copies its block into scratch once and the n-1
+    // others out of the peers' scratch (plus its own block out of place).
+    if (op == CollOp::Allgather) return {segments(bytes / n, shm::kDefaultChunkBytes) + 1, (1 + 1 / fn) * S};
     return {segments(bytes, shm::kDefaultChunkBytes) + 1, 3 * S};
   }
   if (algo == "ring") {

@@ -229,7 +229,16 @@ void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
   Block mine = block_of(a.count, n, r);
-  copy_bytes(recv + mine.offset * esz, send, mine.count * esz);
+  // Like allreduce: an output far larger than the cache goes out with
+  // streaming stores (comm/stream_copy.h).
+  const bool streaming = a.bytes() >= streaming_threshold_bytes();
+  auto write_out = [&](char* dst, const char* src, size_t bytes) {
+    if (streaming)
+      stream_copy(dst, src, bytes);
+    else
+      std::memcpy(dst, src, bytes);
+  };
+  if (recv + mine.offset * esz != send) write_out(recv + mine.offset * esz, send, mine.count * esz);
   for (size_t j = 0; j < chunks; ++j) {
     int idx = t.next_scratch(ctx);
     size_t start = std::min(mine.count, j * per), len = std::min(per, mine.count - start);
@@ -240,9 +249,10 @@ void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
       if (p == r) continue;
       Block b = block_of(a.count, n, p);
       size_t ps = std::min(b.count, j * per), pl = std::min(per, b.count - ps);
-      std::memcpy(recv + (b.offset + ps) * esz, t.scratch(p, idx), pl * esz);
+      write_out(recv + (b.offset + ps) * esz, t.scratch(p, idx), pl * esz);
     }
   }
+  if (streaming) stream_fence();
 }
 
 void alltoall(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
