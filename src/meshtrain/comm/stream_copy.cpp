@@ -51,6 +51,13 @@ void stream_copy(void* dst, const void* src, size_t bytes) {
 #endif
 }
 
+void copy_out(void* dst, const void* src, size_t bytes, bool streaming) {
+  if (streaming)
+    stream_copy(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
+}
+
 void stream_fence() {
 #if defined(__x86_64__)
   _mm_sfence();

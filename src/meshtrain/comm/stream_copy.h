@@ -15,6 +15,9 @@ namespace meshtrain::comm {
 size_t streaming_threshold_bytes();
 
 void stream_copy(void* dst, const void* src, size_t bytes);
+// stream_copy when `streaming`, else memcpy: the final writes of a collective
+// whose size decided between them (streaming_threshold_bytes()).
+void copy_out(void* dst, const void* src, size_t bytes, bool streaming);
 // Orders the streaming stores issued so far before later stores (call before
 // publishing that the data is written).
 void stream_fence();

@@ -75,12 +75,6 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   // (comm/stream_copy.h). Not the reduced slice of an in-place shared
   // buffer: the peers gather it from there right away.
   const bool streaming = a.bytes() >= streaming_threshold_bytes();
-  auto write_out = [&](char* dst, const char* src, size_t bytes) {
-    if (streaming)
-      stream_copy(dst, src, bytes);
-    else
-      std::memcpy(dst, src, bytes);
-  };
   auto copy_in = [&](size_t j, int idx) {
     if (mine_shared) return;
     size_t len = chunk_len(j);
@@ -123,7 +117,7 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
       // Reduce into my scratch (the peers gather from there), then copy out.
       char* reduced = t.scratch(r, idx) + mb.offset * esz;
       reduce_many(reduced, srcs.data(), n, mb.count, a.dtype, a.redop);
-      write_out(out, reduced, mb.count * esz);
+      copy_out(out, reduced, mb.count * esz, streaming);
     }
 
     int next = idx;
@@ -136,8 +130,8 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       Block b = block_of(len, n, p);
-      write_out(recv + (j * chunk + b.offset) * esz, peer_chunk(p, j, idx) + b.offset * esz,
-                b.count * esz);
+      copy_out(recv + (j * chunk + b.offset) * esz, peer_chunk(p, j, idx) + b.offset * esz,
+               b.count * esz, streaming);
     }
     idx = next;
   }
@@ -232,13 +226,8 @@ void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   // Like allreduce: an output far larger than the cache goes out with
   // streaming stores (comm/stream_copy.h).
   const bool streaming = a.bytes() >= streaming_threshold_bytes();
-  auto write_out = [&](char* dst, const char* src, size_t bytes) {
-    if (streaming)
-      stream_copy(dst, src, bytes);
-    else
-      std::memcpy(dst, src, bytes);
-  };
-  if (recv + mine.offset * esz != send) write_out(recv + mine.offset * esz, send, mine.count * esz);
+  if (recv + mine.offset * esz != send)
+    copy_out(recv + mine.offset * esz, send, mine.count * esz, streaming);
   for (size_t j = 0; j < chunks; ++j) {
     int idx = t.next_scratch(ctx);
     size_t start = std::min(mine.count, j * per), len = std::min(per, mine.count - start);
@@ -249,7 +238,7 @@ void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
       if (p == r) continue;
       Block b = block_of(a.count, n, p);
       size_t ps = std::min(b.count, j * per), pl = std::min(per, b.count - ps);
-      write_out(recv + (b.offset + ps) * esz, t.scratch(p, idx), pl * esz);
+      copy_out(recv + (b.offset + ps) * esz, t.scratch(p, idx), pl * esz, streaming);
     }
   }
   if (streaming) stream_fence();

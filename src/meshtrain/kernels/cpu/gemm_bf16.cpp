@@ -16,9 +16,7 @@
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
 
-#if defined(MESHTRAIN_HAVE_DNNL)
-#include <oneapi/dnnl/dnnl.hpp>
-#endif
+#include "meshtrain/kernels/cpu/onednn_matmul.h"
 
 namespace meshtrain::cpu {
 
@@ -108,43 +106,18 @@ struct Problem {
 };
 
 struct OneDnn {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   std::mutex mu;
-  std::map<Problem, std::shared_ptr<dnnl::matmul>> cache;
+  std::map<Problem, OneDnnMatmul> cache;
   std::string impl;  // implementation name of the first primitive made
 
-  struct Descs {
-    dnnl::memory::desc a, b, c;
-  };
-  static Descs descs(const Problem& p) {
-    using dt = dnnl::memory::data_type;
-    using dims = dnnl::memory::dims;
-    // op(A) is (M, K): rows step lda (or 1 when stored transposed).
-    return {dnnl::memory::desc(dims{p.M, p.K}, dt::bf16, p.ta ? dims{1, p.lda} : dims{p.lda, 1}),
-            dnnl::memory::desc(dims{p.K, p.N}, dt::bf16, p.tb ? dims{1, p.ldb} : dims{p.ldb, 1}),
-            dnnl::memory::desc(dims{p.M, p.N}, dt::f32, dims{p.ldc, 1})};
-  }
-
-  std::shared_ptr<dnnl::matmul> get(const Problem& p) {
+  const OneDnnMatmul& get(const Problem& p) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(p);
     if (it != cache.end()) return it->second;
-    const Descs d = descs(p);
-    dnnl::primitive_attr attr;
-    if (p.accumulate) {
-      dnnl::post_ops po;
-      po.append_sum(1.0f);
-      attr.set_post_ops(po);
-    }
-#if DNNL_VERSION_MAJOR >= 3
-    dnnl::matmul::primitive_desc pd(engine, d.a, d.b, d.c, attr);
-#else
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, d.b, d.c), attr, engine);
-#endif
-    if (impl.empty()) impl = pd.impl_info_str();
-    auto prim = std::make_shared<dnnl::matmul>(pd);
-    cache.emplace(p, prim);
-    return prim;
+    OneDnnMatmul m = make_onednn_matmul(dnnl::memory::data_type::bf16, p.ta, p.tb, p.M, p.N, p.K,
+                                        p.lda, p.ldb, p.ldc, p.accumulate);
+    if (impl.empty()) impl = m.impl;
+    return cache.emplace(p, std::move(m)).first->second;  // std::map: references stay valid
   }
 
   // The implementation oneDNN picked (e.g. "brg:avx512_core_bf16"); makes a
@@ -160,14 +133,7 @@ struct OneDnn {
   }
 
   void run(const Problem& p, const uint16_t* A, const uint16_t* B, float* C) {
-    auto prim = get(p);
-    const Descs d = descs(p);
-    thread_local dnnl::stream stream(engine);
-    dnnl::memory am(d.a, engine, const_cast<uint16_t*>(A));
-    dnnl::memory bm(d.b, engine, const_cast<uint16_t*>(B));
-    dnnl::memory cm(d.c, engine, C);
-    prim->execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    stream.wait();
+    run_onednn_matmul(get(p), A, B, C);
   }
 };
 

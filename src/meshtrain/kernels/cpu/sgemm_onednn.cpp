@@ -10,9 +10,7 @@
 
 #include "meshtrain/core/error.h"
 
-#if defined(MESHTRAIN_HAVE_DNNL)
-#include <oneapi/dnnl/dnnl.hpp>
-#endif
+#include "meshtrain/kernels/cpu/onednn_matmul.h"
 
 namespace meshtrain::cpu {
 
@@ -38,48 +36,20 @@ struct Problem {
   bool operator<(const Problem& o) const { return key() < o.key(); }
 };
 
-struct Entry {
-  std::shared_ptr<dnnl::matmul> prim;
-  dnnl::memory::desc a, b, c;
-};
-
 class OneDnnF32 {
  public:
-  const Entry& get(const Problem& p) {
+  const OneDnnMatmul& get(const Problem& p) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(p);
     if (it != cache_.end()) return it->second;
-    using dt = dnnl::memory::data_type;
-    using dims = dnnl::memory::dims;
-    // op(A) is (M, K): its rows step lda, or 1 when A is stored transposed.
-    Entry e;
-    e.a = dnnl::memory::desc(dims{p.M, p.K}, dt::f32, p.ta ? dims{1, p.lda} : dims{p.lda, 1});
-    e.b = dnnl::memory::desc(dims{p.K, p.N}, dt::f32, p.tb ? dims{1, p.ldb} : dims{p.ldb, 1});
-    e.c = dnnl::memory::desc(dims{p.M, p.N}, dt::f32, dims{p.ldc, 1});
-    dnnl::primitive_attr attr;
-    if (p.accumulate) {
-      dnnl::post_ops po;
-      po.append_sum(1.0f);
-      attr.set_post_ops(po);
-    }
-#if DNNL_VERSION_MAJOR >= 3
-    dnnl::matmul::primitive_desc pd(engine_, e.a, e.b, e.c, attr);
-#else
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attr, engine_);
-#endif
-    e.prim = std::make_shared<dnnl::matmul>(pd);
-    if (impl_.empty()) impl_ = pd.impl_info_str();
+    OneDnnMatmul e = make_onednn_matmul(dnnl::memory::data_type::f32, p.ta, p.tb, p.M, p.N, p.K,
+                                        p.lda, p.ldb, p.ldc, p.accumulate);
+    if (impl_.empty()) impl_ = e.impl;
     return cache_.emplace(p, std::move(e)).first->second;  // std::map: references stay valid
   }
 
   void run(const Problem& p, const float* A, const float* B, float* C) {
-    const Entry& e = get(p);
-    thread_local dnnl::stream stream(engine_);
-    dnnl::memory am(e.a, engine_, const_cast<float*>(A));
-    dnnl::memory bm(e.b, engine_, const_cast<float*>(B));
-    dnnl::memory cm(e.c, engine_, C);
-    e.prim->execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    stream.wait();
+    run_onednn_matmul(get(p), A, B, C);
   }
 
   std::string impl_name() {
@@ -89,9 +59,8 @@ class OneDnnF32 {
   }
 
  private:
-  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   std::mutex mu_;
-  std::map<Problem, Entry> cache_;
+  std::map<Problem, OneDnnMatmul> cache_;
   std::string impl_;  // the implementation of the first primitive made
 };
 
