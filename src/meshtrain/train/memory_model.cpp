@@ -22,9 +22,11 @@ MemoryPrediction predict_training_memory(const GPTConfig& cfg, int B, int T, int
   // and adds one scratch block (docs/ARCHITECTURE.md, nn); the model's own
   // layout count gives the exact bytes.
   m.activations = GPT::activation_bytes(cfg, B, T, recompute, precision);
-  // Attention: per thread, two 64 x T score blocks (q, k, v and the head
+  // Attention: per thread, two 64 x Tp score blocks and the head's K and V
+  // packed as hd x Tp panels, Tp = T rounded up to 32 (q, k, v and the head
   // gradients are read and written in place).
-  m.workspace = 4 * static_cast<int64_t>(threads) * (2 * 64 * T);
+  const int64_t Tp = (static_cast<int64_t>(T) + 31) / 32 * 32;
+  m.workspace = 4 * static_cast<int64_t>(threads) * (2 * 64 * Tp + 2 * cfg.head_dim() * Tp);
   const bool widened = precision == Precision::FP16 ||
                        (precision == Precision::BF16 &&
                         cpu::bf16_gemm_path() == cpu::HalfGemmPath::FallbackSgemm);

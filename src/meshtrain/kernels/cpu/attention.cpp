@@ -7,27 +7,28 @@
 #include <cstring>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cpu/attention_fused.h"
 #include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/kernels/cpu/vec_math.h"
 
 namespace meshtrain::cpu {
 
 int64_t attention_workspace_floats(int64_t T, int64_t hd) {
-  // The probability and dP blocks (Tb x T each). Q, K, V, O and their
-  // gradients are read and written in place (strided GEMM operands).
-  (void)hd;
-  return 2 * kAttentionRowBlock * T;
+  // The same size whichever path runs, so the memory prediction does not
+  // depend on the CPU: the fused path's need, which covers the GEMM path's
+  // two Tb x T blocks.
+  return std::max(2 * kAttentionRowBlock * T, attention_fused_workspace_floats(T, hd));
 }
 
 namespace {
 
-// Turns scaled scores of rows [r0, r1) (columns [0, r1), leading dim T) into
-// causal probabilities. With lse_in, uses the saved log-sum-exp; otherwise
-// computes it and stores it to lse_out.
-void causal_softmax_block(float* P, int64_t r0, int64_t r1, int64_t T, const float* lse_in,
+// Turns scaled scores of rows [r0, r1) (row i at P + (i - r0) * ldp, columns
+// [0, r1)) into causal probabilities. With lse_in, uses the saved
+// log-sum-exp; otherwise computes it and stores it to lse_out.
+void causal_softmax_block(float* P, int64_t ldp, int64_t r0, int64_t r1, const float* lse_in,
                           float* lse_out) {
   for (int64_t i = r0; i < r1; ++i) {
-    float* row = P + (i - r0) * T;
+    float* row = P + (i - r0) * ldp;
     const int64_t n = i + 1;  // columns 0..i are visible
     float l;
     if (lse_in) {
@@ -52,6 +53,28 @@ void causal_softmax_block(float* P, int64_t r0, int64_t r1, int64_t T, const flo
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH, float* workspace, int nthreads) {
+  if (attention_fused_available())
+    attention_forward_fused(out, lse, qkv, B, T, C, NH, workspace, nthreads);
+  else
+    attention_forward_gemm(out, lse, qkv, B, T, C, NH, workspace, nthreads);
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                        float* workspace, int nthreads) {
+  auto overlaps = [&](const float* p, int64_t n) {
+    return dqkv < p + n && p < dqkv + B * T * 3 * C;
+  };
+  MT_CHECK(!overlaps(qkv, B * T * 3 * C) && !overlaps(out, B * T * C) && !overlaps(dout, B * T * C),
+           "attention_backward: dqkv overlaps qkv, out or dout (they are read while it is written)");
+  if (attention_fused_available())
+    attention_backward_fused(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
+  else
+    attention_backward_gemm(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
+}
+
+void attention_forward_gemm(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH, float* workspace, int nthreads) {
   const int64_t hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t ws = attention_workspace_floats(T, hd);
@@ -70,23 +93,18 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
       const int64_t r1 = std::min(T, r0 + kAttentionRowBlock), rows = r1 - r0;
       // Scores only for the columns a causal row block can see: [0, r1).
       sgemm(false, true, rows, r1, hd, scale, Q + r0 * ld, ld, K, ld, 0.f, P, T);
-      causal_softmax_block(P, r0, r1, T, nullptr, lse_bh);
+      causal_softmax_block(P, T, r0, r1, nullptr, lse_bh);
       sgemm(false, false, rows, hd, r1, 1.f, P, T, V, ld, 0.f, O + r0 * C, C);
     }
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                        float* workspace, int nthreads) {
+void attention_backward_gemm(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                             float* workspace, int nthreads) {
   const int64_t hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t ws = attention_workspace_floats(T, hd);
-  auto overlaps = [&](const float* p, int64_t n) {
-    return dqkv < p + n && p < dqkv + B * T * 3 * C;
-  };
-  MT_CHECK(!overlaps(qkv, B * T * 3 * C) && !overlaps(out, B * T * C) && !overlaps(dout, B * T * C),
-           "attention_backward: dqkv overlaps qkv, out or dout (they are read while it is written)");
 #pragma omp parallel for schedule(static) num_threads(nthreads)
   for (int64_t task = 0; task < B * NH; ++task) {
     const int64_t b = task / NH, h = task % NH;
@@ -109,7 +127,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     for (int64_t r0 = 0; r0 < T; r0 += kAttentionRowBlock) {
       const int64_t r1 = std::min(T, r0 + kAttentionRowBlock), rows = r1 - r0;
       sgemm(false, true, rows, r1, hd, scale, Q + r0 * ld, ld, K, ld, 0.f, P, T);
-      causal_softmax_block(P, r0, r1, T, lse_bh, nullptr);
+      causal_softmax_block(P, T, r0, r1, lse_bh, nullptr);
       // dP = dO V^T; dS = P * (dP - D) with D_i = dO_i . O_i
       sgemm(false, true, rows, r1, hd, 1.f, dO + r0 * C, C, V, ld, 0.f, dP, T);
       for (int64_t i = r0; i < r1; ++i) {
