@@ -14,7 +14,7 @@ namespace meshtrain::comm {
 size_t streaming_threshold_bytes() {
   static const size_t bytes = [] {
     const char* s = std::getenv("MESHTRAIN_SHM_STREAMING_BYTES");
-    if (!s || !*s) return size_t{16} << 20;
+    if (!s || !*s) return size_t{4} << 20;
     const long long v = std::atoll(s);
     return v <= 0 ? SIZE_MAX : static_cast<size_t>(v);
   }();
