@@ -9,6 +9,7 @@ void register_bench(CLI::App& app) {
   register_bench_comm(*bench);
   register_bench_ckpt(*bench);
   register_bench_gemm(*bench);
+  register_bench_attention(*bench);
 }
 
 }  // namespace meshtrain::cli
