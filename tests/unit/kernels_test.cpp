@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "gradcheck.h"
@@ -219,6 +220,28 @@ TEST(kernels, fused_attention_matches_gemm_path_and_naive_reference) {
                             s.T, s.C, s.NH, ws.data(), 2);
     for (int64_t i = 0; i < n3; ++i)
       ASSERT_NEAR(dq_f[i], dq_g[i], 2e-5 * (1 + std::fabs(dq_g[i]))) << i;
+  }
+}
+
+TEST(kernels, attention_propagates_nan_from_a_key_or_query) {
+  // A NaN score must reach the output (and so the loss), not turn into a
+  // finite value through the exp's clamp: on both paths.
+  const int B = 1, T = 40, C = 32, NH = 2, hd = C / NH;
+  for (bool fused : {true, false}) {
+    if (fused && !attention_fused_available()) continue;
+    for (int which : {0, 1}) {  // 0: query row 5, 1: key row 5 (head 0, channel 0)
+      auto qkv = randn(B * T * 3 * C, 28);
+      qkv[5 * 3 * C + which * C] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> out(B * T * C), lse(B * NH * T);
+      std::vector<float> ws(2 * attention_workspace_floats(T, hd));
+      (fused ? attention_forward_fused : attention_forward_gemm)(out.data(), lse.data(), qkv.data(), B,
+                                                                 T, C, NH, ws.data(), 2);
+      SCOPED_TRACE(::testing::Message() << (fused ? "fused" : "gemm") << (which ? " key" : " query"));
+      EXPECT_TRUE(std::isnan(out[5 * C])) << out[5 * C];  // row 5 sees key 5 / uses query 5
+      EXPECT_TRUE(std::isnan(lse[5]));
+      EXPECT_FALSE(std::isnan(out[4 * C]));  // row 4 sees neither
+      EXPECT_FALSE(std::isnan(out[5 * C + hd]));  // head 1 is untouched
+    }
   }
 }
 

@@ -53,6 +53,7 @@ void causal_softmax_block(float* P, int64_t ldp, int64_t r0, int64_t r1, const f
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH, float* workspace, int nthreads) {
+  MT_CHECK(NH > 0 && C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
   if (attention_fused_available())
     attention_forward_fused(out, lse, qkv, B, T, C, NH, workspace, nthreads);
   else
@@ -65,6 +66,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   auto overlaps = [&](const float* p, int64_t n) {
     return dqkv < p + n && p < dqkv + B * T * 3 * C;
   };
+  MT_CHECK(NH > 0 && C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
   MT_CHECK(!overlaps(qkv, B * T * 3 * C) && !overlaps(out, B * T * C) && !overlaps(dout, B * T * C),
            "attention_backward: dqkv overlaps qkv, out or dout (they are read while it is written)");
   if (attention_fused_available())

@@ -45,7 +45,10 @@ static_assert(kAttentionRowBlock % kTileRows == 0);
 
 // exp(x) per lane, the same range reduction and polynomial as fast_expf.
 inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
+  // Clamp with x as the second operand: AVX-512 min/max return the second
+  // operand when either is NaN, so a NaN score stays NaN (and shows up in
+  // the loss) instead of becoming e^88.
+  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), _mm512_min_ps(_mm512_set1_ps(88.0f), x));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
