@@ -225,7 +225,8 @@ TEST(kernels, fused_attention_matches_gemm_path_and_naive_reference) {
 
 TEST(kernels, attention_propagates_nan_from_a_key_or_query) {
   // A NaN score must reach the output (and so the loss), not turn into a
-  // finite value through the exp's clamp: on both paths.
+  // finite value through the exp's clamp: on both paths. (A NaN in V may also
+  // reach earlier rows of its tile or block, as 0 x NaN; only Q and K here.)
   const int B = 1, T = 40, C = 32, NH = 2, hd = C / NH;
   for (bool fused : {true, false}) {
     if (fused && !attention_fused_available()) continue;

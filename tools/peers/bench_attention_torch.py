@@ -8,8 +8,10 @@ at a preset's shapes, forward and backward, f32 on CPU.
 Input is one (B, T, 3C) qkv tensor split into heads like the model's (the
 views and transposes are part of what PyTorch's attention layer does per
 step); attention is F.scaled_dot_product_attention(is_causal=True), PyTorch's
-fastest CPU path (flash attention for f32 on CPU). Backward takes a random
-output gradient. Medians of --reps timed repetitions after two warm-ups;
+fastest CPU path (flash attention for f32 on CPU). The timing covers the
+layer's attention core as the model runs it: the head split and merge
+(transpose + contiguous) and the gradient of the split, not SDPA alone.
+Backward takes a random output gradient. Medians of --reps timed repetitions after two warm-ups;
 GFLOP/s counts the causal products like meshtrain's benchmark (2 forward, 5
 backward, each 2*B*NH*hd*T(T+1)/2).
 """
@@ -25,6 +27,8 @@ import torch.nn.functional as F
 PRESETS = {
     "gpt2": (12, 12, 768, 1024),
     "gpt2-medium": (24, 16, 1024, 1024),
+    "gpt2-large": (36, 20, 1280, 1024),
+    "gpt2-xl": (48, 25, 1600, 1024),
     "char-6L": (6, 6, 384, 256),
     "char-2L": (2, 4, 128, 128),
     "tiny": (2, 2, 16, 16),
@@ -43,6 +47,8 @@ def main():
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
     L, NH, C, ctx = PRESETS[a.preset]
+    if not 0 <= a.seq <= ctx or a.batch < 1 or a.reps < 1 or a.threads < 1:
+        ap.error(f"--seq must be in 1..{ctx}, --batch, --reps and --threads >= 1")
     B, T, hd = a.batch, a.seq or ctx, C // NH
     g = torch.Generator().manual_seed(1)
     qkv = torch.randn(B, T, 3 * C, generator=g).requires_grad_(True)

@@ -29,8 +29,8 @@ CostShape cost_shape(std::string_view algo, CollOp op, size_t bytes, int n) {
     if (op == CollOp::Allgather) return {segments(bytes / n, shm::kDefaultChunkBytes) + 1, (1 + 1 / fn) * S};
     // Reduce-scatter: each rank copies the n-1 blocks the peers reduce into
     // scratch and reduces its own block from n inputs: (2 - 1/n)S, one sync
-    // per chunk. (Charged 3S before, auto picked ring, which measured 3-6x
-    // slower from 4 MiB: docs/PERFORMANCE.md, collectives.)
+    // per chunk. (Charged 3S before, auto picked ring, which measured
+    // 2.4-6x slower from 4 MiB: docs/PERFORMANCE.md, collectives.)
     if (op == CollOp::ReduceScatter) return {segments(bytes, shm::kDefaultChunkBytes), (2 - 1 / fn) * S};
     return {segments(bytes, shm::kDefaultChunkBytes) + 1, 3 * S};
   }

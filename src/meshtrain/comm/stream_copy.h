@@ -12,7 +12,8 @@ namespace meshtrain::comm {
 // result with stream_copy: 4 MiB by default. With 2 ranks a 4 MiB allreduce
 // already touches 16 MiB of inputs and outputs, half the last-level cache of
 // the machines we target (shared with neighbours), and streaming measured
-// +11% at 4 MiB, +22-33% at 8 MiB, but -30% at 2 MiB (docs/PERFORMANCE.md);
+// +11% at 4 MiB, +22-33% at 8 MiB, but -30% at 2 MiB (allreduce, measured;
+// direct allgather uses the same threshold; docs/PERFORMANCE.md);
 // MESHTRAIN_SHM_STREAMING_BYTES overrides it (0 = never stream).
 size_t streaming_threshold_bytes();
 

@@ -70,7 +70,8 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   const bool mine_shared = mine.buffer_id >= 0;
 
   auto chunk_len = [&](size_t j) { return std::min(chunk, a.count - j * chunk); };
-  // A result much larger than the cache goes out with streaming stores: no
+  // A result at or above the streaming threshold (4 MiB: with its inputs it
+  // no longer fits the shared cache) goes out with streaming stores: no
   // read-for-ownership of the output, a third less memory traffic
   // (comm/stream_copy.h). Not the reduced slice of an in-place shared
   // buffer: the peers gather it from there right away.
@@ -223,8 +224,8 @@ void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
   Block mine = block_of(a.count, n, r);
-  // Like allreduce: an output far larger than the cache goes out with
-  // streaming stores (comm/stream_copy.h).
+  // Like allreduce: an output at or above the streaming threshold goes out
+  // with streaming stores (comm/stream_copy.h).
   const bool streaming = a.bytes() >= streaming_threshold_bytes();
   if (recv + mine.offset * esz != send)
     copy_out(recv + mine.offset * esz, send, mine.count * esz, streaming);
