@@ -108,11 +108,8 @@ struct CommImpl {
   int rank() const { return transport->rank(); }
   int size() const { return transport->size(); }
 
-  OpContext context(std::function<std::string()> what,
-                    Clock::time_point start = Clock::now()) const {
-    return {std::move(what), start + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(opts.timeout_s)),
-            opts.timeout_s};
+  OpContext context(std::function<std::string()> what) const {
+    return {std::move(what), opts.timeout_s};
   }
 
   void engine_loop() {
@@ -163,12 +160,11 @@ struct CommImpl {
 
   void run(Task& t) {
     const WorkState* ws = t.work.get();
-    // One clock read starts both the deadline and the flight record: a small
-    // allreduce is a few hundred nanoseconds, and each read costs ~25 ns.
-    const Clock::time_point start = Clock::now();
-    OpContext ctx = context([ws, this] { return fmt::format("{} on '{}'", ws->what(), name); }, start);
+    // No clock read on this path: the deadline starts at the first stalled
+    // wait (OpContext::deadline) and the flight record uses the cycle counter.
+    OpContext ctx = context([ws, this] { return fmt::format("{} on '{}'", ws->what(), name); });
     if (auto* shm = transport->as_shm()) shm->note_op(t.op, t.seq);
-    recorder.started(t.work, start);
+    const size_t slot = recorder.started(t.work);
     try {
       if (!broken.empty())
         throw CommError(fmt::format("{}: communicator unusable after an earlier failure: {}",
@@ -176,11 +172,11 @@ struct CommImpl {
       if (opts.debug && t.collective && size() > 1) debug_check(t, ctx);
       if (t.op == CollOp::Allreduce) test_delay();
       t.body(ctx);
-      recorder.finished(t.seq, true);
+      recorder.finished(slot, t.seq, true);
       if (auto* shm = transport->as_shm()) shm->note_done();
       t.work->finish();
     } catch (const std::exception& e) {
-      recorder.finished(t.seq, false);
+      recorder.finished(slot, t.seq, false);
       bool first = broken.empty();
       if (first) {
         broken = e.what();

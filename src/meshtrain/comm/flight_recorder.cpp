@@ -2,37 +2,62 @@
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
 namespace meshtrain::comm {
 
-void FlightRecorder::started(std::shared_ptr<const WorkState> work,
-                             std::chrono::steady_clock::time_point start) {
+namespace {
+uint64_t ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+}  // namespace
+
+FlightRecorder::FlightRecorder() : ticks0_(ticks()), time0_(std::chrono::steady_clock::now()) {}
+
+size_t FlightRecorder::started(std::shared_ptr<const WorkState> work) {
   std::lock_guard lock(mu_);
-  Entry& e = ring_[count_++ % kEntries];
+  const size_t slot = count_++ % kEntries;
+  Entry& e = ring_[slot];
   e.seq = work->seq;
   e.work = std::move(work);
-  e.start = start;
-  e.seconds = -1;
+  e.start = ticks();
+  e.end = 0;
   e.ok = true;
+  return slot;
 }
 
-void FlightRecorder::finished(uint64_t seq, bool ok) {
+void FlightRecorder::finished(size_t slot, uint64_t seq, bool ok) {
+  const uint64_t now = ticks();
   std::lock_guard lock(mu_);
-  for (auto& e : ring_)
-    if (e.seq == seq && e.seconds < 0) {
-      e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e.start).count();
-      e.ok = ok;
-    }
+  Entry& e = ring_[slot % kEntries];
+  if (e.seq != seq || e.end != 0) return;  // overwritten by 16 newer operations
+  e.end = now == 0 ? 1 : now;
+  e.ok = ok;
 }
 
 std::string FlightRecorder::dump() const {
   std::lock_guard lock(mu_);
+  const uint64_t now = ticks();
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - time0_).count();
+  // Ticks per second since construction; without a usable rate, print ticks.
+  const double rate = now > ticks0_ && elapsed_s > 0 ? (now - ticks0_) / elapsed_s : 0;
+  auto span = [&](uint64_t a, uint64_t b) {
+    return rate > 0 ? fmt::format("{:.1f} us", (b - a) / rate * 1e6) : fmt::format("{} ticks", b - a);
+  };
   std::string out;
-  size_t first = count_ > kEntries ? count_ - kEntries : 0;
+  const size_t first = count_ > kEntries ? count_ - kEntries : 0;
   for (size_t i = first; i < count_; ++i) {
     const Entry& e = ring_[i % kEntries];
-    out += e.seconds < 0 ? fmt::format("  {}: running\n", e.work->what())
-                         : fmt::format("  {}: {} in {:.1f} us\n", e.work->what(), e.ok ? "done" : "FAILED",
-                                       e.seconds * 1e6);
+    out += e.end == 0 ? fmt::format("  {}: running for {}\n", e.work->what(), span(e.start, now))
+                      : fmt::format("  {}: {} in {}\n", e.work->what(), e.ok ? "done" : "FAILED",
+                                    span(e.start, e.end));
   }
   return out.empty() ? "  (no operations yet)\n" : out;
 }

@@ -15,21 +15,26 @@ namespace meshtrain::comm {
 class FlightRecorder {
  public:
   static constexpr size_t kEntries = 16;
-  void started(std::shared_ptr<const WorkState> work, std::chrono::steady_clock::time_point start);
-  void finished(uint64_t seq, bool ok);
+  FlightRecorder();
+  // Returns the entry's slot, handed back to finished().
+  size_t started(std::shared_ptr<const WorkState> work);
+  void finished(size_t slot, uint64_t seq, bool ok);
   std::string dump() const;
 
  private:
+  // Times are cycle-counter ticks (a few ns to read, against ~25 ns for the
+  // clock), converted to seconds at dump time from the rate since construction.
   struct Entry {
     uint64_t seq = 0;
     std::shared_ptr<const WorkState> work;
-    std::chrono::steady_clock::time_point start{};
-    double seconds = -1;  // -1: still running
+    uint64_t start = 0, end = 0;  // end 0: still running
     bool ok = true;
   };
   mutable std::mutex mu_;
   std::array<Entry, kEntries> ring_{};
   size_t count_ = 0;
+  uint64_t ticks0_;
+  std::chrono::steady_clock::time_point time0_;
 };
 
 }  // namespace meshtrain::comm

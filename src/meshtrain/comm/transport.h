@@ -20,11 +20,28 @@ class ShmTransport;
 // Who is asking and until when: every wait checks the deadline and names
 // the operation, its sequence number, its bytes and the missing peer.
 struct OpContext {
+  OpContext() = default;
+  OpContext(std::function<std::string()> what, double timeout)
+      : describe(std::move(what)), timeout_s(timeout) {}
   // "allreduce #5 (4096 bytes, f32, ring)", formatted only when an error needs it.
   std::function<std::string()> describe;
-  std::chrono::steady_clock::time_point deadline;
   double timeout_s = 0;
   std::string what() const { return describe ? describe() : std::string("operation"); }
+  // timeout_s after the first call: waits ask only once they stall, so an
+  // operation that never waits long reads no clock for it (a read is ~25 ns
+  // of a ~0.4 us small allreduce). The give-up point moves by the time the
+  // operation ran before its first stall, microseconds against a timeout of
+  // seconds.
+  std::chrono::steady_clock::time_point deadline() const {
+    if (deadline_ == std::chrono::steady_clock::time_point{})
+      deadline_ = std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(timeout_s));
+    return deadline_;
+  }
+
+ private:
+  mutable std::chrono::steady_clock::time_point deadline_{};
 };
 
 struct SendSpec {

@@ -123,7 +123,7 @@ void wait(MPI_Request& req, const OpContext& ctx, int peer) {
     }
     if (done) return;
     if (spins > 100) std::this_thread::yield();
-    if ((spins & 255) == 0 && std::chrono::steady_clock::now() > ctx.deadline)
+    if ((spins & 255) == 0 && std::chrono::steady_clock::now() > ctx.deadline())
       throw CommError(peer >= 0 ? fmt::format("{}: timed out after {:.1f} s waiting for rank {} (MPI)",
                                               ctx.what(), ctx.timeout_s, peer)
                                 : fmt::format("{}: timed out after {:.1f} s (MPI)", ctx.what(), ctx.timeout_s));

@@ -78,10 +78,8 @@ ShmTransport::ShmTransport(int rank, int size, const std::string& job_id,
   sent_.assign(size, 0);
   received_.assign(size, 0);
   std::string joining = fmt::format("joining communicator '{}' ({} ranks)", comm_name, size);
-  OpContext ctx{[joining] { return joining; },
-                Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(timeout_s)),
-                timeout_s};
+  OpContext ctx{[joining] { return joining; }, timeout_s};
+  ctx.deadline();  // joining counts from now
   if (size == 1) {
     private_memory_ = static_cast<char*>(std::aligned_alloc(kPage, layout_.total));
     MT_CHECK(private_memory_, "out of memory for a communicator of 1 rank");
@@ -92,7 +90,7 @@ ShmTransport::ShmTransport(int rank, int size, const std::string& job_id,
              "a communicator of {} ranks needs a job id (MESHTRAIN_JOB_ID; `meshtrain launch` sets it)",
              size);
     std::string name = shm_name(job_id, comm_name);
-    segment_ = rank == 0 ? ShmSegment::create(name, layout_.total) : ShmSegment::open(name, ctx.deadline);
+    segment_ = rank == 0 ? ShmSegment::create(name, layout_.total) : ShmSegment::open(name, ctx.deadline());
     MT_CHECK(segment_.bytes() == layout_.total,
              "shared memory {} has {} bytes, expected {} (do all ranks use the same "
              "MESHTRAIN_SHM_CHUNK_BYTES?)", name, segment_.bytes(), layout_.total);
@@ -211,7 +209,7 @@ ShmTransport::Stall ShmTransport::idle(int& spins, Clock::time_point& last_check
   }
   if ((spins & 63) != 0) return Stall::None;
   auto now = Clock::now();
-  if (now > ctx.deadline) return Stall::TimedOut;
+  if (now > ctx.deadline()) return Stall::TimedOut;
   if (last_check == Clock::time_point{}) last_check = now;  // callers start it unset
   if (now - last_check > std::chrono::milliseconds(20)) {
     last_check = now;
@@ -395,7 +393,7 @@ std::shared_ptr<SharedMapping> ShmTransport::alloc_shared(size_t bytes, const Op
     m->segments[rank_] = ShmSegment::create(name(rank_), mapped);
     sync(ctx);
     for (int r = 0; r < size_; ++r)
-      if (r != rank_) m->segments[r] = ShmSegment::open(name(r), ctx.deadline);
+      if (r != rank_) m->segments[r] = ShmSegment::open(name(r), ctx.deadline());
     sync(ctx);
     m->segments[rank_].unlink();
     for (auto& s : m->segments) m->bases.push_back(static_cast<char*>(s.data()));
