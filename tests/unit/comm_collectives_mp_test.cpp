@@ -3,10 +3,13 @@
 // reference computed from the inputs alone.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "check.h"
 #include "harness.h"
+#include "meshtrain/comm/stream_copy.h"
 
 using namespace meshtrain;
 using namespace meshtrain::comm;
@@ -42,16 +45,27 @@ TEST(comm, matrix_world_5) { matrix(5, false); }
 TEST(comm, matrix_world_8_oversubscribed) { matrix(8, false); }
 
 TEST(comm, allreduce_tens_of_mib) {
+  // Above comm/stream_copy.h's threshold the direct algorithm writes its
+  // result with streaming stores. The default threshold depends on the CPU
+  // (4 MiB on Intel, twice the L3 elsewhere), so pin it below these sizes:
+  // the ranks are forked after this and read it on first use.
+  const char* before = std::getenv("MESHTRAIN_SHM_STREAMING_BYTES");
+  const std::string saved = before ? before : "";
+  setenv("MESHTRAIN_SHM_STREAMING_BYTES", std::to_string(4u << 20).c_str(), 1);
   auto w = run_world(3, [](Communicator& c) {
     std::string e;
+    if (streaming_threshold_bytes() != (4u << 20)) return std::string("streaming threshold not pinned");
     for (std::string algo : {"direct", "ring"})
       e += check_collective(c, CollOp::Allreduce, algo, DType::F32, ReduceOp::Sum, 24u << 18, 0, false);
-    // Above comm/stream_copy.h's threshold the direct algorithm writes its
-    // result with streaming stores: an odd count leaves unaligned ends.
+    // An odd count leaves unaligned ends around the streamed body.
     e += check_collective(c, CollOp::Allreduce, "direct", DType::F32, ReduceOp::Sum, (24u << 18) + 7,
+                          0, false);
+    e += check_collective(c, CollOp::Allgather, "direct", DType::F32, ReduceOp::Sum, (6u << 18) + 5,
                           0, false);
     return e;
   }, test_options());
+  if (before) setenv("MESHTRAIN_SHM_STREAMING_BYTES", saved.c_str(), 1);
+  else unsetenv("MESHTRAIN_SHM_STREAMING_BYTES");
   EXPECT_TRUE(w.ok()) << w.report();
 }
 

@@ -5,16 +5,37 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 namespace meshtrain::comm {
 
+namespace {
+
+// Where streaming starts to pay depends on the cache design, so the default is
+// measured per vendor (docs/PERFORMANCE.md, allreduce A/B of the threshold):
+// on Intel Xeon VMs streaming won from 4 MiB (+11% at 4 MiB, +22-33% at
+// 8 MiB); on AMD Zen (L3 a victim cache, 32 MiB per CCD) it lost 25-40% at
+// 4-32 MiB and broke even only at 64 MiB, i.e. from about twice the L3.
+size_t default_streaming_threshold() {
+  constexpr size_t kMiB = size_t{1} << 20;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_is("intel")) return 4 * kMiB;
+#endif
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const size_t llc = l3 > 0 ? static_cast<size_t>(l3) : 32 * kMiB;
+  return std::max(4 * kMiB, 2 * llc);
+}
+
+}  // namespace
+
 size_t streaming_threshold_bytes() {
   static const size_t bytes = [] {
     const char* s = std::getenv("MESHTRAIN_SHM_STREAMING_BYTES");
-    if (!s || !*s) return size_t{4} << 20;
+    if (!s || !*s) return default_streaming_threshold();
     const long long v = std::atoll(s);
     return v <= 0 ? SIZE_MAX : static_cast<size_t>(v);
   }();

@@ -70,7 +70,7 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   const bool mine_shared = mine.buffer_id >= 0;
 
   auto chunk_len = [&](size_t j) { return std::min(chunk, a.count - j * chunk); };
-  // A result at or above the streaming threshold (4 MiB: with its inputs it
+  // A result at or above the streaming threshold (where, with its inputs, it
   // no longer fits the shared cache) goes out with streaming stores: no
   // read-for-ownership of the output, a third less memory traffic
   // (comm/stream_copy.h). Not the reduced slice of an in-place shared
