@@ -1,3 +1,4 @@
+// test-links: mt_comm
 // Collectives between real processes: every op x algorithm x dtype x count on
 // worlds of 1 to 8 ranks (oversubscribed on small machines), against a
 // reference computed from the inputs alone.

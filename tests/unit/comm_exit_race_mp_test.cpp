@@ -1,3 +1,4 @@
+// test-links: mt_comm
 // A rank that completes its last collective and exits at once must not be
 // reported dead by a slower peer still inside that collective: everything the
 // peer needs was published before the exit (and the shared memory stays

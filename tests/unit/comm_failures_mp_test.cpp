@@ -1,3 +1,4 @@
+// test-links: mt_comm
 // Failure handling between real processes: a killed rank, a rank that never
 // arrives and mismatched calls all end in a clear error on every other rank
 // within the timeout, and no shared memory outlives the job.

@@ -1,3 +1,4 @@
+// test-links: mt_comm
 // Pure functions of the comm layer: reductions, blocks, options, the cost
 // model and algorithm selection.
 #include <gtest/gtest.h>
