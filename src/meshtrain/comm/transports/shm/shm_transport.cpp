@@ -128,7 +128,9 @@ void ShmTransport::note_op(CollOp op, uint64_t seq) {
 }
 void ShmTransport::note_done() {
   RankControl& c = control(rank_);
-  __atomic_fetch_add(&c.ops_done, 1, __ATOMIC_RELAXED);
+  // Only this rank writes it: a plain increment, no locked instruction on
+  // every operation (peers only read it for reports).
+  __atomic_store_n(&c.ops_done, __atomic_load_n(&c.ops_done, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
 std::string ShmTransport::peer_progress() const {
