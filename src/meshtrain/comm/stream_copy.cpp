@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include <unistd.h>
-
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -15,19 +15,47 @@ namespace meshtrain::comm {
 
 namespace {
 
-// Where streaming starts to pay depends on the cache design, so the default is
-// measured per vendor (docs/PERFORMANCE.md, allreduce A/B of the threshold):
-// on Intel Xeon VMs streaming won from 4 MiB (+11% at 4 MiB, +22-33% at
-// 8 MiB); on AMD Zen (L3 a victim cache, 32 MiB per CCD) it lost 25-40% at
-// 4-32 MiB and broke even only at 64 MiB, i.e. from about twice the L3.
+// Where streaming starts to pay depends on the CPU generation, so the default
+// is what the allreduce A/B of the threshold measured on each (2 ranks,
+// docs/PERFORMANCE.md): on AMD Zen 4 VMs streaming won from 4 MiB (+11% at
+// 4 MiB, +22-33% at 8 MiB, -30% at 2 MiB); on AMD Zen 5 (family 26) it lost
+// 25-40% at 4-32 MiB and broke even at 64 MiB, about twice the L3. CPUs not
+// measured keep the older 4 MiB.
+int x86_family() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+  const int base = (eax >> 8) & 0xf;
+  return base == 0xf ? base + static_cast<int>((eax >> 20) & 0xff) : base;
+#else
+  return 0;
+#endif
+}
+
+// The L3 one core sees, from sysfs (sysconf's figure is the whole socket's
+// on these VMs: 384 MiB where the core's L3 is 32 MiB); 0 when unknown.
+size_t l3_bytes() {
+  std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+  if (!f) return 0;
+  unsigned long long v = 0;
+  char unit = 0;
+  const int got = std::fscanf(f, "%llu%c", &v, &unit);
+  std::fclose(f);
+  if (got < 1) return 0;
+  if (unit == 'K') v <<= 10;
+  if (unit == 'M') v <<= 20;
+  return static_cast<size_t>(v);
+}
+
 size_t default_streaming_threshold() {
   constexpr size_t kMiB = size_t{1} << 20;
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (__builtin_cpu_is("intel")) return 4 * kMiB;
+  if (__builtin_cpu_is("amd") && x86_family() >= 26) {
+    const size_t l3 = l3_bytes();
+    return std::max(4 * kMiB, 2 * (l3 ? l3 : 32 * kMiB));
+  }
 #endif
-  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  const size_t llc = l3 > 0 ? static_cast<size_t>(l3) : 32 * kMiB;
-  return std::max(4 * kMiB, 2 * llc);
+  return 4 * kMiB;
 }
 
 }  // namespace
