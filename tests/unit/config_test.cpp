@@ -233,7 +233,7 @@ TEST(config, example_configs_load) {
   EXPECT_EQ(a.model.preset, "char-6L");
   EXPECT_EQ(a.data.train, "data/fortunes/train_*.bin");
   EXPECT_EQ(a.telemetry.dir, "runs/char6l_fortunes");
-  EXPECT_DOUBLE_EQ(a.train.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(a.train.lr, 2e-3);
   const TrainConfig b = load_config(dir + "tiny_synth.json");
   EXPECT_EQ(b.model.preset, "tiny");
   EXPECT_EQ(b.model.vocab_size, 256);
