@@ -1,14 +1,18 @@
 // test-links: mt_comm
 // Pure functions of the comm layer: reductions, blocks, options, the cost
-// model and algorithm selection.
+// model, algorithm selection and the shm exchange-mode tuner.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "meshtrain/comm/algorithms/algorithm.h"
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/comm/cost_model.h"
 #include "meshtrain/comm/reduce.h"
+#include "meshtrain/comm/transports/shm/exchange_tuner.h"
+#include "meshtrain/core/error.h"
 #include "meshtrain/core/half.h"
 
 using namespace meshtrain;
@@ -127,4 +131,50 @@ TEST(comm, world_from_environment) {
   for (const char* v : {"MESHTRAIN_RANK", "MESHTRAIN_WORLD_SIZE", "MESHTRAIN_LOCAL_RANK",
                         "MESHTRAIN_LOCAL_WORLD_SIZE", "MESHTRAIN_JOB_ID"})
     unsetenv(v);
+}
+
+TEST(comm, exchange_tuner_keeps_the_faster_way_and_explores) {
+  unsetenv("MESHTRAIN_SHM_EXCHANGE");
+  ExchangeTuner tuner;
+  const size_t bytes = 4u << 20;
+  // Stream costs half of cache per byte here; the cold first op is unmeasured.
+  auto run = [&](ExchangeMode m) { tuner.record(m, bytes, m == ExchangeMode::Stream ? 1000 : 2000); };
+  std::vector<ExchangeMode> seen;
+  for (int op = 0; op < 64; ++op) {
+    ExchangeMode m = tuner.choose(bytes);
+    seen.push_back(m);
+    run(m);
+  }
+  EXPECT_EQ(seen[1], ExchangeMode::Cache);
+  EXPECT_EQ(seen[2], ExchangeMode::Stream);
+  int cache_after_warmup = 0;
+  for (int op = 5; op < 64; ++op) cache_after_warmup += seen[op] == ExchangeMode::Cache;
+  // Only the exploration ops (16, 32 and 48 of these 64) try the slower way.
+  EXPECT_EQ(cache_after_warmup, 3);
+  // When the machine changes so that cache mode becomes faster, the tuner follows
+  // at the next exploration.
+  auto run2 = [&](ExchangeMode m) { tuner.record(m, bytes, m == ExchangeMode::Stream ? 3000 : 1000); };
+  std::vector<ExchangeMode> later;
+  for (int op = 0; op < 3 * ExchangeTuner::kExploreEvery; ++op) {
+    ExchangeMode m = tuner.choose(bytes);
+    later.push_back(m);
+    run2(m);
+  }
+  EXPECT_EQ(later.back(), ExchangeMode::Cache);
+  // Another size class is measured on its own.
+  EXPECT_EQ(tuner.choose(1u << 20), ExchangeMode::Cache);
+}
+
+TEST(comm, exchange_tuner_obeys_the_environment) {
+  setenv("MESHTRAIN_SHM_EXCHANGE", "stream", 1);
+  ExchangeTuner forced;
+  for (int op = 0; op < 40; ++op) EXPECT_EQ(forced.choose(1u << 20), ExchangeMode::Stream);
+  setenv("MESHTRAIN_SHM_EXCHANGE", "sideways", 1);
+  try {
+    ExchangeTuner bad;
+    ADD_FAILURE() << "a bad MESHTRAIN_SHM_EXCHANGE was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("auto, cache or stream"), std::string::npos) << e.what();
+  }
+  unsetenv("MESHTRAIN_SHM_EXCHANGE");
 }

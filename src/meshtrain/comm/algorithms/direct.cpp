@@ -76,15 +76,21 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   // (comm/stream_copy.h). Not the reduced slice of an in-place shared
   // buffer: the peers gather it from there right away.
   const bool streaming = a.bytes() >= streaming_threshold_bytes();
+  // What peers read from my scratch goes there with ordinary or streaming
+  // stores, whichever this size measured faster lately (exchange_tuner.h).
+  const uint64_t started = ExchangeTuner::now();
+  const ExchangeMode mode = mine_shared ? ExchangeMode::Cache : t.allreduce_exchange().choose(a.bytes());
+  const bool stream_scratch = mode == ExchangeMode::Stream;
   auto copy_in = [&](size_t j, int idx) {
     if (mine_shared) return;
     size_t len = chunk_len(j);
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;  // my own slice is reduced straight from my input
       Block b = block_of(len, n, p);
-      std::memcpy(t.scratch(r, idx) + b.offset * esz, send + (j * chunk + b.offset) * esz,
-                  b.count * esz);
+      copy_out(t.scratch(r, idx) + b.offset * esz, send + (j * chunk + b.offset) * esz,
+               b.count * esz, stream_scratch);
     }
+    if (stream_scratch) stream_fence();  // before the barrier publishes it
   };
 
   int idx = t.next_scratch(ctx);
@@ -115,10 +121,18 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     if (mine_shared) {
       reduce_many(out, srcs.data(), n, mb.count, a.dtype, a.redop);
     } else {
-      // Reduce into my scratch (the peers gather from there), then copy out.
+      // My slice goes to my scratch, where the peers gather it, and to my
+      // output. Cache mode reduces into the scratch and copies out; stream
+      // mode reduces into the output and streams that into the scratch.
       char* reduced = t.scratch(r, idx) + mb.offset * esz;
-      reduce_many(reduced, srcs.data(), n, mb.count, a.dtype, a.redop);
-      copy_out(out, reduced, mb.count * esz, streaming);
+      if (stream_scratch) {
+        reduce_many(out, srcs.data(), n, mb.count, a.dtype, a.redop);
+        stream_copy(reduced, out, mb.count * esz);
+        stream_fence();
+      } else {
+        reduce_many(reduced, srcs.data(), n, mb.count, a.dtype, a.redop);
+        copy_out(out, reduced, mb.count * esz, streaming);
+      }
     }
 
     int next = idx;
@@ -138,6 +152,7 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   }
   if (streaming) stream_fence();  // the caller may read the result on another core
   if (any_shared) t.sync(ctx);  // peers may still be reading my shared buffer
+  if (!mine_shared) t.allreduce_exchange().record(mode, a.bytes(), ExchangeTuner::now() - started);
 }
 
 void broadcast(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
@@ -227,12 +242,18 @@ void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   // Like allreduce: an output at or above the streaming threshold goes out
   // with streaming stores (comm/stream_copy.h).
   const bool streaming = a.bytes() >= streaming_threshold_bytes();
+  // My block goes to my scratch with ordinary or streaming stores, whichever
+  // this size measured faster lately (exchange_tuner.h).
+  const uint64_t started = ExchangeTuner::now();
+  const ExchangeMode mode = t.allgather_exchange().choose(a.bytes());
+  const bool stream_scratch = mode == ExchangeMode::Stream;
   if (recv + mine.offset * esz != send)
     copy_out(recv + mine.offset * esz, send, mine.count * esz, streaming);
   for (size_t j = 0; j < chunks; ++j) {
     int idx = t.next_scratch(ctx);
     size_t start = std::min(mine.count, j * per), len = std::min(per, mine.count - start);
-    std::memcpy(t.scratch(r, idx), send + start * esz, len * esz);
+    copy_out(t.scratch(r, idx), send + start * esz, len * esz, stream_scratch);
+    if (stream_scratch) stream_fence();  // before the barrier publishes it
     t.scratch_published(idx);
     t.sync(ctx);
     for (int p = 0; p < n; ++p) {
@@ -243,6 +264,7 @@ void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     }
   }
   if (streaming) stream_fence();
+  t.allgather_exchange().record(mode, a.bytes(), ExchangeTuner::now() - started);
 }
 
 void alltoall(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "meshtrain/comm/transport.h"
+#include "meshtrain/comm/transports/shm/exchange_tuner.h"
 #include "meshtrain/comm/transports/shm/shm_layout.h"
 #include "meshtrain/comm/transports/shm/shm_segment.h"
 
@@ -65,6 +66,9 @@ class ShmTransport final : public Transport {
   // peer could still be reading it (see direct.cpp).
   int next_scratch(const OpContext& ctx);
   void scratch_published(int index) { scratch_step_[index] = step_ + 1; }
+  // How this rank writes what peers read, per collective (exchange_tuner.h).
+  ExchangeTuner& allreduce_exchange() { return allreduce_exchange_; }
+  ExchangeTuner& allgather_exchange() { return allgather_exchange_; }
 
  private:
   char* region(int rank) const;
@@ -95,6 +99,7 @@ class ShmTransport final : public Transport {
   int64_t next_buffer_id_ = 0;
   struct Registry;
   std::shared_ptr<Registry> registry_;
+  ExchangeTuner allreduce_exchange_, allgather_exchange_;
 };
 
 struct SharedMapping {
