@@ -140,17 +140,23 @@ TEST(comm, exchange_tuner_keeps_the_faster_way_and_explores) {
   // Stream costs half of cache per byte here; the cold first op is unmeasured.
   auto run = [&](ExchangeMode m) { tuner.record(m, bytes, m == ExchangeMode::Stream ? 1000 : 2000); };
   std::vector<ExchangeMode> seen;
-  for (int op = 0; op < 64; ++op) {
+  const int ops = 4 * ExchangeTuner::kExploreEvery;
+  for (int op = 0; op < ops; ++op) {
     ExchangeMode m = tuner.choose(bytes);
     seen.push_back(m);
     run(m);
   }
-  EXPECT_EQ(seen[1], ExchangeMode::Cache);
-  EXPECT_EQ(seen[2], ExchangeMode::Stream);
-  int cache_after_warmup = 0;
-  for (int op = 5; op < 64; ++op) cache_after_warmup += seen[op] == ExchangeMode::Cache;
-  // Only the exploration ops (16, 32 and 48 of these 64) try the slower way.
-  EXPECT_EQ(cache_after_warmup, 3);
+  // After the cold op, the trials alternate.
+  for (uint32_t op = 1; op <= ExchangeTuner::kTrials; ++op)
+    EXPECT_EQ(seen[op], op % 2 ? ExchangeMode::Cache : ExchangeMode::Stream) << op;
+  int cache_after_trials = 0;
+  for (int op = ExchangeTuner::kTrials + 1; op < ops; ++op) cache_after_trials += seen[op] == ExchangeMode::Cache;
+  // Only the exploration ops (kExploreEvery apart) try the slower way.
+  EXPECT_EQ(cache_after_trials, 3);
+  // One preempted run (50x slower) does not flip the choice.
+  EXPECT_EQ(tuner.preferred(bytes), ExchangeMode::Stream);
+  tuner.record(ExchangeMode::Stream, bytes, 50000);
+  EXPECT_EQ(tuner.preferred(bytes), ExchangeMode::Stream);
   // When the machine changes so that cache mode becomes faster, the tuner follows
   // at the next exploration.
   auto run2 = [&](ExchangeMode m) { tuner.record(m, bytes, m == ExchangeMode::Stream ? 3000 : 1000); };
@@ -160,6 +166,7 @@ TEST(comm, exchange_tuner_keeps_the_faster_way_and_explores) {
     later.push_back(m);
     run2(m);
   }
+  EXPECT_EQ(tuner.preferred(bytes), ExchangeMode::Cache);
   EXPECT_EQ(later.back(), ExchangeMode::Cache);
   // Another size class is measured on its own.
   EXPECT_EQ(tuner.choose(1u << 20), ExchangeMode::Cache);

@@ -1,5 +1,6 @@
 #include "meshtrain/comm/transports/shm/exchange_tuner.h"
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdlib>
@@ -35,14 +36,19 @@ int ExchangeTuner::class_of(size_t bytes) {
   return c < kClasses ? c : kClasses - 1;
 }
 
+ExchangeMode ExchangeTuner::preferred(size_t bytes) const {
+  if (forced_) return forced_mode_;
+  return bytes < kMinBytes ? ExchangeMode::Cache : classes_[class_of(bytes)].best;
+}
+
 ExchangeMode ExchangeTuner::choose(size_t bytes) {
   if (forced_) return forced_mode_;
   if (bytes < kMinBytes) return ExchangeMode::Cache;
   Class& c = classes_[class_of(bytes)];
   const uint32_t op = c.ops++;
   // The first operation of a size is a cold start (fresh pages, cold
-  // caches) and goes unmeasured; the next four alternate the two ways.
-  if (op < 5) return static_cast<ExchangeMode>(op == 0 ? 0 : (op + 1) & 1);
+  // caches) and goes unmeasured; the next kTrials alternate the two ways.
+  if (op <= kTrials) return static_cast<ExchangeMode>(op == 0 ? 0 : (op + 1) & 1);
   if (op % kExploreEvery == 0)
     return c.best == ExchangeMode::Cache ? ExchangeMode::Stream : ExchangeMode::Cache;
   return c.best;
@@ -54,8 +60,17 @@ void ExchangeTuner::record(ExchangeMode mode, size_t bytes, uint64_t cycles) {
   if (c.ops <= 1) return;  // the cold first operation
   Arm& a = c.arm[static_cast<int>(mode)];
   const double x = static_cast<double>(cycles) / static_cast<double>(bytes);
-  // A new measurement counts for half: the VM's state changes within minutes.
-  a.cycles_per_byte = a.cycles_per_byte == 0 ? x : 0.5 * a.cycles_per_byte + 0.5 * x;
+  if (a.cycles_per_byte == 0) {
+    a.cycles_per_byte = x;
+  } else if (c.ops <= kTrials + 1) {
+    // The trials keep each way's best time: a preempted run only looks slow.
+    a.cycles_per_byte = std::min(a.cycles_per_byte, x);
+  } else {
+    // Then a moving average, as the VM's state changes within minutes. A run
+    // counts as at most twice the average: one preempted run moves it by half,
+    // a lasting slowdown still shows within a few runs.
+    a.cycles_per_byte = 0.5 * a.cycles_per_byte + 0.5 * std::min(x, 2 * a.cycles_per_byte);
+  }
   const double cache = c.arm[0].cycles_per_byte, stream = c.arm[1].cycles_per_byte;
   if (cache > 0 && stream > 0) c.best = stream < cache ? ExchangeMode::Stream : ExchangeMode::Cache;
 }

@@ -25,12 +25,16 @@ class ExchangeTuner {
  public:
   // MESHTRAIN_SHM_EXCHANGE = auto (default) | cache | stream.
   ExchangeTuner();
+  // The mode for the next operation of `bytes` (counts it).
   ExchangeMode choose(size_t bytes);
+  // The mode measured faster so far for `bytes` (counts nothing).
+  ExchangeMode preferred(size_t bytes) const;
   // Reports how long an operation of `bytes` took in `mode` (cycle counter).
   void record(ExchangeMode mode, size_t bytes, uint64_t cycles);
   static uint64_t now();
 
-  static constexpr int kExploreEvery = 16;
+  static constexpr int kExploreEvery = 32;
+  static constexpr uint32_t kTrials = 6;  // 3 measured runs of each way per size
   // Smaller messages stay in cache mode: they live in L2 and are latency-bound.
   static constexpr size_t kMinBytes = 256 * 1024;
 
