@@ -182,7 +182,7 @@ TEST(comm, point_to_point_ring) {
   EXPECT_TRUE(w.ok()) << w.report();
 }
 
-TEST(comm, shared_buffers_zero_copy) {
+static void check_shared_buffers_zero_copy() {
   auto w = run_world(3, [](Communicator& c) {
     std::string e;
     const size_t count = (3u << 20) / 4 + 17;  // several chunks, odd length
@@ -226,6 +226,19 @@ TEST(comm, shared_buffers_zero_copy) {
   }, test_options());
   EXPECT_TRUE(w.ok()) << w.report();
   EXPECT_TRUE(leftover_segments(w.job_id).empty());
+}
+
+TEST(comm, shared_buffers_zero_copy) { check_shared_buffers_zero_copy(); }
+
+// The zero-copy allreduce writes its reduced slice with ordinary or streaming
+// stores (exchange_tuner.h): the same checks with each pinned.
+TEST(comm, shared_buffers_zero_copy_both_exchange_modes) {
+  for (const char* mode : {"cache", "stream"}) {
+    SCOPED_TRACE(mode);
+    setenv("MESHTRAIN_SHM_EXCHANGE", mode, 1);
+    check_shared_buffers_zero_copy();
+    unsetenv("MESHTRAIN_SHM_EXCHANGE");
+  }
 }
 
 TEST(comm, work_handle_semantics) {

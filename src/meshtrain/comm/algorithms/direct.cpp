@@ -79,7 +79,8 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   // What peers read from my scratch goes there with ordinary or streaming
   // stores, whichever this size measured faster lately (exchange_tuner.h).
   const uint64_t started = ExchangeTuner::now();
-  const ExchangeMode mode = mine_shared ? ExchangeMode::Cache : t.allreduce_exchange().choose(a.bytes());
+  ExchangeTuner& tuner = mine_shared ? t.shared_allreduce_exchange() : t.allreduce_exchange();
+  const ExchangeMode mode = tuner.choose(a.bytes());
   const bool stream_scratch = mode == ExchangeMode::Stream;
   auto copy_in = [&](size_t j, int idx) {
     if (mine_shared) return;
@@ -118,7 +119,21 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     for (int p = 0; p < n; ++p)
       srcs[p] = p == r ? send + (j * chunk + mb.offset) * esz : peer_chunk(p, j, idx) + mb.offset * esz;
     char* out = recv + (j * chunk + mb.offset) * esz;
-    if (mine_shared) {
+    if (mine_shared && stream_scratch) {
+      // Zero-copy, stream mode: reduce through a small cache-resident block
+      // and stream it into my shared buffer, where the peers gather it.
+      constexpr size_t kBlockBytes = 32 * 1024;
+      alignas(64) static thread_local char block[kBlockBytes];
+      const size_t per_block = kBlockBytes / esz;
+      std::vector<const void*> part(n);
+      for (size_t done = 0; done < mb.count; done += per_block) {
+        const size_t m = std::min(per_block, mb.count - done);
+        for (int p = 0; p < n; ++p) part[p] = static_cast<const char*>(srcs[p]) + done * esz;
+        reduce_many(block, part.data(), n, m, a.dtype, a.redop);
+        stream_copy(out + done * esz, block, m * esz);
+      }
+      stream_fence();
+    } else if (mine_shared) {
       reduce_many(out, srcs.data(), n, mb.count, a.dtype, a.redop);
     } else {
       // My slice goes to my scratch, where the peers gather it, and to my
@@ -152,7 +167,7 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   }
   if (streaming) stream_fence();  // the caller may read the result on another core
   if (any_shared) t.sync(ctx);  // peers may still be reading my shared buffer
-  if (!mine_shared) t.allreduce_exchange().record(mode, a.bytes(), ExchangeTuner::now() - started);
+  tuner.record(mode, a.bytes(), ExchangeTuner::now() - started);
 }
 
 void broadcast(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {

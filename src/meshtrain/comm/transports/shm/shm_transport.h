@@ -68,6 +68,7 @@ class ShmTransport final : public Transport {
   void scratch_published(int index) { scratch_step_[index] = step_ + 1; }
   // How this rank writes what peers read, per collective (exchange_tuner.h).
   ExchangeTuner& allreduce_exchange() { return allreduce_exchange_; }
+  ExchangeTuner& shared_allreduce_exchange() { return shared_allreduce_exchange_; }
   ExchangeTuner& allgather_exchange() { return allgather_exchange_; }
 
  private:
@@ -99,7 +100,7 @@ class ShmTransport final : public Transport {
   int64_t next_buffer_id_ = 0;
   struct Registry;
   std::shared_ptr<Registry> registry_;
-  ExchangeTuner allreduce_exchange_, allgather_exchange_;
+  ExchangeTuner allreduce_exchange_, shared_allreduce_exchange_, allgather_exchange_;
 };
 
 struct SharedMapping {
