@@ -70,11 +70,12 @@ TEST(comm, allreduce_tens_of_mib) {
   EXPECT_TRUE(w.ok()) << w.report();
 }
 
-// The direct allreduce and allgather write what peers read with ordinary or
-// streaming stores, chosen online per size (exchange_tuner.h). Both ways must give the
+// The direct allreduce, allgather, reduce-scatter and broadcast write what
+// peers read with ordinary or streaming stores, chosen online per size
+// (exchange_tuner.h). Both ways must give the
 // same results: pin each in turn, in and out of place, odd and multi-chunk
 // counts, a reduced precision and three ranks.
-TEST(comm, direct_allreduce_and_allgather_both_exchange_modes) {
+TEST(comm, direct_collectives_both_exchange_modes) {
   for (const char* mode : {"cache", "stream", "auto"}) {
     setenv("MESHTRAIN_SHM_EXCHANGE", mode, 1);
     auto w = run_world(3, [](Communicator& c) {
@@ -84,6 +85,8 @@ TEST(comm, direct_allreduce_and_allgather_both_exchange_modes) {
           e += check_collective(c, CollOp::Allreduce, "direct", DType::F32, ReduceOp::Sum, count, 0, in_place);
           e += check_collective(c, CollOp::Allreduce, "direct", DType::BF16, ReduceOp::Max, count, 0, in_place);
           e += check_collective(c, CollOp::Allgather, "direct", DType::F32, ReduceOp::Sum, count, 0, in_place);
+          e += check_collective(c, CollOp::ReduceScatter, "direct", DType::F32, ReduceOp::Sum, count, 0, in_place);
+          e += check_collective(c, CollOp::Broadcast, "direct", DType::F32, ReduceOp::Sum, count, 1, in_place);
         }
       return e;
     }, test_options());

@@ -189,8 +189,19 @@ void broadcast(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   const size_t chunks = (a.bytes() + chunk - 1) / chunk;
   auto len = [&](size_t j) { return std::min(chunk, a.bytes() - j * chunk); };
 
+  // The root writes each chunk to its scratch with ordinary or streaming
+  // stores, whichever this size measured faster lately (exchange_tuner.h).
+  // Only the root's choice matters, so only the root times it.
+  const uint64_t started = ExchangeTuner::now();
+  const ExchangeMode mode = root && mine.buffer_id < 0 ? t.broadcast_exchange().choose(a.bytes())
+                                                       : ExchangeMode::Cache;
+  const bool stream_scratch = mode == ExchangeMode::Stream;
+  auto publish = [&](int scratch_index, const char* src, size_t bytes) {
+    copy_out(t.scratch(r, scratch_index), src, bytes, stream_scratch);
+    if (stream_scratch) stream_fence();
+  };
   int idx = t.next_scratch(ctx);
-  if (root && mine.buffer_id < 0) std::memcpy(t.scratch(r, idx), buf, len(0));
+  if (root && mine.buffer_id < 0) publish(idx, buf, len(0));
   uint64_t parity = (t.step() + 1) & 1;
   t.control(r).refs[parity] = mine;
   t.scratch_published(idx);
@@ -204,12 +215,13 @@ void broadcast(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     }
     if (j + 1 < chunks) {
       idx = t.next_scratch(ctx);
-      if (root && root_ref.buffer_id < 0) std::memcpy(t.scratch(r, idx), buf + (j + 1) * chunk, len(j + 1));
+      if (root && root_ref.buffer_id < 0) publish(idx, buf + (j + 1) * chunk, len(j + 1));
       t.scratch_published(idx);
       t.sync(ctx);
     }
   }
   if (root_ref.buffer_id >= 0) t.sync(ctx);
+  if (root && mine.buffer_id < 0) t.broadcast_exchange().record(mode, a.bytes(), ExchangeTuner::now() - started);
 }
 
 // Per-rank blocks processed `per` elements at a time: reduce-scatter,
@@ -227,14 +239,20 @@ void reduce_scatter(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     size_t start = std::min(b.count, j * per);
     return Block{b.offset + start, std::min(per, b.count - start)};
   };
+  // Peers' blocks go to my scratch with ordinary or streaming stores,
+  // whichever this size measured faster lately (exchange_tuner.h).
+  const uint64_t started = ExchangeTuner::now();
+  const ExchangeMode mode = t.reduce_scatter_exchange().choose(a.bytes());
+  const bool stream_scratch = mode == ExchangeMode::Stream;
   std::vector<const void*> srcs(n);
   for (size_t j = 0; j < chunks; ++j) {
     int idx = t.next_scratch(ctx);
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       Block b = piece(p, j);
-      std::memcpy(t.scratch(r, idx) + p * per * esz, send + b.offset * esz, b.count * esz);
+      copy_out(t.scratch(r, idx) + p * per * esz, send + b.offset * esz, b.count * esz, stream_scratch);
     }
+    if (stream_scratch) stream_fence();  // before the barrier publishes it
     t.scratch_published(idx);
     t.sync(ctx);
     Block mb = piece(r, j);
@@ -243,6 +261,7 @@ void reduce_scatter(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     reduce_many(recv + (mb.offset - block_of(a.count, n, r).offset) * esz, srcs.data(), n,
                 mb.count, a.dtype, a.redop);
   }
+  t.reduce_scatter_exchange().record(mode, a.bytes(), ExchangeTuner::now() - started);
 }
 
 void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {

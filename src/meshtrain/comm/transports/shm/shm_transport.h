@@ -70,6 +70,8 @@ class ShmTransport final : public Transport {
   ExchangeTuner& allreduce_exchange() { return allreduce_exchange_; }
   ExchangeTuner& shared_allreduce_exchange() { return shared_allreduce_exchange_; }
   ExchangeTuner& allgather_exchange() { return allgather_exchange_; }
+  ExchangeTuner& broadcast_exchange() { return broadcast_exchange_; }
+  ExchangeTuner& reduce_scatter_exchange() { return reduce_scatter_exchange_; }
 
  private:
   char* region(int rank) const;
@@ -101,6 +103,7 @@ class ShmTransport final : public Transport {
   struct Registry;
   std::shared_ptr<Registry> registry_;
   ExchangeTuner allreduce_exchange_, shared_allreduce_exchange_, allgather_exchange_;
+  ExchangeTuner broadcast_exchange_, reduce_scatter_exchange_;
 };
 
 struct SharedMapping {
