@@ -10,23 +10,13 @@ factor (N ranks vs 1 rank), the ratio to DDP and exposed communication.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
+
+from bench_util import cpu_model
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def run_json(cmd, threads):
