@@ -1,5 +1,8 @@
 """Helpers shared by the interleaved benchmark scripts in bench/."""
+import json
+import os
 import platform
+import subprocess
 
 
 def cpu_model():
@@ -12,3 +15,15 @@ def cpu_model():
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def run_json(cmd, threads):
+    """Runs cmd with every thread pool pinned to `threads` and returns the last
+    JSON object it printed on a line of its own."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               OPENBLAS_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"no JSON line from {' '.join(cmd)}")
+    return json.loads(lines[-1])

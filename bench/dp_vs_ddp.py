@@ -8,25 +8,13 @@ factor (N ranks vs 1 rank), the ratio to DDP and exposed communication.
   python3 bench/dp_vs_ddp.py --preset char-6L --batch 8 --nproc 2 4 --rounds 3
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
-
-from bench_util import cpu_model
 import sys
 
+from bench_util import cpu_model, run_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_json(cmd, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               OPENBLAS_NUM_THREADS=str(threads))
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    lines = [l for l in out.splitlines() if l.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"no JSON line from {' '.join(cmd)}")
-    return json.loads(lines[-1])
 
 
 def main():

@@ -6,21 +6,13 @@ noise hits both alike. Prints medians and the ratio.
   python3 bench/train_vs_torch.py --preset char-6L --batch 8 --threads 1 2 --rounds 3
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 
+from bench_util import run_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_json(cmd, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               OPENBLAS_NUM_THREADS=str(threads))
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    lines = [l for l in out.splitlines() if l.startswith("{")]
-    return json.loads(lines[-1])
 
 
 def main():
