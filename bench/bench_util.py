@@ -22,7 +22,11 @@ def run_json(cmd, threads):
     JSON object it printed on a line of its own."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads))
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"exit status {res.returncode} from {' '.join(cmd)}:\n"
+                           f"{res.stderr[-2000:] or res.stdout[-2000:]}")
+    out = res.stdout
     lines = [l for l in out.splitlines() if l.startswith("{")]
     if not lines:
         raise RuntimeError(f"no JSON line from {' '.join(cmd)}")
