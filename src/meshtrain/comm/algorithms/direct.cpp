@@ -78,10 +78,9 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   const bool streaming = a.bytes() >= streaming_threshold_bytes();
   // What peers read from my scratch goes there with ordinary or streaming
   // stores, whichever this size measured faster lately (exchange_tuner.h).
-  const uint64_t started = ExchangeTuner::now();
-  ExchangeTuner& tuner = mine_shared ? t.shared_allreduce_exchange() : t.allreduce_exchange();
-  const ExchangeMode mode = tuner.choose(a.bytes());
-  const bool stream_scratch = mode == ExchangeMode::Stream;
+  ExchangeScope exchange(&t.exchange(mine_shared ? ExchangeUse::SharedAllreduce : ExchangeUse::Allreduce),
+                         a.bytes());
+  const bool stream_scratch = exchange.stream();
   auto copy_in = [&](size_t j, int idx) {
     if (mine_shared) return;
     size_t len = chunk_len(j);
@@ -167,7 +166,7 @@ void allreduce_large(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   }
   if (streaming) stream_fence();  // the caller may read the result on another core
   if (any_shared) t.sync(ctx);  // peers may still be reading my shared buffer
-  tuner.record(mode, a.bytes(), ExchangeTuner::now() - started);
+  exchange.done();
 }
 
 void broadcast(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
@@ -192,10 +191,9 @@ void broadcast(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   // The root writes each chunk to its scratch with ordinary or streaming
   // stores, whichever this size measured faster lately (exchange_tuner.h).
   // Only the root's choice matters, so only the root times it.
-  const uint64_t started = ExchangeTuner::now();
-  const ExchangeMode mode = root && mine.buffer_id < 0 ? t.broadcast_exchange().choose(a.bytes())
-                                                       : ExchangeMode::Cache;
-  const bool stream_scratch = mode == ExchangeMode::Stream;
+  ExchangeScope exchange(root && mine.buffer_id < 0 ? &t.exchange(ExchangeUse::Broadcast) : nullptr,
+                         a.bytes());
+  const bool stream_scratch = exchange.stream();
   auto publish = [&](int scratch_index, const char* src, size_t bytes) {
     copy_out(t.scratch(r, scratch_index), src, bytes, stream_scratch);
     if (stream_scratch) stream_fence();
@@ -221,7 +219,7 @@ void broadcast(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     }
   }
   if (root_ref.buffer_id >= 0) t.sync(ctx);
-  if (root && mine.buffer_id < 0) t.broadcast_exchange().record(mode, a.bytes(), ExchangeTuner::now() - started);
+  exchange.done();
 }
 
 // Per-rank blocks processed `per` elements at a time: reduce-scatter,
@@ -241,9 +239,8 @@ void reduce_scatter(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   };
   // Peers' blocks go to my scratch with ordinary or streaming stores,
   // whichever this size measured faster lately (exchange_tuner.h).
-  const uint64_t started = ExchangeTuner::now();
-  const ExchangeMode mode = t.reduce_scatter_exchange().choose(a.bytes());
-  const bool stream_scratch = mode == ExchangeMode::Stream;
+  ExchangeScope exchange(&t.exchange(ExchangeUse::ReduceScatter), a.bytes());
+  const bool stream_scratch = exchange.stream();
   std::vector<const void*> srcs(n);
   for (size_t j = 0; j < chunks; ++j) {
     int idx = t.next_scratch(ctx);
@@ -261,7 +258,7 @@ void reduce_scatter(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     reduce_many(recv + (mb.offset - block_of(a.count, n, r).offset) * esz, srcs.data(), n,
                 mb.count, a.dtype, a.redop);
   }
-  t.reduce_scatter_exchange().record(mode, a.bytes(), ExchangeTuner::now() - started);
+  exchange.done();
 }
 
 void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
@@ -278,9 +275,8 @@ void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   const bool streaming = a.bytes() >= streaming_threshold_bytes();
   // My block goes to my scratch with ordinary or streaming stores, whichever
   // this size measured faster lately (exchange_tuner.h).
-  const uint64_t started = ExchangeTuner::now();
-  const ExchangeMode mode = t.allgather_exchange().choose(a.bytes());
-  const bool stream_scratch = mode == ExchangeMode::Stream;
+  ExchangeScope exchange(&t.exchange(ExchangeUse::Allgather), a.bytes());
+  const bool stream_scratch = exchange.stream();
   if (recv + mine.offset * esz != send)
     copy_out(recv + mine.offset * esz, send, mine.count * esz, streaming);
   for (size_t j = 0; j < chunks; ++j) {
@@ -298,7 +294,7 @@ void allgather(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     }
   }
   if (streaming) stream_fence();
-  t.allgather_exchange().record(mode, a.bytes(), ExchangeTuner::now() - started);
+  exchange.done();
 }
 
 void alltoall(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {

@@ -21,6 +21,10 @@ namespace meshtrain::comm {
 
 enum class ExchangeMode : uint8_t { Cache = 0, Stream = 1 };
 
+// The collectives that tune their exchange mode separately (each moves data
+// its own way, so each measures its own sizes).
+enum class ExchangeUse : uint8_t { Allreduce, SharedAllreduce, Allgather, Broadcast, ReduceScatter, Count };
+
 class ExchangeTuner {
  public:
   // MESHTRAIN_SHM_EXCHANGE = auto (default) | cache | stream.
@@ -53,6 +57,26 @@ class ExchangeTuner {
   bool forced_ = false;
   ExchangeMode forced_mode_ = ExchangeMode::Cache;
   Class classes_[kClasses];
+};
+
+// One operation's use of a tuner: picks the mode when constructed, reports
+// the operation's duration on done() (not on an exception: a failed
+// operation's time says nothing). A null tuner means ordinary stores, untimed.
+class ExchangeScope {
+ public:
+  ExchangeScope(ExchangeTuner* tuner, size_t bytes)
+      : tuner_(tuner), bytes_(bytes), started_(ExchangeTuner::now()),
+        mode_(tuner ? tuner->choose(bytes) : ExchangeMode::Cache) {}
+  bool stream() const { return mode_ == ExchangeMode::Stream; }
+  void done() {
+    if (tuner_) tuner_->record(mode_, bytes_, ExchangeTuner::now() - started_);
+  }
+
+ private:
+  ExchangeTuner* tuner_;
+  size_t bytes_;
+  uint64_t started_;
+  ExchangeMode mode_;
 };
 
 }  // namespace meshtrain::comm

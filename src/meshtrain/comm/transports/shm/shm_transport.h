@@ -67,11 +67,7 @@ class ShmTransport final : public Transport {
   int next_scratch(const OpContext& ctx);
   void scratch_published(int index) { scratch_step_[index] = step_ + 1; }
   // How this rank writes what peers read, per collective (exchange_tuner.h).
-  ExchangeTuner& allreduce_exchange() { return allreduce_exchange_; }
-  ExchangeTuner& shared_allreduce_exchange() { return shared_allreduce_exchange_; }
-  ExchangeTuner& allgather_exchange() { return allgather_exchange_; }
-  ExchangeTuner& broadcast_exchange() { return broadcast_exchange_; }
-  ExchangeTuner& reduce_scatter_exchange() { return reduce_scatter_exchange_; }
+  ExchangeTuner& exchange(ExchangeUse use) { return exchange_[static_cast<size_t>(use)]; }
 
  private:
   char* region(int rank) const;
@@ -102,8 +98,7 @@ class ShmTransport final : public Transport {
   int64_t next_buffer_id_ = 0;
   struct Registry;
   std::shared_ptr<Registry> registry_;
-  ExchangeTuner allreduce_exchange_, shared_allreduce_exchange_, allgather_exchange_;
-  ExchangeTuner broadcast_exchange_, reduce_scatter_exchange_;
+  ExchangeTuner exchange_[static_cast<size_t>(ExchangeUse::Count)];
 };
 
 struct SharedMapping {
