@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "meshtrain/comm/world.h"
 #include "meshtrain/core/memory.h"
+#include "meshtrain/train/cpu_report.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/gemm_peak.h"
@@ -155,7 +156,7 @@ void run_bench_train(const BenchTrainArgs& a) {
                         {"activations_allocator_peak_mb", act_peak_mb},
                         {"memory_predicted_mb", pred.total_bytes() / 1e6},
                         {"memory_allocator_peak_mb", measured_mb}, {"memory_rss_peak_mb", rss_mb},
-                        {"sgemm", cpu::sgemm_summary()},
+                        {"sgemm", cpu::sgemm_summary()}, {"cpu_dispatch", cpu_report_json()},
                         {"sgemm_policy", cpu::sgemm_policy_name(cpu::sgemm_policy())},
                         {"sgemm_peak_openblas_gflops", peak.openblas_gflops},
                         {"sgemm_peak_onednn_gflops", peak.onednn_gflops},
@@ -187,6 +188,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   fmt::print("  sgemm peak (same threads)  {:10.1f} GFLOP/s  ({}; openblas {:.1f}{})\n", peak_gflops,
              peak.best_backend(), peak.openblas_gflops,
              peak.onednn_gflops > 0 ? fmt::format(", onednn {:.1f}", peak.onednn_gflops) : "");
+  fmt::print("  {}\n", cpu_report_line());
   fmt::print("  {}\n", cpu::sgemm_summary());
   for (const cpu::SgemmChoice& c : cpu::sgemm_choices())
     fmt::print("    {}{} {:>5} x {:>5} x {:>5} beta {}: {:<8} (openblas {:7.2f} ms, onednn {:7.2f} ms)\n",

@@ -1,12 +1,64 @@
 // meshtrain: one binary, one subcommand per job (see `meshtrain --help`).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "commands.h"
+#include "meshtrain/core/cpu_isa.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cpu/cpu_libraries.h"
+#include "meshtrain/train/cpu_report.h"
+
+namespace {
+
+// MESHTRAIN_ISA below the CPU's level caps OpenBLAS and oneDNN too. They read
+// their caps from the environment when they load, which happened before main,
+// so the binary sets the variables and re-executes itself once (children the
+// launcher starts inherit them). Variables the user set are left as they are.
+void cap_libraries_to_isa(char** argv) {
+  if (std::getenv("MESHTRAIN_ISA_LIBS_CAPPED")) return;
+  const meshtrain::Isa level = meshtrain::active_isa();  // validates MESHTRAIN_ISA
+  if (!meshtrain::isa_capped()) return;
+  bool changed = false;
+  auto set = [&](const char* name, const char* value) {
+    if (value && !std::getenv(name)) {
+      setenv(name, value, 1);
+      changed = true;
+    }
+  };
+  set("OPENBLAS_CORETYPE", meshtrain::cpu::openblas_coretype_for(level));
+  set("ONEDNN_MAX_CPU_ISA", meshtrain::cpu::onednn_max_isa_for(level));
+  setenv("MESHTRAIN_ISA_LIBS_CAPPED", "1", 1);
+  if (changed) {
+    std::fflush(nullptr);
+    execv("/proc/self/exe", argv);
+    // Could not re-execute (no /proc): run on, with the libraries uncapped.
+    std::fprintf(stderr, "warning: MESHTRAIN_ISA: could not re-execute to cap OpenBLAS/oneDNN\n");
+  }
+}
+
+std::string version_text() {
+  std::string s = "meshtrain " MESHTRAIN_VERSION "\n  build: " MESHTRAIN_BUILD_KIND "\n";
+  for (const auto& [family, what] : meshtrain::cpu_report_rows())
+    s += "  " + family + ": " + what + "\n";
+  s += "  (MESHTRAIN_ISA=scalar|avx2|avx512|avx512bf16 caps the dispatch level)";
+  return s;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  try {
+    cap_libraries_to_isa(argv);
+  } catch (const meshtrain::UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   CLI::App app{"meshtrain: train neural networks across many processes"};
+  app.set_version_flag("--version", version_text, "Print the version, the CPU and the kernels chosen for it");
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   meshtrain::cli::register_train(app);
@@ -21,6 +73,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // Wrong flag or value: say what, show the usage, exit 2.

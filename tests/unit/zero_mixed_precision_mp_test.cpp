@@ -33,6 +33,13 @@ constexpr int kSteps = 20;
 // 1.1e-8 (2 ranks), 3.0e-5 (3 ranks, accumulation); with clip <= 1.3e-4.
 constexpr double kTolStage1NoClip = 0.0;
 constexpr double kTolNoClip = 1e-4;
+
+// Where the bf16 GEMM is not oneDNN's (a CPU without AVX512_BF16, or
+// MESHTRAIN_ISA below it) and for fp16 everywhere, the 16-bit GEMMs widen to
+// f32 and run on sgemm, whose auto backend is chosen per run by timing: two
+// runs compared here could pick differently for a shape and differ by ~1e-4
+// (seen on an AVX2-only CPU). Every run this file starts pins it.
+const bool kSgemmPinned = [] { return setenv("MESHTRAIN_SGEMM", "openblas", 1) == 0; }();
 constexpr double kTolClip = 1e-3;
 const std::string kNoClip = " --set train.clip=0";
 

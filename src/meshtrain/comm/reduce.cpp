@@ -1,11 +1,13 @@
+// isa-levels: scalar avx2 avx512
 #include "meshtrain/comm/reduce.h"
+#include "meshtrain/core/isa_dispatch.h"
 
 #include <algorithm>
 #include <cstdint>
 
 #include "meshtrain/core/half.h"
 
-namespace meshtrain::comm {
+namespace meshtrain::comm::MT_ISA_NS {
 
 namespace {
 
@@ -91,15 +93,6 @@ void scale_t(T* p, size_t n, int d) {
 
 }  // namespace
 
-void check_reducible(DType dtype) {
-  switch (dtype) {
-    case DType::F32: case DType::F64: case DType::BF16: case DType::F16:
-    case DType::I32: case DType::I64: return;
-    default:
-      throw UsageError(fmt::format("cannot reduce dtype {} (f32, f64, bf16, f16, i32, i64)",
-                                   dtype_name(dtype)));
-  }
-}
 
 void reduce_into(void* dst, const void* src, size_t n, DType dtype, ReduceOp op) {
   switch (dtype) {
@@ -148,4 +141,33 @@ void scale_avg(void* buf, size_t n, DType dtype, int d) {
   }
 }
 
+}  // namespace meshtrain::comm::MT_ISA_NS
+
+namespace meshtrain::comm {
+
+#if MT_ISA_BASELINE
+void check_reducible(DType dtype) {
+  switch (dtype) {
+    case DType::F32: case DType::F64: case DType::BF16: case DType::F16:
+    case DType::I32: case DType::I64: return;
+    default:
+      throw UsageError(fmt::format("cannot reduce dtype {} (f32, f64, bf16, f16, i32, i64)",
+                                   dtype_name(dtype)));
+  }
+}
+
+// The public entry points: the variant for active_isa() (core/isa_dispatch.h).
+MT_ISA_DECLARE(void reduce_into(void* dst, const void* src, size_t n, DType dtype, ReduceOp op))
+MT_ISA_DECLARE(void reduce_many(void* dst, const void* const* srcs, int k, size_t n, DType dtype, ReduceOp op))
+MT_ISA_DECLARE(void scale_avg(void* buf, size_t n, DType dtype, int d))
+void reduce_into(void* dst, const void* src, size_t n, DType dtype, ReduceOp op) {
+  MT_ISA_PICK(reduce_into)(dst, src, n, dtype, op);
+}
+void reduce_many(void* dst, const void* const* srcs, int k, size_t n, DType dtype, ReduceOp op) {
+  MT_ISA_PICK(reduce_many)(dst, srcs, k, n, dtype, op);
+}
+void scale_avg(void* buf, size_t n, DType dtype, int d) {
+  MT_ISA_PICK(scale_avg)(buf, n, dtype, d);
+}
+#endif
 }  // namespace meshtrain::comm

@@ -1,5 +1,7 @@
 #include "meshtrain/comm/stream_copy.h"
 
+#include "meshtrain/core/cpu_isa.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -21,15 +23,12 @@ namespace {
 // 4 MiB, +22-33% at 8 MiB, -30% at 2 MiB); on AMD Zen 5 (family 26) it lost
 // 25-40% at 4-32 MiB and broke even at 64 MiB, about twice the L3. CPUs not
 // measured keep the older 4 MiB.
-int x86_family() {
 #if defined(__x86_64__) && defined(__GNUC__)
+int x86_family() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
   const int base = (eax >> 8) & 0xf;
   return base == 0xf ? base + static_cast<int>((eax >> 20) & 0xff) : base;
-#else
-  return 0;
-#endif
 }
 
 // The L3 one core sees, from sysfs (sysconf's figure is the whole socket's
@@ -46,6 +45,7 @@ size_t l3_bytes() {
   if (unit == 'M') v <<= 20;
   return static_cast<size_t>(v);
 }
+#endif
 
 size_t default_streaming_threshold() {
   constexpr size_t kMiB = size_t{1} << 20;
@@ -70,6 +70,45 @@ size_t streaming_threshold_bytes() {
   return bytes;
 }
 
+#if defined(__x86_64__)
+namespace {
+
+// 64-byte bodies with streaming stores, one variant per dispatch level
+// (target attributes: the portable build's baseline has only SSE2 stores).
+__attribute__((target("avx512f"))) void stream_body_avx512(char* d, const char* s, size_t body) {
+  for (size_t i = 0; i < body; i += 64)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i),
+                        _mm512_loadu_si512(reinterpret_cast<const void*>(s + i)));
+}
+
+__attribute__((target("avx2"))) void stream_body_avx2(char* d, const char* s, size_t body) {
+  for (size_t i = 0; i < body; i += 64) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32)));
+  }
+}
+
+void stream_body_sse2(char* d, const char* s, size_t body) {
+  for (size_t i = 0; i < body; i += 64)
+    for (int k = 0; k < 64; k += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + k),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + k)));
+}
+
+}  // namespace
+#endif
+
+const char* stream_copy_isa() {
+#if defined(__x86_64__)
+  const Isa level = active_isa();
+  return level >= Isa::Avx512 ? "avx512" : level >= Isa::Avx2 ? "avx2" : "sse2";
+#else
+  return "memcpy";
+#endif
+}
+
 void stream_copy(void* dst, const void* src, size_t bytes) {
 #if defined(__x86_64__)
   char* d = static_cast<char*>(dst);
@@ -79,21 +118,13 @@ void stream_copy(void* dst, const void* src, size_t bytes) {
   std::memcpy(d, s, head);
   d += head, s += head, bytes -= head;
   const size_t body = bytes / 64 * 64;
-  for (size_t i = 0; i < body; i += 64) {
-#if defined(__AVX512F__)
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i),
-                        _mm512_loadu_si512(reinterpret_cast<const void*>(s + i)));
-#elif defined(__AVX__)
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i),
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32),
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32)));
-#else
-    for (int k = 0; k < 64; k += 16)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + k),
-                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + k)));
-#endif
-  }
+  const Isa level = active_isa();
+  if (level >= Isa::Avx512)
+    stream_body_avx512(d, s, body);
+  else if (level >= Isa::Avx2)
+    stream_body_avx2(d, s, body);
+  else
+    stream_body_sse2(d, s, body);
   std::memcpy(d + body, s + body, bytes - body);
 #else
   std::memcpy(dst, src, bytes);

@@ -18,7 +18,10 @@ namespace meshtrain::comm {
 // MESHTRAIN_SHM_STREAMING_BYTES overrides it (0 = never stream).
 size_t streaming_threshold_bytes();
 
+// Streams with the widest stores the dispatch level allows (core/cpu_isa.h).
 void stream_copy(void* dst, const void* src, size_t bytes);
+// The stores stream_copy uses now: "avx512", "avx2", "sse2" (or "memcpy").
+const char* stream_copy_isa();
 // stream_copy when `streaming`, else memcpy: the final writes of a collective
 // whose size decided between them (streaming_threshold_bytes()).
 void copy_out(void* dst, const void* src, size_t bytes, bool streaming);

@@ -1,5 +1,7 @@
 #include "meshtrain/core/half.h"
 
+#include "meshtrain/core/cpu_isa.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -54,28 +56,30 @@ namespace {
 
 // bf16 rounding in integer arithmetic: the same bits as the scalar version
 // for every input (VCVTNEPS2BF16 would flush subnormals).
-MT_AVX512 void f32_to_bf16_avx512(const float* in, uint16_t* out, size_t n) {
+// bf16 rounding in integer arithmetic: the same bits as the scalar version
+// for every input (VCVTNEPS2BF16 would flush subnormals). A function of its
+// own, not a lambda: a lambda does not inherit the target attribute.
+MT_AVX512 inline __m256i bf16_round16(__m512i u) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   const __m512i inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i bias = _mm512_set1_epi32(0x7fff);
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __m512i nanv = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, nanv));
+}
+
+MT_AVX512 void f32_to_bf16_avx512(const float* in, uint16_t* out, size_t n) {
   size_t i = 0;
-  auto convert16 = [&](__m512i u) {
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
-    __m512i nanv = _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet);
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, nanv));
-  };
   for (; i + 16 <= n; i += 16) {
-    __m512i u = _mm512_loadu_si512(in + i);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), convert16(u));
+    const __m512i u = _mm512_loadu_si512(in + i);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), bf16_round16(u));
   }
   if (i < n) {
-    __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    __m512i u = _mm512_maskz_loadu_epi32(m, in + i);
-    _mm256_mask_storeu_epi16(out + i, m, convert16(u));
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512i u = _mm512_maskz_loadu_epi32(m, in + i);
+    _mm256_mask_storeu_epi16(out + i, m, bf16_round16(u));
   }
 }
 
@@ -114,7 +118,7 @@ MT_AVX512 void f16_to_f32_avx512(const uint16_t* in, float* out, size_t n) {
   }
 }
 
-// F16C alone (AVX2-era CPUs): 8 at a time, scalar tail.
+// F16C (the avx2 level): 8 at a time, scalar tail.
 __attribute__((target("f16c,avx"))) void f32_to_f16_f16c(const float* in, uint16_t* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -130,54 +134,88 @@ __attribute__((target("f16c,avx"))) void f16_to_f32_f16c(const uint16_t* in, flo
   for (; i < n; ++i) out[i] = f16_to_f32(in[i]);
 }
 
-bool cpu_has_f16c() {
-  static const bool ok = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return ok;
+#define MT_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// The same integer rounding as above, 8 at a time: 16 bits of each 32-bit
+// lane packed with a shuffle (no 32->16 truncating move before AVX-512).
+MT_AVX2 inline __m128i bf16_round8(__m256i u) {
+  const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  // Signed compare is safe: abs is non-negative as an int32.
+  const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  const __m256i nanv = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  const __m256i r = _mm256_blendv_epi8(rounded, nanv, nan);
+  // Each lane holds its result in the low 16 bits (the high ones are zero):
+  // packus of the two 128-bit halves gives the 8 results in order.
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 
-bool cpu_has_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
-  return ok;
+MT_AVX2 void f32_to_bf16_avx2(const float* in, uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), bf16_round8(u));
+  }
+  for (; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
+
+MT_AVX2 void bf16_to_f32_avx2(const uint16_t* in, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  for (; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+}
+
+// The conversions follow the dispatch level (MESHTRAIN_ISA caps them too);
+// F16C is part of the avx2 level (x86-64-v3).
+bool use_avx2() { return active_isa() >= Isa::Avx2; }
+bool use_f16c() { return use_avx2(); }
+bool use_avx512() { return active_isa() >= Isa::Avx512; }
 #else
 // No vector conversions off x86-64: the scalar loops below run.
-bool cpu_has_f16c() { return false; }
-bool cpu_has_avx512() { return false; }
+bool use_avx2() { return false; }
+bool use_avx512() { return false; }
 #endif
 
 }  // namespace
 
 const char* half_conversion_isa() {
-  return cpu_has_avx512() ? "avx512" : cpu_has_f16c() ? "f16c (bf16 scalar)" : "scalar";
+  return use_avx512() ? "avx512" : use_avx2() ? "avx2" : "scalar";
 }
 
 void f32_to_bf16(const float* in, uint16_t* out, size_t n) {
 #if defined(__x86_64__)
-  if (cpu_has_avx512()) return f32_to_bf16_avx512(in, out, n);
+  if (use_avx512()) return f32_to_bf16_avx512(in, out, n);
+  if (use_avx2()) return f32_to_bf16_avx2(in, out, n);
 #endif
   for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
 
 void bf16_to_f32(const uint16_t* in, float* out, size_t n) {
 #if defined(__x86_64__)
-  if (cpu_has_avx512()) return bf16_to_f32_avx512(in, out, n);
+  if (use_avx512()) return bf16_to_f32_avx512(in, out, n);
+  if (use_avx2()) return bf16_to_f32_avx2(in, out, n);
 #endif
   for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
 }
 
 void f32_to_f16(const float* in, uint16_t* out, size_t n) {
 #if defined(__x86_64__)
-  if (cpu_has_avx512()) return f32_to_f16_avx512(in, out, n);
-  if (cpu_has_f16c()) return f32_to_f16_f16c(in, out, n);
+  if (use_avx512()) return f32_to_f16_avx512(in, out, n);
+  if (use_f16c()) return f32_to_f16_f16c(in, out, n);
 #endif
   for (size_t i = 0; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }
 
 void f16_to_f32(const uint16_t* in, float* out, size_t n) {
 #if defined(__x86_64__)
-  if (cpu_has_avx512()) return f16_to_f32_avx512(in, out, n);
-  if (cpu_has_f16c()) return f16_to_f32_f16c(in, out, n);
+  if (use_avx512()) return f16_to_f32_avx512(in, out, n);
+  if (use_f16c()) return f16_to_f32_f16c(in, out, n);
 #endif
   for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(in[i]);
 }

@@ -1,8 +1,8 @@
 // bf16 and IEEE f16 conversions, round-to-nearest-even, NaN kept NaN.
 // The scalar functions define the results; the bulk functions give the same
-// bits for every input (subnormals included), vectorized with AVX-512 / F16C
-// when the running CPU has them (chosen at run time, so a portable build
-// still uses them).
+// bits for every input (subnormals included), vectorized with AVX-512 or
+// AVX2/F16C at the dispatch level (core/cpu_isa.h: chosen at run time, so a
+// portable build still uses them, and MESHTRAIN_ISA caps them).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +34,7 @@ void bf16_to_f32(const uint16_t* in, float* out, size_t n);
 void f32_to_f16(const float* in, uint16_t* out, size_t n);
 void f16_to_f32(const uint16_t* in, float* out, size_t n);
 
-// Which code the bulk conversions run on this CPU, e.g. "avx512" or "scalar".
+// Which code the bulk conversions run now: "avx512", "avx2" or "scalar".
 const char* half_conversion_isa();
 
 }  // namespace meshtrain

@@ -1,5 +1,7 @@
 #include "meshtrain/train/trainer.h"
 
+#include "meshtrain/train/cpu_report.h"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -135,6 +137,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   auto say = [lead](const std::string& line) {
     if (lead) fmt::print("{}\n", line);
   };
+  say(cpu_report_line());
   if (lead) {
     std::filesystem::create_directories(opt.run_dir);
     if (!opt.resolved_config_json.empty()) {

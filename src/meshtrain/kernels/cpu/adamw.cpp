@@ -1,8 +1,10 @@
+// isa-levels: scalar avx2 avx512
 #include "meshtrain/kernels/cpu/adamw.h"
+#include "meshtrain/core/isa_dispatch.h"
 
 #include <cmath>
 
-namespace meshtrain::cpu {
+namespace meshtrain::cpu::MT_ISA_NS {
 
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
                 const AdamWHyper& h) {
@@ -24,4 +26,15 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
   }
 }
 
+}  // namespace meshtrain::cpu::MT_ISA_NS
+
+namespace meshtrain::cpu {
+
+#if MT_ISA_BASELINE
+// The public entry points: the variant for active_isa() (core/isa_dispatch.h).
+MT_ISA_DECLARE(void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWHyper& h))
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWHyper& h) {
+  MT_ISA_PICK(adamw_step)(param, grad, m, v, n, h);
+}
+#endif
 }  // namespace meshtrain::cpu

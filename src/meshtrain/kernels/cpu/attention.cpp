@@ -1,3 +1,4 @@
+// isa-levels: scalar avx2 avx512
 #include "meshtrain/kernels/cpu/attention.h"
 
 #include <omp.h>
@@ -7,18 +8,13 @@
 #include <cstring>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/isa_dispatch.h"
 #include "meshtrain/kernels/cpu/attention_fused.h"
 #include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/kernels/cpu/vec_math.h"
 
-namespace meshtrain::cpu {
+namespace meshtrain::cpu::MT_ISA_NS {
 
-int64_t attention_workspace_floats(int64_t T, int64_t hd) {
-  // The same size whichever path runs, so the memory prediction does not
-  // depend on the CPU: the fused path's need, which covers the GEMM path's
-  // two Tb x T blocks.
-  return std::max(2 * kAttentionRowBlock * T, attention_fused_workspace_floats(T, hd));
-}
 
 namespace {
 
@@ -50,30 +46,6 @@ void causal_softmax_block(float* P, int64_t ldp, int64_t r0, int64_t r1, const f
 }
 
 }  // namespace
-
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
-                       int64_t NH, float* workspace, int nthreads) {
-  MT_CHECK(NH > 0 && C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
-  if (attention_fused_available())
-    attention_forward_fused(out, lse, qkv, B, T, C, NH, workspace, nthreads);
-  else
-    attention_forward_gemm(out, lse, qkv, B, T, C, NH, workspace, nthreads);
-}
-
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                        float* workspace, int nthreads) {
-  auto overlaps = [&](const float* p, int64_t n) {
-    return dqkv < p + n && p < dqkv + B * T * 3 * C;
-  };
-  MT_CHECK(NH > 0 && C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
-  MT_CHECK(!overlaps(qkv, B * T * 3 * C) && !overlaps(out, B * T * C) && !overlaps(dout, B * T * C),
-           "attention_backward: dqkv overlaps qkv, out or dout (they are read while it is written)");
-  if (attention_fused_available())
-    attention_backward_fused(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
-  else
-    attention_backward_gemm(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
-}
 
 void attention_forward_gemm(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH, float* workspace, int nthreads) {
@@ -150,4 +122,125 @@ void attention_backward_gemm(float* dqkv, const float* dout, const float* qkv, c
   }
 }
 
+}  // namespace meshtrain::cpu::MT_ISA_NS
+
+#if MT_ISA_BASELINE
+namespace meshtrain::cpu {
+
+namespace {
+// Score columns per packed panel of the fused kernels (two AVX-512 vectors).
+constexpr int64_t kPanel = 32;
+}  // namespace
+
+int64_t attention_fused_workspace_floats(int64_t T, int64_t hd) {
+  // P and dP blocks (Tb x Tp) and the packed K and V panels (hd x Tp).
+  const int64_t Tp = (T + kPanel - 1) / kPanel * kPanel;
+  return 2 * kAttentionRowBlock * Tp + 2 * hd * Tp;
+}
+
+int64_t attention_workspace_floats(int64_t T, int64_t hd) {
+  // The same size whichever path runs, so the memory prediction does not
+  // depend on the CPU: the fused path's need, which covers the GEMM path's
+  // two Tb x T blocks.
+  return std::max(2 * kAttentionRowBlock * T, attention_fused_workspace_floats(T, hd));
+}
+
+using AttentionForward = void (*)(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                  float*, int);
+using AttentionBackward = void (*)(float*, const float*, const float*, const float*, const float*,
+                                   int64_t, int64_t, int64_t, int64_t, float*, int);
+
+MT_ISA_DECLARE(void attention_forward_gemm(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH, float* workspace, int nthreads))
+MT_ISA_DECLARE(void attention_backward_gemm(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, float* workspace, int nthreads))
+#if MESHTRAIN_ISA_VARIANTS
+// The fused kernels: attention_fused.cpp (avx512), attention_fused_avx2.cpp (avx2).
+#define MT_DECLARE_FUSED(ns)                                                                     \
+  namespace ns {                                                                                 \
+  void attention_forward_fused(float* out, float* lse, const float* qkv, int64_t B, int64_t T,   \
+                               int64_t C, int64_t NH, float* workspace, int nthreads);           \
+  void attention_backward_fused(float* dqkv, const float* dout, const float* qkv,                \
+                                const float* out, const float* lse, int64_t B, int64_t T,        \
+                                int64_t C, int64_t NH, float* workspace, int nthreads);          \
+  }
+MT_DECLARE_FUSED(isa_avx512)
+MT_DECLARE_FUSED(isa_avx2)
+#undef MT_DECLARE_FUSED
+#endif
+
+namespace {
+// The fused kernels for the active level; null where there are none.
+struct FusedKernels {
+  AttentionForward forward = nullptr;
+  AttentionBackward backward = nullptr;
+  const char* name = "gemm";
+};
+
+FusedKernels fused_kernels() {
+#if MESHTRAIN_ISA_VARIANTS
+  if (active_isa() >= Isa::Avx512)
+    return {isa_avx512::attention_forward_fused, isa_avx512::attention_backward_fused, "fused avx512"};
+  if (active_isa() >= Isa::Avx2)
+    return {isa_avx2::attention_forward_fused, isa_avx2::attention_backward_fused, "fused avx2"};
+#endif
+  return {};
+}
+}  // namespace
+
+bool attention_fused_available() { return fused_kernels().forward != nullptr; }
+
+const char* attention_path() { return fused_kernels().name; }
+
+void attention_forward_fused(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                             int64_t C, int64_t NH, float* workspace, int nthreads) {
+  const FusedKernels k = fused_kernels();
+  MT_CHECK(k.forward, "attention_forward_fused: no fused kernel at ISA level {}",
+           isa_name(active_isa()));
+  k.forward(out, lse, qkv, B, T, C, NH, workspace, nthreads);
+}
+
+void attention_backward_fused(float* dqkv, const float* dout, const float* qkv, const float* out,
+                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                              float* workspace, int nthreads) {
+  const FusedKernels k = fused_kernels();
+  MT_CHECK(k.backward, "attention_backward_fused: no fused kernel at ISA level {}",
+           isa_name(active_isa()));
+  k.backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
+}
+
+void attention_forward_gemm(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, float* workspace, int nthreads) {
+  MT_ISA_PICK(attention_forward_gemm)(out, lse, qkv, B, T, C, NH, workspace, nthreads);
+}
+
+void attention_backward_gemm(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                             float* workspace, int nthreads) {
+  MT_ISA_PICK(attention_backward_gemm)(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH, float* workspace, int nthreads) {
+  MT_CHECK(NH > 0 && C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
+  if (attention_fused_available())
+    attention_forward_fused(out, lse, qkv, B, T, C, NH, workspace, nthreads);
+  else
+    attention_forward_gemm(out, lse, qkv, B, T, C, NH, workspace, nthreads);
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                        float* workspace, int nthreads) {
+  auto overlaps = [&](const float* p, int64_t n) {
+    return dqkv < p + n && p < dqkv + B * T * 3 * C;
+  };
+  MT_CHECK(NH > 0 && C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
+  MT_CHECK(!overlaps(qkv, B * T * 3 * C) && !overlaps(out, B * T * C) && !overlaps(dout, B * T * C),
+           "attention_backward: dqkv overlaps qkv, out or dout (they are read while it is written)");
+  if (attention_fused_available())
+    attention_backward_fused(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
+  else
+    attention_backward_gemm(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
+}
+
 }  // namespace meshtrain::cpu
+#endif

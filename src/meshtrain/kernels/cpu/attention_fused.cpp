@@ -1,3 +1,4 @@
+// isa-levels: avx512
 #include "meshtrain/kernels/cpu/attention_fused.h"
 
 #include <omp.h>
@@ -18,25 +19,15 @@
 #include <immintrin.h>
 #endif
 
-namespace meshtrain::cpu {
-
-namespace {
-// Score columns per packed panel: two 16-float vectors.
-constexpr int64_t kPanel = 32;
-int64_t padded_length(int64_t T) { return (T + kPanel - 1) / kPanel * kPanel; }
-}  // namespace
-
-int64_t attention_fused_workspace_floats(int64_t T, int64_t hd) {
-  // P and dP blocks (Tb x Tp) and the packed K and V panels (hd x Tp).
-  const int64_t Tp = padded_length(T);
-  return 2 * kAttentionRowBlock * Tp + 2 * hd * Tp;
-}
+namespace meshtrain::cpu::MT_ISA_NS {
 
 #if defined(__AVX512F__)
 
-bool attention_fused_available() { return true; }
-
 namespace {
+
+// Score columns per packed panel: two 16-float vectors.
+constexpr int64_t kPanel = 32;
+int64_t padded_length(int64_t T) { return (T + kPanel - 1) / kPanel * kPanel; }
 
 // Rows of every tile: score tiles and product tiles share the same 8-row
 // grid, so a product never reads a score column its row's tile left unwritten.
@@ -413,20 +404,8 @@ void attention_backward_fused(float* dqkv, const float* dout, const float* qkv, 
   }
 }
 
-#else  // no AVX-512: attention.cpp runs the library-GEMM path
-
-bool attention_fused_available() { return false; }
-
-void attention_forward_fused(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                             float*, int) {
-  MT_CHECK(false, "attention_forward_fused: this build has no AVX-512 kernels");
-}
-
-void attention_backward_fused(float*, const float*, const float*, const float*, const float*,
-                              int64_t, int64_t, int64_t, int64_t, float*, int) {
-  MT_CHECK(false, "attention_backward_fused: this build has no AVX-512 kernels");
-}
-
+#else
+#error "attention_fused.cpp is compiled for the avx512 level only (// isa-levels: avx512)"
 #endif
 
-}  // namespace meshtrain::cpu
+}  // namespace meshtrain::cpu::MT_ISA_NS

@@ -1,4 +1,4 @@
-// Causal attention with its own AVX-512 block kernels instead of one library
+// Causal attention with its own SIMD block kernels instead of one library
 // GEMM call per (row block, product): the per-head K and V are packed once
 // into 32-column panels, score tiles above the diagonal are never computed,
 // and the products run as register-blocked loops straight on the strided
@@ -9,8 +9,11 @@
 
 namespace meshtrain::cpu {
 
-// True when this build has the AVX-512 kernels (compiled with AVX-512F).
+// True when a fused kernel exists at the active ISA level (active_isa():
+// AVX-512, or AVX2 where that variant is built); otherwise the GEMM path runs.
 bool attention_fused_available();
+// What attention_forward/backward run now: "fused avx512", "fused avx2" or "gemm".
+const char* attention_path();
 
 // Floats of scratch per thread (the largest of forward and backward).
 int64_t attention_fused_workspace_floats(int64_t T, int64_t hd);

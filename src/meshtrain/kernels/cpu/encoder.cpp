@@ -1,8 +1,10 @@
+// isa-levels: scalar avx2 avx512
 #include "meshtrain/kernels/cpu/encoder.h"
+#include "meshtrain/core/isa_dispatch.h"
 
 #include <algorithm>
 
-namespace meshtrain::cpu {
+namespace meshtrain::cpu::MT_ISA_NS {
 
 void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe,
                      int64_t B, int64_t T, int64_t C) {
@@ -34,4 +36,19 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   }
 }
 
+}  // namespace meshtrain::cpu::MT_ISA_NS
+
+namespace meshtrain::cpu {
+
+#if MT_ISA_BASELINE
+// The public entry points: the variant for active_isa() (core/isa_dispatch.h).
+MT_ISA_DECLARE(void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int64_t B, int64_t T, int64_t C))
+MT_ISA_DECLARE(void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int64_t B, int64_t T, int64_t C))
+void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int64_t B, int64_t T, int64_t C) {
+  MT_ISA_PICK(encoder_forward)(out, inp, wte, wpe, B, T, C);
+}
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int64_t B, int64_t T, int64_t C) {
+  MT_ISA_PICK(encoder_backward)(dwte, dwpe, dout, inp, B, T, C);
+}
+#endif
 }  // namespace meshtrain::cpu

@@ -1,8 +1,10 @@
+// isa-levels: scalar avx2 avx512
 #include "meshtrain/kernels/cpu/gelu.h"
+#include "meshtrain/core/isa_dispatch.h"
 
 #include "meshtrain/kernels/cpu/vec_math.h"
 
-namespace meshtrain::cpu {
+namespace meshtrain::cpu::MT_ISA_NS {
 
 namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -39,4 +41,19 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
   }
 }
 
+}  // namespace meshtrain::cpu::MT_ISA_NS
+
+namespace meshtrain::cpu {
+
+#if MT_ISA_BASELINE
+// The public entry points: the variant for active_isa() (core/isa_dispatch.h).
+MT_ISA_DECLARE(void gelu_forward(float* out, const float* inp, int64_t n))
+MT_ISA_DECLARE(void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n))
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  MT_ISA_PICK(gelu_forward)(out, inp, n);
+}
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  MT_ISA_PICK(gelu_backward)(dinp, inp, dout, n);
+}
+#endif
 }  // namespace meshtrain::cpu

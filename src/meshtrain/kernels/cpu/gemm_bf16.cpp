@@ -11,6 +11,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "meshtrain/core/cpu_isa.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/core/tensor.h"
@@ -22,14 +23,7 @@ namespace meshtrain::cpu {
 
 const char* half_name(Half h) { return h == Half::BF16 ? "bf16" : "f16"; }
 
-bool cpu_has_avx512_bf16() {
-#if defined(__x86_64__)
-  static const bool ok = __builtin_cpu_supports("avx512bf16") != 0;
-  return ok;
-#else
-  return false;
-#endif
-}
+bool cpu_has_avx512_bf16() { return active_isa() >= Isa::Avx512Bf16; }
 
 bool have_onednn() {
 #if defined(MESHTRAIN_HAVE_DNNL)
@@ -166,9 +160,13 @@ std::string half_gemm_description(Half fmt) {
     return "f16 GEMM: fallback: fp32 sgemm after conversion (no f16 dot-product instruction "
            "on this CPU)";
   if (bf16_gemm_path() == HalfGemmPath::FallbackSgemm) {
-    const char* why = !have_onednn() ? "built without oneDNN"
-                      : !cpu_has_avx512_bf16() ? "CPU lacks AVX512_BF16"
-                                               : "MESHTRAIN_BF16_GEMM=fallback";
+    // The user's explicit choice first: it is the reason whatever the CPU.
+    const char* env = std::getenv("MESHTRAIN_BF16_GEMM");
+    const char* why = env && std::string_view(env) == "fallback" ? "MESHTRAIN_BF16_GEMM=fallback"
+                      : !have_onednn()                             ? "built without oneDNN"
+                      : !cpu_has_avx512_bf16()
+                          ? (isa_capped() ? "MESHTRAIN_ISA is below avx512bf16" : "CPU lacks AVX512_BF16")
+                          : "set_bf16_gemm_path(fallback)";
     return fmt::format("fallback: fp32 sgemm ({})", why);
   }
 #if defined(MESHTRAIN_HAVE_DNNL)

@@ -1,10 +1,12 @@
+// isa-levels: scalar avx2 avx512
 #include "meshtrain/kernels/cpu/layernorm.h"
+#include "meshtrain/core/isa_dispatch.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-namespace meshtrain::cpu {
+namespace meshtrain::cpu::MT_ISA_NS {
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C) {
@@ -78,4 +80,19 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
 }
 
+}  // namespace meshtrain::cpu::MT_ISA_NS
+
+namespace meshtrain::cpu {
+
+#if MT_ISA_BASELINE
+// The public entry points: the variant for active_isa() (core/isa_dispatch.h).
+MT_ISA_DECLARE(void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C))
+MT_ISA_DECLARE(void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C))
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C) {
+  MT_ISA_PICK(layernorm_forward)(out, mean, rstd, inp, weight, bias, N, C);
+}
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  MT_ISA_PICK(layernorm_backward)(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+#endif
 }  // namespace meshtrain::cpu

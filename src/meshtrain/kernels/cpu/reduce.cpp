@@ -1,10 +1,12 @@
+// isa-levels: scalar avx2 avx512
 #include "meshtrain/kernels/cpu/reduce.h"
+#include "meshtrain/core/isa_dispatch.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-namespace meshtrain::cpu {
+namespace meshtrain::cpu::MT_ISA_NS {
 
 namespace {
 constexpr int64_t kChunk = 1 << 16;
@@ -34,4 +36,19 @@ bool all_finite(const float* x, int64_t n) {
   return bad == 0;
 }
 
+}  // namespace meshtrain::cpu::MT_ISA_NS
+
+namespace meshtrain::cpu {
+
+#if MT_ISA_BASELINE
+// The public entry points: the variant for active_isa() (core/isa_dispatch.h).
+MT_ISA_DECLARE(double sum_squares(const float* x, int64_t n))
+MT_ISA_DECLARE(bool all_finite(const float* x, int64_t n))
+double sum_squares(const float* x, int64_t n) {
+  return MT_ISA_PICK(sum_squares)(x, n);
+}
+bool all_finite(const float* x, int64_t n) {
+  return MT_ISA_PICK(all_finite)(x, n);
+}
+#endif
 }  // namespace meshtrain::cpu

@@ -1,10 +1,12 @@
+// isa-levels: scalar avx2 avx512
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
+#include "meshtrain/core/isa_dispatch.h"
 
 #include <cmath>
 
 #include "meshtrain/kernels/cpu/vec_math.h"
 
-namespace meshtrain::cpu {
+namespace meshtrain::cpu::MT_ISA_NS {
 
 namespace {
 // Returns max and log(sum(exp(x - max))) of a row.
@@ -59,4 +61,19 @@ void softmax_cross_entropy_backward(float* logits, const int32_t* targets, float
   }
 }
 
+}  // namespace meshtrain::cpu::MT_ISA_NS
+
+namespace meshtrain::cpu {
+
+#if MT_ISA_BASELINE
+// The public entry points: the variant for active_isa() (core/isa_dispatch.h).
+MT_ISA_DECLARE(int64_t softmax_cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp))
+MT_ISA_DECLARE(void softmax_cross_entropy_backward(float* logits, const int32_t* targets, float dloss, int64_t N, int64_t V, int64_t Vp))
+int64_t softmax_cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
+  return MT_ISA_PICK(softmax_cross_entropy_forward)(losses, logits, targets, N, V, Vp);
+}
+void softmax_cross_entropy_backward(float* logits, const int32_t* targets, float dloss, int64_t N, int64_t V, int64_t Vp) {
+  MT_ISA_PICK(softmax_cross_entropy_backward)(logits, targets, dloss, N, V, Vp);
+}
+#endif
 }  // namespace meshtrain::cpu

@@ -6,7 +6,7 @@
 namespace meshtrain::cpu {
 
 // exp(x) to ~2 ulp for x in [-87, 88]; smaller x flushes toward 0, larger clamps.
-inline float fast_expf(float x) {
+[[gnu::always_inline]] static inline float fast_expf(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   const float log2e = 1.44269504088896341f;
   float n = __builtin_rintf(x * log2e);
@@ -29,7 +29,7 @@ inline float fast_expf(float x) {
 }
 
 // tanh(u) = 1 - 2/(exp(2u)+1); saturates cleanly for large |u|.
-inline float fast_tanhf(float u) {
+[[gnu::always_inline]] static inline float fast_tanhf(float u) {
   u = u < -9.0f ? -9.0f : (u > 9.0f ? 9.0f : u);
   return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f);
 }

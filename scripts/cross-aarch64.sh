@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Cross-compiles the core libraries and the `meshtrain` CLI for aarch64 into
+# build-aarch64/ (cmake/toolchain-aarch64.cmake) and checks the result is an
+# aarch64 ELF; nothing is run. A CI guard: x86-only code (intrinsics or
+# __builtin_cpu_supports outside the guarded, dispatched ISA files) fails here.
+# Installs, once, Debian's aarch64 cross g++ and the arm64 -dev packages the
+# CLI links (multiarch); oneDNN, MPI and the tests are left out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+start=$SECONDS
+
+# Host tools and arch-independent headers; arm64 libraries via multiarch.
+HOST_PACKAGES=(cmake make file g++-aarch64-linux-gnu nlohmann-json3-dev libcli11-dev)
+ARM64_PACKAGES=(libopenblas-openmp-dev:arm64 libfmt-dev:arm64)
+
+missing=()
+for p in "${HOST_PACKAGES[@]}" "${ARM64_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "cross-aarch64: all packages present"
+else
+  echo "cross-aarch64: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "cross-aarch64: installed in $((SECONDS - start)) s"
+fi
+
+build_start=$SECONDS
+cmake -S . -B build-aarch64 -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchain-aarch64.cmake" \
+  -DMESHTRAIN_BUILD_TESTS=OFF -DMESHTRAIN_WITH_MPI=OFF "$@" >/dev/null
+cmake --build build-aarch64 -j"$JOBS" --target meshtrain_cli
+
+bin=build-aarch64/bin/meshtrain
+desc=$(file -b "$bin")
+echo "cross-aarch64: $bin: $desc"
+case "$desc" in
+  ELF\ 64-bit*ARM\ aarch64*) ;;
+  *) echo "cross-aarch64: $bin is not an aarch64 ELF" >&2; exit 1 ;;
+esac
+echo "cross-aarch64: built in $((SECONDS - build_start)) s, $((SECONDS - start)) s in all"

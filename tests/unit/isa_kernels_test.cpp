@@ -1,0 +1,302 @@
+// test-links: mt_kernels mt_comm
+// Every dispatched kernel at every ISA level this CPU can run, against the
+// same kernel at the scalar level (the reference): bitwise where the
+// algorithm promises it (bf16/f16 rounding, elementwise sums, copies), within
+// a stated tolerance where the vector width changes the order of a
+// reduction. Levels the CPU lacks are reported as skipped, with the reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "meshtrain/comm/reduce.h"
+#include "meshtrain/comm/stream_copy.h"
+#include "meshtrain/core/cpu_isa.h"
+#include "meshtrain/core/half.h"
+#include "meshtrain/kernels/cpu/adamw.h"
+#include "meshtrain/kernels/cpu/attention.h"
+#include "meshtrain/kernels/cpu/attention_fused.h"
+#include "meshtrain/kernels/cpu/elementwise.h"
+#include "meshtrain/kernels/cpu/encoder.h"
+#include "meshtrain/kernels/cpu/gelu.h"
+#include "meshtrain/kernels/cpu/layernorm.h"
+#include "meshtrain/kernels/cpu/reduce.h"
+#include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
+
+using namespace meshtrain;
+using namespace meshtrain::cpu;
+
+namespace {
+
+// Sizes with every kind of tail for 8- and 16-lane vectors.
+const int64_t kSizes[] = {1, 7, 8, 15, 16, 17, 33, 100, 1027};
+
+std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Relative max difference, with an absolute floor for values near zero.
+void expect_close(const std::vector<float>& want, const std::vector<float>& got, double rtol,
+                  const char* what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], rtol * (1.0 + std::fabs(want[i]))) << what << " at " << i;
+}
+
+void expect_bitwise(const void* want, const void* got, size_t bytes, const char* what) {
+  ASSERT_EQ(std::memcmp(want, got, bytes), 0) << what << " differs from the scalar level";
+}
+
+// Runs fn at the scalar level (reference) and at `level`; fn fills its output.
+template <typename Out>
+std::pair<Out, Out> at_both(Isa level, const std::function<Out()>& fn) {
+  Out ref, got;
+  {
+    ScopedIsaCap cap(Isa::Scalar);
+    ref = fn();
+  }
+  {
+    ScopedIsaCap cap(level);
+    got = fn();
+  }
+  return {ref, got};
+}
+
+#define SKIP_UNLESS_CPU_HAS(level)                                                      \
+  if (!cpu_supports(level))                                                           \
+    GTEST_SKIP() << "this CPU (" << cpu_model_name() << ") supports up to "           \
+                 << isa_name(cpu_isa()) << ", not " << isa_name(level);
+
+// One test per (level, kernel family): ISA_TEST(name) { body using `level` }.
+#define ISA_TEST(name)                                               \
+  void name##_at(Isa level);                                         \
+  TEST(isa_scalar, name) { name##_at(Isa::Scalar); }                 \
+  TEST(isa_avx2, name) {                                             \
+    SKIP_UNLESS_CPU_HAS(Isa::Avx2);                                  \
+    name##_at(Isa::Avx2);                                            \
+  }                                                                  \
+  TEST(isa_avx512, name) {                                           \
+    SKIP_UNLESS_CPU_HAS(Isa::Avx512);                                \
+    name##_at(Isa::Avx512);                                          \
+  }                                                                  \
+  void name##_at(Isa level)
+
+using Floats = std::vector<float>;
+
+}  // namespace
+
+TEST(isa, active_level_is_what_the_cpu_has_unless_capped) {
+  EXPECT_TRUE(cpu_supports(active_isa()));
+  {
+    ScopedIsaCap cap(Isa::Scalar);
+    EXPECT_EQ(active_isa(), Isa::Scalar);
+    EXPECT_STREQ(attention_path(), "gemm");
+    EXPECT_STREQ(half_conversion_isa(), "scalar");
+  }
+  EXPECT_EQ(parse_isa("avx2"), Isa::Avx2);
+  EXPECT_THROW(parse_isa("sse9"), UsageError);
+  if (cpu_isa() != Isa::Avx512Bf16)
+    EXPECT_THROW(ScopedIsaCap cap(Isa::Avx512Bf16), Error);
+}
+
+ISA_TEST(bf16_and_f16_conversions_are_bitwise_equal) {
+  // Specials, subnormals, rounding ties and random values, at odd lengths.
+  std::vector<float> specials = {0.f, -0.f, 1.f, -1.f, 65504.f, 65520.f, 1e-8f, -3e-39f,
+                                 std::numeric_limits<float>::infinity(),
+                                 -std::numeric_limits<float>::infinity(),
+                                 std::numeric_limits<float>::quiet_NaN(),
+                                 std::numeric_limits<float>::denorm_min(),
+                                 bits_f32(0x3f808000u), bits_f32(0x3f818000u), bits_f32(0x7f800001u),
+                                 bits_f32(0xffc12345u)};
+  for (int64_t n : kSizes) {
+    Floats x = randn(n, 7 + n, 100.f);
+    for (size_t i = 0; i < x.size() && i < specials.size(); ++i) x[i * 3 % x.size()] = specials[i];
+    using H = std::vector<uint16_t>;
+    auto [rb, gb] = at_both<H>(level, [&] { H h(x.size()); f32_to_bf16(x.data(), h.data(), h.size()); return h; });
+    expect_bitwise(rb.data(), gb.data(), rb.size() * 2, "f32 -> bf16");
+    auto [rh, gh] = at_both<H>(level, [&] { H h(x.size()); f32_to_f16(x.data(), h.data(), h.size()); return h; });
+    expect_bitwise(rh.data(), gh.data(), rh.size() * 2, "f32 -> f16");
+    auto [rbf, gbf] = at_both<Floats>(level, [&] { Floats f(x.size()); bf16_to_f32(rb.data(), f.data(), f.size()); return f; });
+    expect_bitwise(rbf.data(), gbf.data(), rbf.size() * 4, "bf16 -> f32");
+    auto [rhf, ghf] = at_both<Floats>(level, [&] { Floats f(x.size()); f16_to_f32(rh.data(), f.data(), f.size()); return f; });
+    expect_bitwise(rhf.data(), ghf.data(), rhf.size() * 4, "f16 -> f32");
+  }
+}
+
+ISA_TEST(layernorm_matches_scalar) {
+  for (int64_t C : {7, 16, 33, 384}) {
+    const int64_t N = 37;
+    const Floats x = randn(N * C, 1, 2.f), w = randn(C, 2), b = randn(C, 3), dy = randn(N * C, 4);
+    auto run = [&] {
+      Floats y(N * C), mean(N), rstd(N), dx(N * C, 0.5f), dw(C, 0.25f), db(C, 0.f);
+      layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+      layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
+                         rstd.data(), N, C);
+      Floats all = y;
+      for (auto* v : {&mean, &rstd, &dx, &dw, &db}) all.insert(all.end(), v->begin(), v->end());
+      return all;
+    };
+    auto [ref, got] = at_both<Floats>(level, run);
+    expect_close(ref, got, 2e-5, "layernorm forward/backward");
+  }
+}
+
+ISA_TEST(gelu_matches_scalar) {
+  for (int64_t n : kSizes) {
+    const Floats x = randn(n, 5, 3.f), dy = randn(n, 6);
+    auto [ref, got] = at_both<Floats>(level, [&] {
+      Floats y(n), dx(n);
+      gelu_forward(y.data(), x.data(), n);
+      gelu_backward(dx.data(), x.data(), dy.data(), n);
+      y.insert(y.end(), dx.begin(), dx.end());
+      return y;
+    });
+    expect_close(ref, got, 1e-6, "gelu");
+  }
+}
+
+ISA_TEST(adamw_matches_scalar) {
+  for (int64_t n : {int64_t{17}, int64_t{40000}}) {
+    const Floats g = randn(n, 8), p0 = randn(n, 9), m0 = randn(n, 10, 0.1f);
+    Floats v0 = randn(n, 11, 0.1f);
+    for (auto& v : v0) v = v * v;
+    AdamWHyper h;
+    h.lr = 1e-2f, h.weight_decay = 0.1f, h.step = 3, h.grad_scale = 0.5f;
+    auto [ref, got] = at_both<Floats>(level, [&] {
+      Floats p = p0, m = m0, v = v0;
+      adamw_step(p.data(), g.data(), m.data(), v.data(), n, h);
+      p.insert(p.end(), m.begin(), m.end());
+      p.insert(p.end(), v.begin(), v.end());
+      return p;
+    });
+    expect_close(ref, got, 1e-6, "adamw");
+  }
+}
+
+ISA_TEST(encoder_matches_scalar) {
+  const int64_t B = 2, T = 5, C = 33, V = 11;
+  const Floats wte = randn(V * C, 12), wpe = randn(T * C, 13), dy = randn(B * T * C, 14);
+  std::vector<int32_t> tok = {1, 3, 3, 10, 0, 7, 7, 7, 2, 9};
+  auto [ref, got] = at_both<Floats>(level, [&] {
+    Floats y(B * T * C), dwte(V * C, 0.f), dwpe(T * C, 0.f);
+    encoder_forward(y.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    encoder_backward(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C);
+    y.insert(y.end(), dwte.begin(), dwte.end());
+    y.insert(y.end(), dwpe.begin(), dwpe.end());
+    return y;
+  });
+  expect_bitwise(ref.data(), got.data(), ref.size() * 4, "encoder (sums in the same order)");
+}
+
+ISA_TEST(softmax_cross_entropy_matches_scalar) {
+  const int64_t N = 9, V = 61, Vp = 64;
+  const Floats logits = randn(N * Vp, 15, 4.f);
+  std::vector<int32_t> t = {0, 5, 60, -1, 17, 33, 2, 59, 8};
+  auto [ref, got] = at_both<Floats>(level, [&] {
+    Floats losses(N), x = logits;
+    const int64_t counted = softmax_cross_entropy_forward(losses.data(), x.data(), t.data(), N, V, Vp);
+    EXPECT_EQ(counted, N - 1);
+    softmax_cross_entropy_backward(x.data(), t.data(), 0.125f, N, V, Vp);
+    losses.insert(losses.end(), x.begin(), x.end());
+    return losses;
+  });
+  expect_close(ref, got, 2e-6, "softmax cross-entropy");
+}
+
+ISA_TEST(elementwise_and_reductions_match_scalar) {
+  for (int64_t n : kSizes) {
+    const Floats a = randn(n, 16), b = randn(n, 17);
+    auto [ref, got] = at_both<Floats>(level, [&] {
+      Floats out(n), acc = a, sc = b;
+      add(out.data(), a.data(), b.data(), n);
+      add_inplace(acc.data(), b.data(), n);
+      scale_inplace(sc.data(), 0.37f, n);
+      out.insert(out.end(), acc.begin(), acc.end());
+      out.insert(out.end(), sc.begin(), sc.end());
+      return out;
+    });
+    expect_bitwise(ref.data(), got.data(), ref.size() * 4, "add / add_inplace / scale");
+    auto [rs, gs] = at_both<Floats>(level, [&] { return Floats{static_cast<float>(sum_squares(a.data(), n))}; });
+    expect_close(rs, gs, 1e-6, "sum_squares");
+    Floats bad = a;
+    bad[n / 2] = std::numeric_limits<float>::quiet_NaN();
+    ScopedIsaCap cap(level);
+    EXPECT_TRUE(all_finite(a.data(), n));
+    EXPECT_FALSE(all_finite(bad.data(), n));
+  }
+}
+
+ISA_TEST(attention_matches_scalar_gemm_path) {
+  struct Shape { int64_t B, T, C, NH; };
+  for (const Shape s : {Shape{2, 70, 12, 3}, Shape{1, 33, 32, 2}, Shape{1, 1, 8, 2}, Shape{2, 130, 128, 2}}) {
+    const int64_t hd = s.C / s.NH;
+    const Floats qkv = randn(s.B * s.T * 3 * s.C, 18), dout = randn(s.B * s.T * s.C, 19);
+    Floats ws(2 * attention_workspace_floats(s.T, hd));
+    auto [ref, got] = at_both<Floats>(level, [&] {
+      Floats out(s.B * s.T * s.C), lse(s.B * s.NH * s.T), dqkv(qkv.size());
+      attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, ws.data(), 2);
+      attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C,
+                         s.NH, ws.data(), 2);
+      out.insert(out.end(), lse.begin(), lse.end());
+      out.insert(out.end(), dqkv.begin(), dqkv.end());
+      return out;
+    });
+    SCOPED_TRACE(::testing::Message() << "T " << s.T << " C " << s.C << " NH " << s.NH);
+    expect_close(ref, got, 2e-5, "attention");
+  }
+}
+
+ISA_TEST(collective_reductions_match_scalar) {
+  for (int64_t n64 : kSizes) {
+    const size_t n = static_cast<size_t>(n64);
+    const Floats a = randn(n64, 20), b = randn(n64, 21), c = randn(n64, 22);
+    for (comm::ReduceOp op : {comm::ReduceOp::Sum, comm::ReduceOp::Max, comm::ReduceOp::Min}) {
+      auto [ref, got] = at_both<Floats>(level, [&] {
+        Floats dst = a, many(n);
+        comm::reduce_into(dst.data(), b.data(), n, DType::F32, op);
+        const void* srcs[3] = {a.data(), b.data(), c.data()};
+        comm::reduce_many(many.data(), srcs, 3, n, DType::F32, op);
+        dst.insert(dst.end(), many.begin(), many.end());
+        return dst;
+      });
+      expect_bitwise(ref.data(), got.data(), ref.size() * 4, "f32 reduce_into / reduce_many");
+    }
+    using H = std::vector<uint16_t>;
+    H ha(n), hb(n);
+    f32_to_bf16(a.data(), ha.data(), n);
+    f32_to_bf16(b.data(), hb.data(), n);
+    for (DType dt : {DType::BF16, DType::F16}) {
+      auto [ref, got] = at_both<H>(level, [&] {
+        H dst = ha;
+        comm::reduce_into(dst.data(), hb.data(), n, dt, comm::ReduceOp::Sum);
+        comm::scale_avg(dst.data(), n, dt, 3);
+        return dst;
+      });
+      expect_bitwise(ref.data(), got.data(), ref.size() * 2, "16-bit reduce_into + scale_avg");
+    }
+  }
+}
+
+ISA_TEST(streaming_copy_is_a_copy) {
+  for (size_t bytes : {size_t{1}, size_t{63}, size_t{64}, size_t{1000}, size_t{1} << 16}) {
+    std::vector<unsigned char> src(bytes + 64), dst(bytes + 64, 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 31 + 7);
+    ScopedIsaCap cap(level);
+    for (size_t off : {size_t{0}, size_t{3}}) {
+      std::fill(dst.begin(), dst.end(), 0);
+      comm::stream_copy(dst.data() + off, src.data() + 1, bytes);
+      comm::stream_fence();
+      ASSERT_EQ(std::memcmp(dst.data() + off, src.data() + 1, bytes), 0) << bytes << " bytes";
+      ASSERT_EQ(dst[off + bytes], 0) << "wrote past the end";
+    }
+  }
+}
