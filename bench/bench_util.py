@@ -17,11 +17,36 @@ def cpu_model():
     return platform.processor() or "unknown CPU"
 
 
-def run_json(cmd, threads):
-    """Runs cmd with every thread pool pinned to `threads` and returns the last
-    JSON object it printed on a line of its own."""
+# Environment that caps each side's CPU dispatch at an ISA level, so a run on
+# an AVX-512 machine measures what an AVX2 one runs (clock and caches aside).
+# meshtrain: MESHTRAIN_ISA (it caps its OpenBLAS and oneDNN itself). PyTorch:
+# its own kernels (ATEN_CPU_CAPABILITY), MKL and its oneDNN.
+ISA_CAPS = {
+    "scalar": ({"MESHTRAIN_ISA": "scalar"},
+               {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+                "ONEDNN_MAX_CPU_ISA": "SSE41"}),
+    "avx2": ({"MESHTRAIN_ISA": "avx2"},
+             {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+              "ONEDNN_MAX_CPU_ISA": "AVX2"}),
+    "avx512": ({"MESHTRAIN_ISA": "avx512"},
+               {"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+                "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}),
+}
+
+
+def isa_env(level, side):
+    """The variables that cap `side` ("ours" or "peer") at `level` (None: no cap)."""
+    if not level:
+        return {}
+    ours, peer = ISA_CAPS[level]
+    return ours if side == "ours" else peer
+
+
+def run_json(cmd, threads, extra_env=None):
+    """Runs cmd with every thread pool pinned to `threads` (and extra_env) and
+    returns the last JSON object it printed on a line of its own."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               OPENBLAS_NUM_THREADS=str(threads))
+               OPENBLAS_NUM_THREADS=str(threads), **(extra_env or {}))
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"exit status {res.returncode} from {' '.join(cmd)}:\n"

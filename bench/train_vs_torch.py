@@ -4,13 +4,17 @@ batch, context, optimizer and thread count, alternating runs so that machine
 noise hits both alike. Prints medians and the ratio.
 
   python3 bench/train_vs_torch.py --preset char-6L --batch 8 --threads 1 2 --rounds 3
+  python3 bench/train_vs_torch.py --isa avx2 --compile   # both capped at AVX2; + torch.compile
+
+The PyTorch peer uses SDPA and fused AdamW; --compile adds a second peer run
+under torch.compile (inductor), interleaved with the others.
 """
 import argparse
 import os
 import statistics
 import sys
 
-from bench_util import run_json
+from bench_util import cpu_model, isa_env, run_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,6 +28,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
+    ap.add_argument("--isa", choices=["scalar", "avx2", "avx512"],
+                    help="cap both sides' CPU dispatch at this level (bench_util.ISA_CAPS)")
+    ap.add_argument("--compile", action="store_true", help="also run the peer under torch.compile")
     a = ap.parse_args()
     seq = ["--seq", str(a.seq)] if a.seq else []
     results = {}
@@ -31,12 +38,19 @@ def main():
         for t in a.threads:
             ours = run_json([a.binary, "bench", "train", "--preset", a.preset, "--batch",
                              str(a.batch), "--threads", str(t), "--steps", str(a.steps),
-                             "--warmup", "2", "--json"] + seq, t)
-            peer = run_json([sys.executable, os.path.join(ROOT, "tools", "peers", "bench_train_torch.py"),
-                             "--preset", a.preset, "--batch", str(a.batch), "--threads", str(t),
-                             "--steps", str(a.steps), "--warmup", "2", "--json"] + seq, t)
+                             "--warmup", "2", "--json"] + seq, t, isa_env(a.isa, "ours"))
+            peer_cmd = [sys.executable, os.path.join(ROOT, "tools", "peers", "bench_train_torch.py"),
+                        "--preset", a.preset, "--batch", str(a.batch), "--threads", str(t),
+                        "--steps", str(a.steps), "--warmup", "2", "--optim-impl", "fused",
+                        "--json"] + seq
+            peer = run_json(peer_cmd, t, isa_env(a.isa, "peer"))
             res = results.setdefault(t, {"ours": [], "peer": [], "mfu": [], "peak": [], "torch": "",
-                                         "ours_cpu": [], "peer_cpu": []})
+                                         "ours_cpu": [], "peer_cpu": [], "compiled": []})
+            if a.compile:
+                comp = run_json(peer_cmd + ["--compile", "--warmup", "3"], t, isa_env(a.isa, "peer"))
+                if not comp.get("compiled"):
+                    raise RuntimeError("torch.compile did not compile the peer")
+                res["compiled"].append(comp["tokens_per_s"])
             res["ours_cpu"].append(ours["tokens_per_cpu_s"])
             res["peer_cpu"].append(peer["tokens_per_cpu_s"])
             res["ours"].append(ours["tokens_per_s"])
@@ -45,17 +59,25 @@ def main():
             res["peak"].append(ours["sgemm_peak_gflops"])
             res["torch"] = peer.get("torch_version", "")
             print(f"round {r + 1} threads {t}: meshtrain {ours['tokens_per_s']:.0f} tok/s "
-                  f"(MFU {ours['mfu'] * 100:.1f}%), torch {peer['tokens_per_s']:.0f} tok/s",
+                  f"(MFU {ours['mfu'] * 100:.1f}%), torch {peer['tokens_per_s']:.0f} tok/s"
+                  + (f", torch.compile {res['compiled'][-1]:.0f} tok/s" if a.compile else ""),
                   flush=True)
     print()
     print(f"{a.preset}, batch {a.batch}, f32, medians of {a.rounds} interleaved rounds "
-          f"({a.steps} timed steps each)")
-    print("| threads | meshtrain tok/s | PyTorch tok/s | ratio | tok per CPU-s: meshtrain / PyTorch (ratio) | meshtrain MFU | sgemm peak GFLOP/s |")
-    print("|---|---|---|---|---|---|---|")
+          f"({a.steps} timed steps each); {cpu_model()}"
+          + (f"; both capped at {a.isa}" if a.isa else ""))
+    comp_head = " torch.compile tok/s | ratio |" if a.compile else ""
+    print("| threads | meshtrain tok/s | PyTorch tok/s | ratio |" + comp_head +
+          " tok per CPU-s: meshtrain / PyTorch (ratio) | meshtrain MFU | sgemm peak GFLOP/s |")
+    print("|---|---|---|---|" + ("---|---|" if a.compile else "") + "---|---|---|")
     for t, res in results.items():
         o, p = statistics.median(res["ours"]), statistics.median(res["peer"])
         oc, pc = statistics.median(res["ours_cpu"]), statistics.median(res["peer_cpu"])
-        print(f"| {t} | {o:.0f} | {p:.0f} | {o / p:.2f}x | {oc:.0f} / {pc:.0f} ({oc / pc:.2f}x) "
+        comp = ""
+        if a.compile:
+            c = statistics.median(res["compiled"])
+            comp = f" {c:.0f} | {o / c:.2f}x |"
+        print(f"| {t} | {o:.0f} | {p:.0f} | {o / p:.2f}x |{comp} {oc:.0f} / {pc:.0f} ({oc / pc:.2f}x) "
               f"| {statistics.median(res['mfu']) * 100:.1f}% "
               f"| {statistics.median(res['peak']):.1f} |")
     print(f"PyTorch {results[a.threads[0]]['torch']}")
