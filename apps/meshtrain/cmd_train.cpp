@@ -219,6 +219,7 @@ void run_train(const TrainArgs& a) {
   o.eval_batches = c.train.eval_batches;
   o.log_every = c.train.log_every;
   o.sample_every = c.train.sample_every;
+  o.max_minutes = c.train.max_minutes;
   o.save_every = c.train.save_every;
   o.seed = c.train.seed;
   o.run_dir = c.telemetry.dir;

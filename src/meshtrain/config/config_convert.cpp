@@ -159,6 +159,7 @@ TrainConfig convert_config(const nlohmann::json& j,
   t.threads = r.small_int("train.threads", 0, 4096);
   t.log_every = r.integer("train.log_every", 1, INT64_MAX);
   t.sample_every = r.integer("train.sample_every", 0, INT64_MAX);
+  t.max_minutes = r.in_range("train.max_minutes", 0.0, 1e7, false);
   t.save_every = r.integer("train.save_every", 0, INT64_MAX);
   t.lr_scaling = r.choice("train.lr_scaling", {"none", "linear", "sqrt"});
   t.lr_base_batch = r.integer("train.lr_base_batch", 0, INT64_MAX);

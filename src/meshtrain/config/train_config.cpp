@@ -44,6 +44,7 @@ J to_json(const TrainConfig& c) {
   train["threads"] = t.threads;
   train["log_every"] = t.log_every;
   train["sample_every"] = t.sample_every;
+  train["max_minutes"] = t.max_minutes;
   train["save_every"] = t.save_every;
   train["lr_scaling"] = t.lr_scaling;
   train["lr_base_batch"] = t.lr_base_batch;

@@ -44,6 +44,7 @@ struct TrainSection {
   int threads = 0;         // compute threads per rank; 0 = auto
   int64_t log_every = 1;
   int64_t sample_every = 0;  // 0 = never
+  double max_minutes = 0;    // time budget: the run's length from its measured step time; 0 = off
   int64_t save_every = 0;    // write the model to `out` every N steps; 0 = at the end only
   // Scale lr for a global batch other than the one it was tuned at:
   // none | linear (lr * G / base) | sqrt (lr * sqrt(G / base)), G in sequences.

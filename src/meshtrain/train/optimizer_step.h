@@ -65,6 +65,8 @@ class OptimizerStep {
   StepStats run(const std::vector<MicroBatch>& micro, int64_t step);
   AdamW& optimizer() { return *opt_; }
   const LrSchedule& schedule() const { return schedule_; }
+  // The schedule's length (train.max_minutes may shorten the run).
+  void set_total_steps(int64_t total) { schedule_.total = total; }
   // Mixed precision (train/mixed_precision.h): fp16 loss scaling and its
   // skip decision. Optional; must outlive this object.
   void set_mixed_precision(MixedPrecision* mp) { mp_ = mp; }

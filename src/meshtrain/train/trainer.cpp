@@ -1,6 +1,7 @@
 #include "meshtrain/train/trainer.h"
 
 #include "meshtrain/train/cpu_report.h"
+#include "meshtrain/train/time_budget.h"
 
 #include <fmt/format.h>
 
@@ -329,8 +330,22 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   auto note = [&](const std::string& line) {
     if (progress) progress->note(line);
   };
+  // The run's length: train.steps, or what train.max_minutes decides (kept
+  // from the checkpoint when resuming a budgeted run).
+  int64_t total_steps = opt.steps;
+  TimeBudget budget(opt.max_minutes, start_step, opt.eval_every, opt.eval_batches);
+  if (budget.active() && resumed && resumed->budgeted_steps > 0) {
+    total_steps = std::min(opt.steps, resumed->budgeted_steps);
+    budget = TimeBudget(0, 0, 0, 0);
+    say(fmt::format("time budget: keeping the saved run length of {} steps", total_steps));
+  } else if (budget.active()) {
+    say(fmt::format("time budget: {:g} min; the number of steps (at most {}) is decided from "
+                    "the step time measured over steps {}-{}", opt.max_minutes, opt.steps,
+                    start_step + 2, start_step + 1 + TimeBudget::kTimedSteps));
+  }
+  stepper.set_total_steps(total_steps);
   ProgressState ps;
-  ps.total_steps = opt.steps;
+  ps.total_steps = total_steps;
   TrainerSummary sum;
   sum.resumed_step = start_step;
   // Peaks from here on are the training's (setup may hold full buffers once).
@@ -340,7 +355,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   int64_t bad_steps = 0;
   const int64_t crash_after = crash_after_step();
   std::vector<data::Batch> batches(opt.grad_accum);
-  for (int64_t step = start_step; step < opt.steps; ++step) {
+  for (int64_t step = start_step; step < total_steps; ++step) {
     launch::heartbeat_step(step);  // the elastic launcher's liveness signal (launch/heartbeat.h)
     const double t0 = now_s();
     std::vector<MicroBatch> micro;
@@ -391,7 +406,18 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     t.peak_mem_bytes = static_cast<double>(mem_stats().total_peak);
     t.price_per_device_hour = opt.price_per_device_hour;
     if (comm) t.straggler = gather_busy_times(*comm, dt - st.comm.exposed_s);
-    const bool last = step + 1 == opt.steps;
+    if (budget.active()) {
+      std::string why;
+      if (auto n = budget.after_step(step + 1, dt, st.forward_s, now_s() - t_start, total_steps,
+                                     comm, why)) {
+        total_steps = *n;
+        stepper.set_total_steps(total_steps);
+        checkpoints.set_budgeted_steps(total_steps);
+        ps.total_steps = total_steps;
+      }
+      if (!why.empty()) note(why);
+    }
+    const bool last = step + 1 == total_steps;
     if (val && opt.eval_every > 0 && ((step + 1) % opt.eval_every == 0 || last)) {
       t.val_loss = evaluate(model, *val, opt.eval_batches, comm);
       note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1, *t.val_loss,
@@ -460,8 +486,8 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   checkpoints.wait();  // every save complete (index written) before the run ends
   // Replicas that drifted apart would be a bug; checked in debug mode.
   if (dp && opt.dp.verify) dp->verify_parameters_equal();
-  const int64_t steps_run = opt.steps - std::min(opt.steps, start_step);
-  sum.steps = std::max(opt.steps, start_step);
+  const int64_t steps_run = total_steps - std::min(total_steps, start_step);
+  sum.steps = std::max(total_steps, start_step);
   sum.seconds = now_s() - t_start;
   sum.tokens_per_s = steps_run > 0 ? static_cast<double>(tokens_per_step) * steps_run / sum.seconds : 0;
   sum.final_val_loss = ps.val_loss;

@@ -36,6 +36,10 @@ struct TrainerOptions {
   float clip = 1.0f;
   int64_t eval_every = 100, eval_batches = 20, log_every = 1, save_every = 0;
   int64_t sample_every = 0;   // print a short generated sample every N steps
+  // > 0: after a few timed steps, shorten the run (steps stays the cap) so it
+  // ends about this many minutes after training started; the LR schedule ends
+  // with it. Saved in checkpoints, so a resumed run keeps the decided length.
+  double max_minutes = 0;
   int64_t max_bad_steps = 5;  // consecutive non-finite steps before giving up
   // Mixed precision (train/mixed_precision.h): bf16/fp16 compute with f32
   // master weights; fp16 adds dynamic loss scaling (its overflow skips are

@@ -69,6 +69,10 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const G
   p.position = r->state.data_position;
   p.skipped = r->skipped;
   p.loss_scaler = r->index.loss_scaler;
+  const nlohmann::json& cfg = r->index.config;
+  if (cfg.is_object() && cfg.contains("train") && cfg["train"].is_object() &&
+      cfg["train"].contains("budgeted_steps") && cfg["train"]["budgeted_steps"].is_number_integer())
+    p.budgeted_steps = cfg["train"]["budgeted_steps"].get<int64_t>();
   const int64_t old_batch = saved_global_batch(*r);
   if (old_batch > 0 && old_batch != global_batch) {
     // The loader's window order depends on (seed, global batch): another

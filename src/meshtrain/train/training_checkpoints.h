@@ -36,6 +36,7 @@ struct ResumePoint {
   std::vector<std::string> skipped;  // newer checkpoints passed over, with reasons
   std::string data_note;             // non-empty when the data order cannot continue exactly
   nlohmann::json loss_scaler;        // fp16 loss scaler state (null: none saved)
+  int64_t budgeted_steps = 0;        // the length train.max_minutes decided (0: none)
 };
 
 // Restores parameters and optimizer state per `opt.resume`; nullopt = start
@@ -55,6 +56,9 @@ class TrainingCheckpointer {
   TrainingCheckpointer(const CheckpointOptions& opt, comm::Communicator* comm,
                        nlohmann::json config, int world, int64_t global_batch);
   bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
+  // Records the run length train.max_minutes decided in the configuration
+  // every later checkpoint saves (ResumePoint::budgeted_steps reads it back).
+  void set_budgeted_steps(int64_t steps) { config_["train"]["budgeted_steps"] = steps; }
   // Collective. `step` = steps taken; `next` = the loader position of the next
   // step's batch. Returns the time training waited: bookkeeping when async
   // (the snapshot is copied in the background: call wait_for_snapshot()
