@@ -12,7 +12,7 @@ import os
 import statistics
 import sys
 
-from bench_util import cpu_model, run_json
+from bench_util import cpu_model, isa_env, run_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,6 +25,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
+    ap.add_argument("--isa", choices=["scalar", "avx2", "avx512"],
+                    help="cap both sides' CPU dispatch at this level (bench_util.ISA_CAPS)")
     a = ap.parse_args()
     if a.rounds < 1 or a.steps < 1 or any(n < 2 for n in a.nproc):
         ap.error("--rounds and --steps must be >= 1 and every --nproc >= 2")
@@ -32,14 +34,16 @@ def main():
     common = ["--preset", a.preset, "--batch", str(a.batch), "--steps", str(a.steps)]
     one, ours, peer, exposed = [], {n: [] for n in a.nproc}, {n: [] for n in a.nproc}, {n: [] for n in a.nproc}
     for r in range(a.rounds):
-        single = run_json([a.binary, "bench", "train", "--threads", "1", "--json"] + common, 1)
+        single = run_json([a.binary, "bench", "train", "--threads", "1", "--json"] + common, 1,
+                          isa_env(a.isa, "ours"))
         one.append(single["tokens_per_s"])
         line = f"round {r + 1}: 1 rank {single['tokens_per_s']:.0f} tok/s"
         for n in a.nproc:
             o = run_json([a.binary, "bench", "train", "--nproc", str(n), "--threads", "1",
-                          "--json"] + common, 1)
+                          "--json"] + common, 1, isa_env(a.isa, "ours"))
             p = run_json([sys.executable, os.path.join(ROOT, "tools", "peers", "bench_ddp_torch.py"),
-                          "--nproc", str(n), "--threads", "1", "--json"] + common, 1)
+                          "--nproc", str(n), "--threads", "1", "--json"] + common, 1,
+                         isa_env(a.isa, "peer"))
             ours[n].append(o["tokens_per_s"])
             peer[n].append(p["tokens_per_s"])
             exposed[n].append(o["comm_exposed_ms"] / o["ms_per_step"])
@@ -50,7 +54,8 @@ def main():
     base = statistics.median(one)
     print()
     print(f"{a.preset}, batch {a.batch} per rank, f32, one thread per rank, medians of "
-          f"{a.rounds} interleaved rounds ({a.steps} timed steps each); CPU: {cpu_model()}")
+          f"{a.rounds} interleaved rounds ({a.steps} timed steps each); CPU: {cpu_model()}"
+          + (f"; both capped at {a.isa}" if a.isa else ""))
     print("| ranks | meshtrain tok/s | scaling vs 1 rank | PyTorch DDP (gloo) tok/s | meshtrain / DDP | exposed comm |")
     print("|---|---|---|---|---|---|")
     print(f"| 1 | {base:.0f} | 1.00x | — | — | — |")

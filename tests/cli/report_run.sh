@@ -30,7 +30,9 @@ echo "$out"
 for want in "median ms" "% of step" "forward" "backward" "optimizer" "comm exposed" "other" \
             "comm total" "tokens/s" "per million tokens" "train loss" "val loss" "report.svg" \
             "merged 2 rank file"; do
-  echo "$out" | grep -q -- "$want" || { echo "FAIL: '$want' missing from the report"; fail=1; }
+  # A here-string, not `echo | grep -q`: grep -q exits at the first match and
+  # echo can then die of SIGPIPE, which pipefail reports as a failure.
+  grep -q -- "$want" <<<"$out" || { echo "FAIL: '$want' missing from the report"; fail=1; }
 done
 # forward: 15 ms of a 50 ms steady step = 30%.
 echo "$out" | grep -E "^  forward +15.000 +15.000 +30.0%" >/dev/null \
