@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "meshtrain/core/cpu_isa.h"
+#include "meshtrain/train/cpu_report.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/attention.h"
@@ -71,7 +73,7 @@ void run_bench_attention(const BenchAttentionArgs& a) {
   };
   std::vector<Path> paths;
   if (attention_fused_available())
-    paths.push_back({"fused", attention_forward_fused, attention_backward_fused, {}, {}});
+    paths.push_back({attention_path(), attention_forward_fused, attention_backward_fused, {}, {}});
   paths.push_back({"gemm", attention_forward_gemm, attention_backward_gemm, {}, {}});
 
   for (int rep = -2; rep < a.reps; ++rep)  // two untimed rounds, then interleaved
@@ -90,9 +92,10 @@ void run_bench_attention(const BenchAttentionArgs& a) {
   const double fwd_flop = 2 * product, bwd_flop = 5 * product;
   if (!a.json)
     fmt::print("bench attention: {} (L={} H={} hd={}) | batch {} x seq {} | {} thread(s) | one layer, "
-               "medians of {} interleaved reps\n  {:6} {:>10} {:>10} {:>10} {:>18}\n",
+               "medians of {} interleaved reps\n  {:12} {:>10} {:>10} {:>10} {:>18}\n",
                a.preset, cfg.n_layer, NH, hd, B, T, threads, a.reps, "path", "fwd ms", "bwd ms",
                "GFLOP/s", "x n_layer (ms)");
+  if (!a.json) fmt::print("  {}\n", cpu_report_line());
   for (const Path& p : paths) {
     const double f = median_of(p.f_ms), b = median_of(p.b_ms);
     const double gflops = (fwd_flop + bwd_flop) / ((f + b) * 1e-3) * 1e-9;
@@ -102,11 +105,12 @@ void run_bench_attention(const BenchAttentionArgs& a) {
                                         {"batch", B}, {"seq", T}, {"preset", a.preset}}
                              .dump());
     else
-      fmt::print("  {:6} {:10.2f} {:10.2f} {:10.1f} {:18.1f}\n", p.name, f, b, gflops,
+      fmt::print("  {:12} {:10.2f} {:10.2f} {:10.1f} {:18.1f}\n", p.name, f, b, gflops,
                  (f + b) * cfg.n_layer);
   }
   if (!a.json && !attention_fused_available())
-    fmt::print("  (no fused path: this build does not target AVX-512)\n");
+    fmt::print("  (no fused path at ISA level {}: the fused kernels need avx2 or avx512)\n",
+               isa_name(active_isa()));
 }
 }  // namespace
 
@@ -114,7 +118,7 @@ void register_bench_attention(CLI::App& bench) {
   auto args = std::make_shared<BenchAttentionArgs>();
   auto* c = bench.add_subcommand(
       "attention",
-      "Time one layer's causal attention (fused AVX-512 kernels vs library GEMMs); GFLOP/s counts "
+      "Time one layer's causal attention (fused AVX-512/AVX2 kernels vs library GEMMs); GFLOP/s counts "
       "the 7 causal products executed (forward 2, backward 5 with the recompute)");
   c->add_option("--preset", args->preset, "Model preset")->capture_default_str();
   c->add_option("--batch", args->batch, "Micro-batch size B")->capture_default_str();

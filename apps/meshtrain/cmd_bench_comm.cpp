@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "meshtrain/train/cpu_report.h"
 #include "meshtrain/comm/algorithms/algorithm.h"
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/comm/reduce.h"
@@ -289,6 +290,7 @@ void run_in_world(const BenchOptions& o) {
       std::printf("# meshtrain bench comm: %s, %d ranks, transport %s, algorithm %s, %s buffers, warmup %d, iters %d\n",
                   std::string(coll_op_name(op)).c_str(), n, std::string(c.transport()).c_str(), o.algo.c_str(),
                   o.shared ? "shared-memory" : "user", o.warmup, o.iters);
+      std::printf("# %s\n", cpu_report_line().c_str());
       if (o.shared && op == CollOp::Allreduce)
         std::printf("# memory bandwidth, %d ranks copying together: %.1f GB/s (read+write); zero-copy "
                     "allreduce moves (3n-1)S bytes -> algbw ceiling %.2f GB/s at large sizes\n",

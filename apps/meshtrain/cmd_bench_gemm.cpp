@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "meshtrain/train/cpu_report.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/core/threads.h"
@@ -95,6 +96,7 @@ void run_bench_gemm(const BenchGemmArgs& a) {
                cpu::sgemm_policy_name(cpu::sgemm_policy()), cpu::onednn_sgemm_description(), a.clock,
                "gemm (op)", "M", "N", "K", "openblas", "onednn", "sgemm picks", "bf16",
                "bf16 x");
+  if (!a.json) fmt::print("  {}\n", cpu_report_line());
   double total_f32 = 0, total_bf16 = 0, total_flop = 0, total_blas = 0, total_dnn = 0;
   int onednn_picks = 0;
   for (const GemmCase& g : cases) {

@@ -25,6 +25,7 @@
 #include "meshtrain/kernels/cpu/encoder.h"
 #include "meshtrain/kernels/cpu/gelu.h"
 #include "meshtrain/kernels/cpu/layernorm.h"
+#include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/kernels/cpu/reduce.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 
@@ -298,5 +299,24 @@ ISA_TEST(streaming_copy_is_a_copy) {
       ASSERT_EQ(std::memcmp(dst.data() + off, src.data() + 1, bytes), 0) << bytes << " bytes";
       ASSERT_EQ(dst[off + bytes], 0) << "wrote past the end";
     }
+  }
+}
+
+ISA_TEST(gemm_glue_matches_scalar) {
+  // Bias seeding before a beta=1 GEMM and the bias gradient's column sums:
+  // each column is summed over the rows in order at every level (bitwise).
+  for (int64_t OC : {1, 15, 64, 65, 130}) {
+    const int64_t N = 19;
+    const Floats m = randn(N * OC, 23), bias = randn(OC, 24), base = randn(N * OC, 25);
+    auto [ref, got] = at_both<Floats>(level, [&] {
+      Floats seeded(N * OC), acc = base, sums = randn(OC, 26);
+      EXPECT_EQ(seed_output_with_bias(seeded.data(), bias.data(), N, OC, false), 1.0f);
+      seed_output_with_bias(acc.data(), bias.data(), N, OC, true);
+      add_column_sums(sums.data(), m.data(), N, OC);
+      seeded.insert(seeded.end(), acc.begin(), acc.end());
+      seeded.insert(seeded.end(), sums.begin(), sums.end());
+      return seeded;
+    });
+    expect_bitwise(ref.data(), got.data(), ref.size() * 4, "bias seeding / column sums");
   }
 }

@@ -6,6 +6,7 @@
 // kernels live in namespace MT_ISA_NS; the baseline compilation (MT_ISA_BASELINE)
 // also emits the public functions, which pick a variant per call with
 // MT_ISA_PICK from active_isa(). Off x86-64 only the scalar level is built.
+// The first line is read when CMake configures: re-run it after adding one.
 //
 // Keep everything else in such a file static or in an anonymous namespace:
 // an inline function with external linkage compiled at avx512 could be the

@@ -1,9 +1,11 @@
+// isa-levels: scalar avx2 avx512
 #include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/core/isa_dispatch.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace meshtrain::cpu {
+namespace meshtrain::cpu::MT_ISA_NS {
 
 float seed_output_with_bias(float* out, const float* bias, int64_t N, int64_t OC,
                             bool accumulate) {
@@ -20,12 +22,6 @@ float seed_output_with_bias(float* out, const float* bias, int64_t N, int64_t OC
     }
   }
   return 1.0f;
-}
-
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t N, int64_t C, int64_t OC, bool accumulate) {
-  const float beta = seed_output_with_bias(out, bias, N, OC, accumulate);
-  sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 void add_column_sums(float* out, const float* m, int64_t N, int64_t OC) {
@@ -46,6 +42,30 @@ void add_column_sums(float* out, const float* m, int64_t N, int64_t OC) {
   }
 }
 
+}  // namespace meshtrain::cpu::MT_ISA_NS
+
+#if MT_ISA_BASELINE
+namespace meshtrain::cpu {
+
+// The bias seeding and column sums are the GEMM glue that runs per ISA level.
+MT_ISA_DECLARE(float seed_output_with_bias(float* out, const float* bias, int64_t N, int64_t OC, bool accumulate))
+MT_ISA_DECLARE(void add_column_sums(float* out, const float* m, int64_t N, int64_t OC))
+
+float seed_output_with_bias(float* out, const float* bias, int64_t N, int64_t OC,
+                            bool accumulate) {
+  return MT_ISA_PICK(seed_output_with_bias)(out, bias, N, OC, accumulate);
+}
+
+void add_column_sums(float* out, const float* m, int64_t N, int64_t OC) {
+  MT_ISA_PICK(add_column_sums)(out, m, N, OC);
+}
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int64_t C, int64_t OC, bool accumulate) {
+  const float beta = seed_output_with_bias(out, bias, N, OC, accumulate);
+  sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
                      bool accumulate_dinp) {
@@ -55,3 +75,4 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 }  // namespace meshtrain::cpu
+#endif
