@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The kernel, precision, GPT and collective suites again at every ISA level
+# below the CPU's (MESHTRAIN_ISA, inherited by the ranks the collective tests
+# start), so an AVX-512 machine also proves the AVX2 and scalar paths end to
+# end; the default ctest run covers the CPU's own level. Skipped (77) when the
+# CPU has only the scalar level.
+set -euo pipefail
+BIN=$1
+TESTS=$(cd "$(dirname "$BIN")/../tests" && pwd)
+cpu_level=$("$BIN" --version | sed -n 's/^  dispatch level: \([a-z0-9]*\).*/\1/p')
+levels=()
+for l in scalar avx2 avx512; do
+  [ "$l" = "$cpu_level" ] && break
+  levels+=("$l")
+done
+[ ${#levels[@]} -gt 0 ] || { echo "skipped: this CPU has only the scalar level"; exit 77; }
+suites=(kernels_test precision_convert_test precision_gemm_test gpt_test comm_collectives_mp_test)
+for l in "${levels[@]}"; do
+  for s in "${suites[@]}"; do
+    echo "== MESHTRAIN_ISA=$l $s"
+    MESHTRAIN_ISA=$l OMP_NUM_THREADS=1 "$TESTS/$s" --gtest_brief=1 || { echo "FAIL: $s at $l"; exit 1; }
+  done
+done
+echo "PASS: ${suites[*]} at ${levels[*]} (this CPU: $cpu_level)"
