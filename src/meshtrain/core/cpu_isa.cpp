@@ -13,10 +13,6 @@ namespace detail {
 std::atomic<int> active_isa_level{-1};
 }
 
-namespace {
-std::atomic<bool> capped{false};
-}
-
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return "scalar";
@@ -65,25 +61,19 @@ Isa detail::init_active_isa() {
                                    env, cpu_model_name(), isa_name(cpu_isa())));
     level = want;
   }
-  capped.store(level != cpu_isa(), std::memory_order_relaxed);
   active_isa_level.store(static_cast<int>(level), std::memory_order_relaxed);
   return level;
 }
 
-bool isa_capped() {
-  active_isa();
-  return capped.load(std::memory_order_relaxed);
-}
+bool isa_capped() { return active_isa() != cpu_isa(); }
 
 ScopedIsaCap::ScopedIsaCap(Isa isa) : previous_(static_cast<int>(active_isa())) {
   MT_CHECK(cpu_supports(isa), "ScopedIsaCap: this CPU does not support {}", isa_name(isa));
   detail::active_isa_level.store(static_cast<int>(isa), std::memory_order_relaxed);
-  capped.store(isa != cpu_isa(), std::memory_order_relaxed);
 }
 
 ScopedIsaCap::~ScopedIsaCap() {
   detail::active_isa_level.store(previous_, std::memory_order_relaxed);
-  capped.store(static_cast<Isa>(previous_) != cpu_isa(), std::memory_order_relaxed);
 }
 
 std::string cpu_model_name() {

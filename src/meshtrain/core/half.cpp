@@ -55,8 +55,6 @@ namespace {
 #define MT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,avx2,fma")))
 
 // bf16 rounding in integer arithmetic: the same bits as the scalar version
-// for every input (VCVTNEPS2BF16 would flush subnormals).
-// bf16 rounding in integer arithmetic: the same bits as the scalar version
 // for every input (VCVTNEPS2BF16 would flush subnormals). A function of its
 // own, not a lambda: a lambda does not inherit the target attribute.
 MT_AVX512 inline __m256i bf16_round16(__m512i u) {

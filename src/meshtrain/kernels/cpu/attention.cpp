@@ -127,14 +127,9 @@ void attention_backward_gemm(float* dqkv, const float* dout, const float* qkv, c
 #if MT_ISA_BASELINE
 namespace meshtrain::cpu {
 
-namespace {
-// Score columns per packed panel of the fused kernels (two AVX-512 vectors).
-constexpr int64_t kPanel = 32;
-}  // namespace
-
 int64_t attention_fused_workspace_floats(int64_t T, int64_t hd) {
   // P and dP blocks (Tb x Tp) and the packed K and V panels (hd x Tp).
-  const int64_t Tp = (T + kPanel - 1) / kPanel * kPanel;
+  const int64_t Tp = (T + kAttentionPanel - 1) / kAttentionPanel * kAttentionPanel;
   return 2 * kAttentionRowBlock * Tp + 2 * hd * Tp;
 }
 
@@ -221,8 +216,8 @@ void attention_backward_gemm(float* dqkv, const float* dout, const float* qkv, c
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH, float* workspace, int nthreads) {
   MT_CHECK(NH > 0 && C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
-  if (attention_fused_available())
-    attention_forward_fused(out, lse, qkv, B, T, C, NH, workspace, nthreads);
+  if (const FusedKernels k = fused_kernels(); k.forward)
+    k.forward(out, lse, qkv, B, T, C, NH, workspace, nthreads);
   else
     attention_forward_gemm(out, lse, qkv, B, T, C, NH, workspace, nthreads);
 }
@@ -236,8 +231,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   MT_CHECK(NH > 0 && C % NH == 0, "attention: {} channels do not split into {} heads", C, NH);
   MT_CHECK(!overlaps(qkv, B * T * 3 * C) && !overlaps(out, B * T * C) && !overlaps(dout, B * T * C),
            "attention_backward: dqkv overlaps qkv, out or dout (they are read while it is written)");
-  if (attention_fused_available())
-    attention_backward_fused(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
+  if (const FusedKernels k = fused_kernels(); k.backward)
+    k.backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
   else
     attention_backward_gemm(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
 }

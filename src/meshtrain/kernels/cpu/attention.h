@@ -8,6 +8,9 @@
 namespace meshtrain::cpu {
 
 constexpr int64_t kAttentionRowBlock = 64;
+// Score columns per packed K/V panel of the fused kernels (two AVX-512 or four
+// AVX2 vectors); it sets the workspace size, so every variant shares it.
+constexpr int64_t kAttentionPanel = 32;
 
 // Floats of scratch each thread needs for sequence length T and head size hd.
 int64_t attention_workspace_floats(int64_t T, int64_t hd);

@@ -26,7 +26,7 @@ namespace meshtrain::cpu::MT_ISA_NS {
 namespace {
 
 // Score columns per packed panel: two 16-float vectors.
-constexpr int64_t kPanel = 32;
+constexpr int64_t kPanel = kAttentionPanel;
 int64_t padded_length(int64_t T) { return (T + kPanel - 1) / kPanel * kPanel; }
 
 // Rows of every tile: score tiles and product tiles share the same 8-row

@@ -22,7 +22,7 @@ namespace {
 
 // Score columns per packed panel (four 8-float vectors); the panel layout and
 // padding are the AVX-512 kernel's, so the workspace size is shared.
-constexpr int64_t kPanel = 32;
+constexpr int64_t kPanel = kAttentionPanel;
 int64_t padded_length(int64_t T) { return (T + kPanel - 1) / kPanel * kPanel; }
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }

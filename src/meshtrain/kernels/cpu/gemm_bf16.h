@@ -22,7 +22,8 @@ enum class HalfGemmPath : uint8_t {
   FallbackSgemm,  // widen to f32, OpenBLAS sgemm
 };
 
-// True when the running CPU executes AVX512_BF16 (VDPBF16PS, VCVTNE2PS2BF16).
+// True when the dispatch level (core/cpu_isa.h: the CPU's, or MESHTRAIN_ISA's
+// cap) includes AVX512_BF16 (VDPBF16PS, VCVTNE2PS2BF16).
 bool cpu_has_avx512_bf16();
 // True when this build links oneDNN.
 bool have_onednn();
