@@ -5,6 +5,9 @@
 # kernels (tools/check_isa_leaks.py); and a short 2-rank char-6L training run
 # forced to each level gives the same losses as at the highest level.
 set -euo pipefail
+# This script picks the levels itself and must see the CPU's own level, also
+# when the whole suite runs under a MESHTRAIN_ISA cap.
+unset MESHTRAIN_ISA MESHTRAIN_ISA_LIBS_CAPPED OPENBLAS_CORETYPE ONEDNN_MAX_CPU_ISA
 BIN=$1
 SRC=$2
 TMP=$(mktemp -d)
