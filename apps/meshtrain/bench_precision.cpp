@@ -14,7 +14,8 @@
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/train/mixed_precision.h"
-#include "meshtrain/train/optimizer_step.h"
+#include "meshtrain/parallel/gradient_sync.h"
+#include "meshtrain/train/train_step.h"
 #include "recompute_option.h"
 
 namespace meshtrain::cli {
@@ -41,7 +42,8 @@ struct Side {
   Precision precision;
   std::unique_ptr<GPT> model;
   std::unique_ptr<MixedPrecision> mixed;
-  std::unique_ptr<OptimizerStep> stepper;
+  parallel::LocalGradients sync;
+  std::unique_ptr<TrainStep> stepper;
   std::vector<double> step_s, fwd_s, bwd_s, opt_s, cpu_s;
   float loss = 0;
 
@@ -53,7 +55,8 @@ struct Side {
     LrSchedule sched;
     sched.max_lr = 3e-4f;
     sched.kind = "constant";
-    stepper = std::make_unique<OptimizerStep>(*model, AdamWConfig{}, sched, 1.0f);
+    sync.attach(*model);
+    stepper = std::make_unique<TrainStep>(*model, sync, AdamWConfig{}, sched, 1.0f);
     stepper->set_mixed_precision(mixed.get());
   }
 

@@ -32,7 +32,8 @@
 #include "commands.h"
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
-#include "meshtrain/ckpt/gpt_checkpoint.h"
+#include "meshtrain/ckpt/model_checkpoint.h"
+#include "meshtrain/nn/model_registry.h"
 #include "meshtrain/ckpt/resume.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/rng.h"
@@ -111,12 +112,11 @@ std::pair<double, double> measure_recovery(const BenchCkptArgs& a, const std::st
   // Load time of the checkpoint the restart resumed from (step 8), as one rank.
   const std::string step8 = ckpt::step_dir(run + "/ckpt", 8);
   const ckpt::CheckpointIndex index = ckpt::read_index(step8);
-  const GPTConfig cfg = index.model;
-  Tensor flat = Tensor::zeros({cfg.num_params()}, DType::F32);
-  const GPTParams params = GPTParams::view(cfg, flat);
-  AdamW adam(0, cfg.num_params(), {{0, cfg.num_params(), true}}, AdamWConfig{});
+  const std::unique_ptr<Model> model = model_spec_from_json(index.model, step8)->build();
+  const int64_t P = model->layout().numel;
+  AdamW adam(0, P, {{0, P, true}}, AdamWConfig{});
   const double t0 = now_s();
-  ckpt::load_checkpoint(step8, ckpt::gpt_fill_requests(params, &adam));
+  ckpt::load_checkpoint(step8, ckpt::model_fill_requests(*model, &adam));
   return {recovery, now_s() - t0};
 }
 
@@ -140,7 +140,7 @@ void run_bench_ckpt(const BenchCkptArgs& a) {
     for (auto& x : *b) x = rng.normal();
   const size_t bytes = static_cast<size_t>(n) * 12;
   ckpt::SaveRequest req;
-  req.model = gpt_preset("tiny");
+  req.model = model_preset("tiny")->to_json();
   req.buffers = {{ckpt::kParams, DType::F32, n, p.data(), {0, n}},
                  {ckpt::kExpAvg, DType::F32, n, m.data(), {0, n}},
                  {ckpt::kExpAvgSq, DType::F32, n, v.data(), {0, n}}};

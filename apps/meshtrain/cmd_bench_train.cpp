@@ -26,7 +26,9 @@
 #include "meshtrain/launch/launcher.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/parallel/data_parallel.h"
-#include "meshtrain/train/optimizer_step.h"
+#include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/parallel/make_gradient_sync.h"
+#include "meshtrain/train/train_step.h"
 #include "meshtrain/train/memory_model.h"
 #include "bench_precision.h"
 #include "recompute_option.h"
@@ -74,30 +76,29 @@ void run_bench_train(const BenchTrainArgs& a) {
   mem_reset_peaks();
   // Data parallel inside a job of several ranks (launched by --nproc or mpirun).
   const comm::WorldInfo world = comm::world_from_env();
-  std::unique_ptr<parallel::DataParallel> dp;
+  comm::Communicator comm;
+  parallel::GradientSyncOptions so;
   if (world.size > 1) {
     comm::CommOptions co = comm::CommOptions::from_env();
     co.inline_bytes = 0;  // buckets must never run on the backward thread
-    parallel::DataParallelOptions po = parallel::DataParallelOptions::from_env();
-    po.bucket_bytes = static_cast<size_t>(a.bucket_mb * (1 << 20));
-    po.first_bucket_bytes = static_cast<size_t>(a.first_bucket_mb * (1 << 20));
-    dp = std::make_unique<parallel::DataParallel>(comm::Communicator::from_env(co),
-                                                  cfg.num_params(), po);
+    comm = comm::Communicator::from_env(co);
+    so.dp = parallel::DataParallelOptions::from_env();
+    so.dp.bucket_bytes = static_cast<size_t>(a.bucket_mb * (1 << 20));
+    so.dp.first_bucket_bytes = static_cast<size_t>(a.first_bucket_mb * (1 << 20));
   }
-  const int ranks = dp ? dp->size() : 1;
-  const bool lead = !dp || dp->rank() == 0;
-  auto model_ptr = dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
-  GPT& model = *model_ptr;
+  parallel::SyncedModel synced = parallel::make_synced_model(comm, GPTSpec::make(cfg), so);
+  parallel::GradientSync& sync = *synced.sync;
+  const bool dp = sync.comm() != nullptr;
+  const int ranks = dp ? sync.comm()->size() : 1;
+  const bool lead = !dp || sync.comm()->rank() == 0;
+  Model& model = *synced.model;
   model.set_recompute(recompute);
   model.init_weights(1);
-  if (dp) {
-    dp->attach(model);
-    dp->broadcast_parameters();
-  }
+  sync.after_resume();  // rank 0's weights on every rank
   LrSchedule sched;
   sched.max_lr = 3e-4f;
   sched.kind = "constant";
-  OptimizerStep stepper(model, AdamWConfig{}, sched, 1.0f, dp.get());
+  TrainStep stepper(model, sync, AdamWConfig{}, sched, 1.0f);
   Rng rng(1234 + static_cast<uint64_t>(world.rank));  // each rank its own tokens
   std::vector<int32_t> tok(static_cast<size_t>(a.batch) * (T + 1));
   std::vector<double> step_s, fwd_s, bwd_s, opt_s, cpu_s, exposed_s, comm_s;
@@ -138,7 +139,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   const double mfu = gflops / (peak_gflops * ranks);
   if (!lead) return;
   const MemStats ms = mem_stats();
-  const MemoryPrediction pred = predict_training_memory(cfg, a.batch, T, threads, recompute);
+  const MemoryPrediction pred = predict_training_memory(model.spec(), a.batch, T, threads, recompute);
   const double measured_mb = ms.total_peak / 1e6;
   const double act_peak_mb = ms.peak[static_cast<size_t>(MemCategory::Activations)] / 1e6;
   const double rss_mb = process_peak_rss_bytes() / 1e6;
@@ -184,7 +185,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   }
   fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {}{}\n", cfg.describe(),
              a.batch, T, threads, recompute.name(), dp ? fmt::format(" per rank | {} ranks data-parallel ({})", ranks,
-                                       dp->comm().transport()) : "");
+                                       sync.comm()->transport()) : "");
   fmt::print("  sgemm peak (same threads)  {:10.1f} GFLOP/s  ({}; openblas {:.1f}{})\n", peak_gflops,
              peak.best_backend(), peak.openblas_gflops,
              peak.onednn_gflops > 0 ? fmt::format(", onednn {:.1f}", peak.onednn_gflops) : "");

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "meshtrain/nn/model_registry.h"
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_reader.h"
 #include "meshtrain/ckpt/crc32c.h"
@@ -74,7 +75,7 @@ json inspection_json(const Inspection& in) {
   if (in.index) {
     j["world_size"] = in.index->world_size;
     j["mesh"] = {{"dp", in.index->mesh.dp}, {"tp", in.index->mesh.tp}, {"pp", in.index->mesh.pp}};
-    j["model"] = gpt_config_to_json(in.index->model);
+    j["model"] = in.index->model;
     j["num_tensors"] = in.index->tensors.size();
   }
   return j;
@@ -87,7 +88,7 @@ void print_details(const Inspection& in, bool verify) {
   fmt::print("  step       {} (optimizer steps {}, lr schedule step {})\n", x.step, x.optimizer_steps, x.lr_step);
   fmt::print("  created    {}\n", x.created_utc);
   fmt::print("  world      {} rank(s), mesh dp={} tp={} pp={}\n", x.world_size, x.mesh.dp, x.mesh.tp, x.mesh.pp);
-  fmt::print("  model      {}\n", x.model.describe());
+  fmt::print("  model      {}\n", model_spec_from_json(x.model, in.dir)->describe());
   fmt::print("  size       {} in {} file(s)\n", human_bytes(in.bytes), x.files.size());
   fmt::print("  loss scaler {}\n", x.loss_scaler.is_null() ? "none" : x.loss_scaler.dump());
   fmt::print("buffers\n");
@@ -139,7 +140,7 @@ void run_inspect(const std::string& path, bool verify, bool as_json) {
     }
     fmt::print("{:>10}  {:<10}  {:>5}  {:>10}  {}\n", "step", "status", "world", "size", "model / problem");
     for (const auto& in : all) {
-      const std::string what = in.index && in.problem.empty() ? in.index->model.describe() : in.problem;
+      const std::string what = in.index && in.problem.empty() ? model_spec_from_json(in.index->model, in.dir)->describe() : in.problem;
       fmt::print("{:>10}  {:<10}  {:>5}  {:>10}  {}\n", in.step, in.status,
                  in.index ? std::to_string(in.index->world_size) : "-",
                  in.index ? human_bytes(in.bytes) : "-", what);

@@ -20,6 +20,7 @@
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/launch/elastic.h"
 #include "meshtrain/launch/heartbeat.h"
+#include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/trainer.h"
@@ -94,7 +95,7 @@ void check_memory_limit_of(const TrainConfig& c, const GPTConfig& g, int ranks) 
                                           : static_cast<int>(std::max(1L, cores / std::max(1, ranks)));
   const int T = g.seq_len;
   MemoryPlan plan;
-  plan.model = g;
+  plan.model = GPTSpec::make(g);
   plan.B = c.train.micro_batch;
   plan.T = T;
   plan.threads = threads;
@@ -102,7 +103,7 @@ void check_memory_limit_of(const TrainConfig& c, const GPTConfig& g, int ranks) 
   plan.zero_stage = ranks > 1 ? c.zero.stage : 0;
   plan.persist_threshold = c.zero.persist_threshold;
   const Precision precision = precision_from_name(c.precision);
-  plan.base = predict_training_memory(g, plan.B, T, threads, recompute_from_config(c.recompute),
+  plan.base = predict_training_memory(*plan.model, plan.B, T, threads, recompute_from_config(c.recompute),
                                       precision);
   if (is_mixed(precision)) plan.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
   if (c.comm.grad_dtype == "bf16") plan.grad_wire = 2;
@@ -184,7 +185,7 @@ void run_train(const TrainArgs& a) {
   if (c.deterministic) cpu::pin_sgemm_for_determinism();
 
   TrainerOptions o;
-  o.model = model_config(c);
+  o.model = GPTSpec::make(model_config(c));
   o.init_from = c.init_from;
   o.train_pattern = c.data.train;
   o.val_pattern = c.data.val;

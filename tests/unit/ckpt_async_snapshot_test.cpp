@@ -18,11 +18,13 @@
 
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
-#include "meshtrain/ckpt/gpt_checkpoint.h"
+#include "meshtrain/ckpt/model_checkpoint.h"
+#include "meshtrain/nn/gpt.h"
+#include "meshtrain/parallel/gradient_sync.h"
 #include "meshtrain/ckpt/resume.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/rng.h"
-#include "meshtrain/train/optimizer_step.h"
+#include "meshtrain/train/train_step.h"
 #include "meshtrain/train/training_checkpoints.h"
 
 using namespace meshtrain;
@@ -96,7 +98,9 @@ SaveRun train_with_async_save(const std::string& root, int64_t save_at, int64_t 
   LrSchedule schedule;
   schedule.max_lr = 3e-3f;
   schedule.total = steps;
-  OptimizerStep stepper(model, AdamWConfig{}, schedule, 1.0f);
+  parallel::LocalGradients sync;
+  sync.attach(model);
+  TrainStep stepper(model, sync, AdamWConfig{}, schedule, 1.0f);
   CheckpointOptions co;
   co.dir = root;
   co.every = save_at;
@@ -162,7 +166,7 @@ TEST_F(ckpt_async, writer_copies_after_save_returns_and_until_wait_for_snapshot)
   std::iota(m.begin(), m.end(), 1.f);
   std::iota(v.begin(), v.end(), 2.f);
   ckpt::SaveRequest req;
-  req.model = cfg;
+  req.model = GPTSpec::make(cfg)->to_json();
   req.buffers = {{ckpt::kParams, DType::F32, n, p.data(), {0, n}},
                  {ckpt::kExpAvg, DType::F32, n, m.data(), {0, n}},
                  {ckpt::kExpAvgSq, DType::F32, n, v.data(), {0, n}}};
@@ -212,7 +216,7 @@ TEST_F(ckpt_async, background_errors_are_rethrown_by_wait_and_next_save) {
   const int64_t n = cfg.num_params();
   std::vector<float> p(n, 1.f);
   ckpt::SaveRequest req;
-  req.model = cfg;
+  req.model = GPTSpec::make(cfg)->to_json();
   req.buffers = {{ckpt::kParams, DType::F32, n, p.data(), {0, n}}};
   const std::string root = root_ + "/ckpt";
   ckpt::WriterOptions o;

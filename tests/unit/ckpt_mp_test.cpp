@@ -14,7 +14,8 @@
 #include "../comm/harness.h"
 #include "meshtrain/ckpt/checkpoint_reader.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
-#include "meshtrain/ckpt/gpt_checkpoint.h"
+#include "meshtrain/ckpt/model_checkpoint.h"
+#include "meshtrain/nn/model_registry.h"
 #include "meshtrain/ckpt/resume.h"
 
 using namespace meshtrain;
@@ -58,7 +59,7 @@ std::string save_world(Communicator& c, const std::string& root) {
   for (int64_t step : {5, 10}) {
     SaveRequest req;
     req.step = step;
-    req.model = gpt_preset("tiny");
+    req.model = model_preset("tiny")->to_json();
     req.mesh = {w, 1, 1};
     req.buffers = {{kParams, DType::F32, kParamsN, params.data(), {0, kParamsN}},
                    {kExpAvg, DType::F32, kParamsN, m.data(), mine},

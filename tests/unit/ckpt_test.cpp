@@ -13,12 +13,14 @@
 #include "meshtrain/ckpt/checkpoint_reader.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
 #include "meshtrain/ckpt/crc32c.h"
-#include "meshtrain/ckpt/gpt_checkpoint.h"
+#include "meshtrain/ckpt/model_checkpoint.h"
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/ckpt/resume.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/core/rng.h"
+#include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/nn/model_registry.h"
 
 using namespace meshtrain;
 using namespace meshtrain::ckpt;
@@ -27,12 +29,12 @@ namespace fs = std::filesystem;
 namespace {
 
 // A GPT with random parameters and random AdamW state.
-struct Model {
+struct RandomModel {
   GPTConfig cfg;
   Tensor flat;
   GPTParams params;
   std::unique_ptr<AdamW> opt;
-  explicit Model(const GPTConfig& c, uint64_t seed = 1) : cfg(c) {
+  explicit RandomModel(const GPTConfig& c, uint64_t seed = 1) : cfg(c) {
     flat = Tensor::zeros({cfg.num_params()}, DType::F32);
     params = GPTParams::view(cfg, flat);
     opt = std::make_unique<AdamW>(0, cfg.num_params(),
@@ -43,7 +45,7 @@ struct Model {
     opt->set_steps_taken(static_cast<int64_t>(seed) * 10);
   }
   SaveRequest request(int64_t step) {
-    SaveRequest r = gpt_save_request(step, params, cfg, opt.get());
+    SaveRequest r = model_save_request(step, *GPTSpec::make(cfg), flat, opt.get());
     r.data_position = {2, step};
     r.rng = {{"state", {1, 2, 3, step}}};
     r.lr_step = step;
@@ -76,7 +78,7 @@ class ckpt : public ::testing::Test {
     o.milestone_every = milestones;
     CheckpointWriter w(o, nullptr);
     for (int64_t s : steps) {
-      Model m(cfg_, static_cast<uint64_t>(s));
+      RandomModel m(cfg_, static_cast<uint64_t>(s));
       w.save(m.request(s));
     }
   }
@@ -84,13 +86,13 @@ class ckpt : public ::testing::Test {
 
   // Resumes into a fresh model; returns the step used (-1 when none).
   int64_t resume_step(std::vector<std::string>* warnings = nullptr) {
-    Model m(cfg_, 999);
+    RandomModel m(cfg_, 999);
     ResumeOptions o;
-    o.model = &cfg_;
+    o.model = spec_.get();
     o.warn = [&](const std::string& s) { if (warnings) warnings->push_back(s); };
-    auto r = resume_latest(root_, gpt_fill_requests(m.params, m.opt.get()), o);
+    auto r = resume_latest(root_, model_fill_requests(m.flat, m.opt.get()), o);
     if (!r) return -1;
-    Model want(cfg_, static_cast<uint64_t>(r->index.step));
+    RandomModel want(cfg_, static_cast<uint64_t>(r->index.step));
     EXPECT_TRUE(same_bytes(m.flat, want.flat));
     EXPECT_TRUE(same_bytes(m.opt->exp_avg_sq(), want.opt->exp_avg_sq()));
     return r->index.step;
@@ -98,11 +100,12 @@ class ckpt : public ::testing::Test {
 
   // The Error message of loading step `step` with verification.
   std::string load_error(int64_t step, const GPTConfig& model) {
-    Model m(model, 5);
+    RandomModel m(model, 5);
     ResumeOptions o;
-    o.model = &model;
+    const auto spec = GPTSpec::make(model);
+    o.model = spec.get();
     try {
-      load_checkpoint(step_dir(root_, step), gpt_fill_requests(m.params, m.opt.get()), o);
+      load_checkpoint(step_dir(root_, step), model_fill_requests(m.flat, m.opt.get()), o);
     } catch (const Error& e) {
       return e.what();
     }
@@ -111,6 +114,7 @@ class ckpt : public ::testing::Test {
 
   std::string root_;
   GPTConfig cfg_ = gpt_preset("tiny");
+  std::shared_ptr<const GPTSpec> spec_ = GPTSpec::make(cfg_);
 };
 
 }  // namespace
@@ -147,7 +151,7 @@ TEST_F(ckpt, shard_ranges_cover_the_buffer_exactly) {
 }
 
 TEST_F(ckpt, save_load_round_trip_is_bit_exact) {
-  Model m(cfg_, 42);
+  RandomModel m(cfg_, 42);
   WriterOptions o;
   o.root = root_;
   o.async = false;
@@ -167,7 +171,8 @@ TEST_F(ckpt, save_load_round_trip_is_bit_exact) {
   EXPECT_EQ(x.lr_step, 7);
   EXPECT_EQ(x.loss_scaler["scale"].get<double>(), 65536.0);
   EXPECT_EQ(x.config["train"]["lr"].get<double>(), 0.001);
-  EXPECT_EQ(gpt_config_difference(x.model, cfg_), "");
+  EXPECT_EQ(model_description_difference(x.model, spec_->to_json()), "");
+  EXPECT_EQ(x.model.value("family", ""), "gpt");
   ASSERT_EQ(x.tensors.size(), m.params.named().size());
   EXPECT_EQ(x.tensors[0].name, "wte.weight");
   EXPECT_EQ(x.tensors.back().range.end, cfg_.num_params());
@@ -175,10 +180,10 @@ TEST_F(ckpt, save_load_round_trip_is_bit_exact) {
   EXPECT_EQ(x.ranks[0].data_position, (data::LoaderPosition{2, 7}));
   EXPECT_EQ(x.ranks[0].rng["state"][3].get<int>(), 7);
 
-  Model back(cfg_, 1);
+  RandomModel back(cfg_, 1);
   ResumeOptions ro;
-  ro.model = &cfg_;
-  auto res = load_checkpoint(step_dir(root_, 7), gpt_fill_requests(back.params, back.opt.get()), ro);
+  ro.model = spec_.get();
+  auto res = load_checkpoint(step_dir(root_, 7), model_fill_requests(back.flat, back.opt.get()), ro);
   apply_optimizer_state(res, back.opt.get());
   EXPECT_TRUE(same_bytes(back.flat, m.flat));
   EXPECT_TRUE(same_bytes(back.opt->exp_avg(), m.opt->exp_avg()));
@@ -199,7 +204,7 @@ TEST_F(ckpt, index_is_written_last_and_torn_checkpoints_are_skipped) {
     o.async = false;
     o.skip_index_for_testing = true;  // a crash between the shard files and the index
     CheckpointWriter w(o, nullptr);
-    Model m(cfg_, 2);
+    RandomModel m(cfg_, 2);
     w.save(m.request(2));
   }
   EXPECT_TRUE(fs::exists(shard(2)));
@@ -250,10 +255,10 @@ TEST_F(ckpt, flipped_byte_is_a_checksum_mismatch_and_resume_falls_back) {
   ASSERT_FALSE(warnings.empty());
   EXPECT_NE(warnings[0].find("checksum mismatch"), std::string::npos) << warnings[0];
   // Without verification the same read succeeds (the flag is honoured).
-  Model m(cfg_, 3);
+  RandomModel m(cfg_, 3);
   ResumeOptions o;
   o.verify = false;
-  EXPECT_NO_THROW(load_checkpoint(step_dir(root_, 2), gpt_fill_requests(m.params, m.opt.get()), o));
+  EXPECT_NO_THROW(load_checkpoint(step_dir(root_, 2), model_fill_requests(m.flat, m.opt.get()), o));
 }
 
 TEST_F(ckpt, missing_shard_is_named_and_resume_falls_back) {
@@ -280,7 +285,7 @@ TEST_F(ckpt, index_from_another_model_is_refused) {
     o.async = false;
     o.keep_last = 0;
     CheckpointWriter w(o, nullptr);
-    Model m(other, 2);
+    RandomModel m(other, 2);
     w.save(m.request(2));
   }
   std::vector<std::string> warnings;
@@ -309,7 +314,7 @@ TEST_F(ckpt, retention_never_deletes_incomplete_or_newest) {
 }
 
 TEST_F(ckpt, async_save_writes_the_snapshot_not_later_values) {
-  Model m(cfg_, 11);
+  RandomModel m(cfg_, 11);
   Tensor before = Tensor::zeros({cfg_.num_params()}, DType::F32);
   before.copy_from(m.flat);
   WriterOptions o;
@@ -338,7 +343,7 @@ TEST_F(ckpt, async_save_writes_the_snapshot_not_later_values) {
 }
 
 TEST_F(ckpt, async_background_error_surfaces_on_wait) {
-  Model m(cfg_, 1);
+  RandomModel m(cfg_, 1);
   WriterOptions o;
   o.root = root_;
   CheckpointWriter w(o, nullptr);
@@ -357,7 +362,7 @@ TEST_F(ckpt, async_background_error_surfaces_on_wait) {
 }
 
 TEST_F(ckpt, export_import_round_trip_is_bit_identical) {
-  Model m(cfg_, 3);
+  RandomModel m(cfg_, 3);
   // Padded vocabulary rows are not part of a model file: zero them as a loaded model has them.
   const int64_t V = cfg_.vocab_size, Vp = cfg_.padded_vocab, C = cfg_.n_embd;
   std::fill(m.params.wte.data<float>() + V * C, m.params.wte.data<float>() + Vp * C, 0.0f);
@@ -374,8 +379,8 @@ TEST_F(ckpt, export_import_round_trip_is_bit_identical) {
     const std::string b = root_ + (fmt == ExportFormat::HuggingFace ? "/b_hf" : "/b_mt");
     const std::string dir = import_model_file(file, b, cfg_.n_head);
     EXPECT_EQ(dir, step_dir(b, 0));
-    Model back(cfg_, 77);
-    auto r = load_checkpoint(dir, gpt_fill_requests(back.params, back.opt.get()), {});
+    RandomModel back(cfg_, 77);
+    auto r = load_checkpoint(dir, model_fill_requests(back.flat, back.opt.get()), {});
     apply_optimizer_state(r, back.opt.get());
     EXPECT_TRUE(same_bytes(back.flat, m.flat));
     EXPECT_EQ(back.opt->steps_taken(), 0);  // imported: fresh optimizer state
@@ -393,8 +398,8 @@ TEST_F(ckpt, init_from_a_checkpoint_dir_loads_its_parameters) {
   EXPECT_TRUE(is_checkpoint_path(root_));
   EXPECT_FALSE(is_checkpoint_path(shard(1)));
   const GPTConfig got = read_init_config(root_);
-  EXPECT_EQ(gpt_config_difference(got, cfg_), "");
-  Model m(cfg_, 77), want(cfg_, 1);
+  EXPECT_EQ(model_description_difference(GPTSpec::make(got)->to_json(), spec_->to_json()), "");
+  RandomModel m(cfg_, 77), want(cfg_, 1);
   EXPECT_EQ(load_init_weights(root_, m.params, cfg_), step_dir(root_, 1));
   EXPECT_TRUE(same_bytes(m.flat, want.flat));
   EXPECT_EQ(m.opt->steps_taken(), 770);  // the optimizer is not touched
@@ -405,7 +410,7 @@ TEST_F(ckpt, init_from_a_checkpoint_dir_loads_its_parameters) {
   // Another model.
   GPTConfig other = cfg_;
   other.n_layer = 3;
-  Model o(other, 5);
+  RandomModel o(other, 5);
   try {
     load_init_weights(root_, o.params, other);
     ADD_FAILURE() << "loading another model's checkpoint succeeded";
@@ -413,37 +418,4 @@ TEST_F(ckpt, init_from_a_checkpoint_dir_loads_its_parameters) {
     EXPECT_NE(std::string(e.what()).find("index.json is from another model"), std::string::npos) << e.what();
   }
   EXPECT_THROW(read_init_config(root_ + "/nothing_here"), Error);
-}
-
-// Throughput (run by hand: --gtest_also_run_disabled_tests): 3 x 128 MiB
-// buffers saved synchronously and asynchronously, to compare with
-// `dd if=/dev/zero of=X bs=8M count=48 conv=fsync`.
-TEST_F(ckpt, DISABLED_save_throughput) {
-  const int64_t n = 32 << 20;
-  std::vector<float> p(n, 1.0f), m(n, 2.0f), v(n, 3.0f);
-  SaveRequest r;
-  r.model = cfg_;
-  r.buffers = {{kParams, DType::F32, n, p.data(), {0, n}},
-               {kExpAvg, DType::F32, n, m.data(), {0, n}},
-               {kExpAvgSq, DType::F32, n, v.data(), {0, n}}};
-  for (bool async : {false, true}) {
-    WriterOptions o;
-    o.root = root_;
-    o.async = async;
-    o.keep_last = 1;
-    CheckpointWriter w(o, nullptr);
-    for (int64_t step = 1; step <= 3; ++step) {
-      r.step = step + (async ? 10 : 0);
-      w.save(r);
-    }
-    w.wait();
-    for (const auto& s : w.stats())
-      std::printf("%s step %lld: %.1f MiB, stall %.3f s, write %.3f s = %.0f MiB/s\n",
-                  async ? "async" : "sync ", static_cast<long long>(s.step), s.bytes / 1048576.0,
-                  s.stall_s, s.write_s, s.bytes / 1048576.0 / s.write_s);
-  }
-  const double t0 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  uint32_t crc = crc32c(p.data(), n * 4);
-  const double t1 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  std::printf("crc32c: %.0f MiB/s (%08x)\n", n * 4 / 1048576.0 / (t1 - t0), crc);
 }

@@ -71,8 +71,8 @@ bool untouched(const unsigned char* bytes) {
   parallel::ZeroOptions zo;
   zo.stage = stage;
   auto zero = std::make_unique<parallel::Zero>(
-      comm::Communicator::create_local(0, 1, "zero-teardown-test"), cfg, zo);
-  GPT* model = zero->make_model().release();
+      comm::Communicator::create_local(0, 1, "zero-teardown-test"), GPTSpec::make(cfg), zo);
+  GPT* model = static_cast<GPT*>(zero->make_model().release());
   model->init_weights(1);
   zero->attach(*model);
   zero->broadcast_parameters();

@@ -7,6 +7,7 @@
 
 #include "meshtrain/core/threads.h"
 #include "meshtrain/data/synth_dataset.h"
+#include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/train/trainer.h"
 
 using namespace meshtrain;
@@ -25,8 +26,9 @@ TEST(train, char6l_approaches_synthetic_entropy_floor) {
   TrainerOptions opt;
   // char-6L's architecture with a 64-token context: the grammar's dependencies
   // are short, and the shorter context keeps the test within a few minutes.
-  opt.model = gpt_preset("char-6L");
-  opt.model.seq_len = 64;
+  GPTConfig cfg = gpt_preset("char-6L");
+  cfg.seq_len = 64;
+  opt.model = GPTSpec::make(cfg);
   opt.train_pattern = (dir / "data" / "train_*.bin").string();
   opt.val_pattern = (dir / "data" / "val_*.bin").string();
   opt.micro_batch = 8;

@@ -1,5 +1,7 @@
 #include "meshtrain/ckpt/checkpoint_index.h"
 
+#include "meshtrain/nn/model_registry.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -54,36 +56,6 @@ DType parse_dtype_name(const std::string& name, const std::string& where) {
   }
 }
 
-json gpt_config_to_json(const GPTConfig& c) {
-  return {{"n_layer", c.n_layer}, {"n_head", c.n_head},         {"n_embd", c.n_embd},
-          {"seq_len", c.seq_len}, {"vocab_size", c.vocab_size}, {"padded_vocab", c.padded_vocab}};
-}
-
-GPTConfig gpt_config_from_json(const json& j, const std::string& where) {
-  GPTConfig c;
-  c.n_layer = get<int>(j, "n_layer", where);
-  c.n_head = get<int>(j, "n_head", where);
-  c.n_embd = get<int>(j, "n_embd", where);
-  c.seq_len = get<int>(j, "seq_len", where);
-  c.vocab_size = get<int>(j, "vocab_size", where);
-  c.padded_vocab = get<int>(j, "padded_vocab", where);
-  return c;
-}
-
-std::string gpt_config_difference(const GPTConfig& a, const GPTConfig& b) {
-  std::string d;
-  auto cmp = [&](const char* name, int x, int y) {
-    if (x != y) d += fmt::format("{}{} {} (checkpoint) vs {} (model)", d.empty() ? "" : ", ", name, x, y);
-  };
-  cmp("n_layer", a.n_layer, b.n_layer);
-  cmp("n_head", a.n_head, b.n_head);
-  cmp("n_embd", a.n_embd, b.n_embd);
-  cmp("seq_len", a.seq_len, b.seq_len);
-  cmp("vocab_size", a.vocab_size, b.vocab_size);
-  cmp("padded_vocab", a.padded_vocab, b.padded_vocab);
-  return d;
-}
-
 const BufferEntry* CheckpointIndex::find_buffer(const std::string& name) const {
   for (const auto& b : buffers)
     if (b.name == name) return &b;
@@ -98,7 +70,7 @@ json CheckpointIndex::to_json() const {
   j["created_utc"] = created_utc;
   j["world_size"] = world_size;
   j["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}};
-  j["model"] = gpt_config_to_json(model);
+  j["model"] = model;
   j["optimizer_steps"] = optimizer_steps;
   j["optimizer"] = optimizer;
   j["lr_schedule"] = {{"step", lr_step}};
@@ -144,7 +116,8 @@ CheckpointIndex CheckpointIndex::from_json(const json& j, const std::string& whe
   MT_CHECK(x.world_size >= 1, "checkpoint index {}: world_size {} < 1", where, x.world_size);
   const json& mesh = field(j, "mesh", where);
   x.mesh = {get<int>(mesh, "dp", where), get<int>(mesh, "tp", where), get<int>(mesh, "pp", where)};
-  x.model = gpt_config_from_json(field(j, "model", where), where);
+  x.model = field(j, "model", where);
+  model_spec_from_json(x.model, "checkpoint index " + where);  // validates the description
   x.optimizer_steps = get<int64_t>(j, "optimizer_steps", where);
   x.optimizer = j.value("optimizer", json());
   x.lr_step = get<int64_t>(field(j, "lr_schedule", where), "step", where);

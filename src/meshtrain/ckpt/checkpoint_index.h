@@ -16,7 +16,7 @@
 #include "meshtrain/ckpt/shard_layout.h"
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/data/data_loader.h"
-#include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/model.h"
 
 namespace meshtrain::ckpt {
 
@@ -24,7 +24,7 @@ inline constexpr const char* kIndexFileName = "index.json";
 inline constexpr const char* kIndexFormat = "meshtrain-checkpoint";
 inline constexpr int kIndexVersion = 1;
 
-// Flat buffer names used by the GPT helpers.
+// Flat buffer names used by the model helpers (ckpt/model_checkpoint.h).
 inline constexpr const char* kParams = "params";
 inline constexpr const char* kExpAvg = "exp_avg";
 inline constexpr const char* kExpAvgSq = "exp_avg_sq";
@@ -67,7 +67,7 @@ struct CheckpointIndex {
   int64_t step = 0;
   int world_size = 1;
   MeshShape mesh;
-  GPTConfig model;
+  nlohmann::json model = nlohmann::json::object();  // ModelSpec::to_json()
   nlohmann::json config = nlohmann::json::object();  // resolved training configuration
   std::vector<BufferEntry> buffers;
   std::vector<TensorEntry> tensors;
@@ -91,10 +91,6 @@ CheckpointIndex read_index(const std::string& step_dir);
 // Atomic: temporary, fsync, rename, fsync the directory.
 void write_index(const std::string& step_dir, const CheckpointIndex& index);
 
-nlohmann::json gpt_config_to_json(const GPTConfig& cfg);
-GPTConfig gpt_config_from_json(const nlohmann::json& j, const std::string& where);
-// "" when equal, else the first differing field ("n_layer 2 vs 4").
-std::string gpt_config_difference(const GPTConfig& saved, const GPTConfig& want);
 
 DType parse_dtype_name(const std::string& name, const std::string& where);
 

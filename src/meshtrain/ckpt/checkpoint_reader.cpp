@@ -8,6 +8,7 @@
 #include "meshtrain/ckpt/shard_file.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/io/safetensors.h"
+#include "meshtrain/nn/model_registry.h"
 
 namespace meshtrain::ckpt {
 
@@ -111,8 +112,8 @@ void CheckpointReader::verify_all() const {
   }
 }
 
-void CheckpointReader::check_model(const GPTConfig& model) const {
-  const std::string diff = gpt_config_difference(impl_->index.model, model);
+void CheckpointReader::check_model(const ModelSpec& model) const {
+  const std::string diff = model_description_difference(impl_->index.model, model.to_json());
   MT_CHECK(diff.empty(), "checkpoint {}/{} is from another model: {}", impl_->dir, kIndexFileName, diff);
   if (const BufferEntry* p = impl_->index.find_buffer(kParams))
     MT_CHECK(p->numel == model.num_params(),

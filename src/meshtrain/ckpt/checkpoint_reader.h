@@ -33,7 +33,7 @@ class CheckpointReader {
   // Checksums every file (inspect); throws naming the first bad one.
   void verify_all() const;
   // Throws "... is from another model: n_layer 2 (checkpoint) vs 4 (model)".
-  void check_model(const GPTConfig& model) const;
+  void check_model(const ModelSpec& model) const;
   // `rank`'s saved state; a rank beyond the saved world gets rank 0's data
   // position and a null RNG blob (the trainer reseeds it).
   RankState rank_state(int rank) const;

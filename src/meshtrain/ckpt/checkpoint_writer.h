@@ -50,7 +50,7 @@ struct SaveRequest {
   std::vector<TensorEntry> tensors;          // names/shapes inside the buffers
   data::LoaderPosition data_position;        // this rank's
   nlohmann::json rng;                        // this rank's opaque RNG state
-  GPTConfig model;
+  nlohmann::json model = nlohmann::json::object();  // ModelSpec::to_json()
   nlohmann::json config = nlohmann::json::object();  // resolved_json(config)
   MeshShape mesh;
   int64_t optimizer_steps = 0;

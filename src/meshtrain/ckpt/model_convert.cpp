@@ -4,7 +4,8 @@
 
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
-#include "meshtrain/ckpt/gpt_checkpoint.h"
+#include "meshtrain/ckpt/model_checkpoint.h"
+#include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/io/gpt_model_file.h"
@@ -20,7 +21,7 @@ ExportFormat parse_export_format(const std::string& name) {
 void export_checkpoint(const std::string& step_dir, const std::string& out_path, ExportFormat format,
                        bool verify) {
   CheckpointReader reader = CheckpointReader::open(step_dir, {verify});
-  const GPTConfig cfg = reader.index().model;
+  const GPTConfig cfg = GPTSpec::config_from_json(reader.index().model, step_dir);
   cfg.validate();
   const BufferEntry* b = reader.index().find_buffer(kParams);
   MT_CHECK(b, "checkpoint {}: no '{}' buffer to export", step_dir, kParams);
@@ -41,7 +42,7 @@ std::string import_model_file(const std::string& model_path, const std::string& 
   Tensor flat = Tensor::zeros({cfg.num_params()}, DType::F32);
   const GPTParams params = GPTParams::view(cfg, flat);
   load_gpt_weights(model_path, params, cfg);
-  SaveRequest req = gpt_save_request(0, params, cfg, nullptr);
+  SaveRequest req = model_save_request(0, *GPTSpec::make(cfg), flat, nullptr);
   req.config = {{"imported_from", model_path},
                 {"format", std::string(model_file_format_name(detect_model_file_format(model_path)))}};
   WriterOptions opt;
@@ -58,10 +59,10 @@ bool is_checkpoint_path(const std::string& path) { return std::filesystem::is_di
 GPTConfig read_init_config(const std::string& path, int n_head_hint) {
   if (!is_checkpoint_path(path)) return read_gpt_config(path, n_head_hint);
   const CheckpointIndex index = read_index(resolve_step_dir(path, nullptr));  // warned at load
-  MT_CHECK(n_head_hint <= 0 || n_head_hint == index.model.n_head,
-           "checkpoint {} has n_head={} but n_head={} was requested", path, index.model.n_head,
-           n_head_hint);
-  return index.model;
+  const GPTConfig cfg = GPTSpec::config_from_json(index.model, path);
+  MT_CHECK(n_head_hint <= 0 || n_head_hint == cfg.n_head,
+           "checkpoint {} has n_head={} but n_head={} was requested", path, cfg.n_head, n_head_hint);
+  return cfg;
 }
 
 std::string load_init_weights(const std::string& path, const GPTParams& dst, const GPTConfig& cfg) {
@@ -71,7 +72,7 @@ std::string load_init_weights(const std::string& path, const GPTParams& dst, con
   }
   const std::string dir = resolve_step_dir(path);
   CheckpointReader reader = CheckpointReader::open(dir);
-  reader.check_model(cfg);
+  reader.check_model(*GPTSpec::make(cfg));
   const BufferEntry* b = reader.index().find_buffer(kParams);
   MT_CHECK(b && b->dtype == DType::F32, "checkpoint {}: no f32 '{}' buffer to start from", dir, kParams);
   const int64_t n = cfg.num_params();
@@ -91,6 +92,25 @@ std::string load_init_weights(const std::string& path, const GPTParams& dst, con
   else
     fail("init_from {}: cannot load into a {} parameter buffer", dir, dtype_name(dst.flat.dtype()));
   return dir;
+}
+
+std::string load_init_weights(const std::string& path, Model& model) {
+  const ModelSpec& spec = model.spec();
+  if (is_checkpoint_path(path)) {
+    const std::string dir = resolve_step_dir(path);
+    CheckpointReader reader = CheckpointReader::open(dir);
+    reader.check_model(spec);
+    const BufferEntry* b = reader.index().find_buffer(kParams);
+    MT_CHECK(b && b->dtype == DType::F32, "checkpoint {}: no f32 '{}' buffer to start from", dir,
+             kParams);
+    reader.read(kParams, {0, spec.num_params()}, model.param_buffer().raw());
+    return dir;
+  }
+  MT_CHECK(spec.family() == GPTSpec::kFamily, "init_from {}: model files are read for the {} "
+           "family only; a {} model starts from a checkpoint directory", path, GPTSpec::kFamily,
+           spec.family());
+  const GPTConfig cfg = GPTSpec::config_from_json(spec.to_json(), "init_from");
+  return load_init_weights(path, GPTParams::view(cfg, model.param_buffer()), cfg);
 }
 
 }  // namespace meshtrain::ckpt

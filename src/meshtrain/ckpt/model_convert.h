@@ -8,6 +8,7 @@
 
 #include "meshtrain/ckpt/checkpoint_reader.h"
 #include "meshtrain/nn/gpt_params.h"
+#include "meshtrain/nn/model.h"
 
 namespace meshtrain::ckpt {
 
@@ -34,5 +35,8 @@ GPTConfig read_init_config(const std::string& path, int n_head_hint = 0);
 // a checkpoint of another model is an Error naming its index. Returns the
 // file or step directory the weights came from.
 std::string load_init_weights(const std::string& path, const GPTParams& dst, const GPTConfig& cfg);
+// The same for any model whose family has a file format here (GPT: meshtrain,
+// Hugging Face GPT-2, llm.c); a checkpoint directory works for every family.
+std::string load_init_weights(const std::string& path, Model& model);
 
 }  // namespace meshtrain::ckpt

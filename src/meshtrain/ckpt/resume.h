@@ -27,7 +27,7 @@ struct FillRequest {
 
 struct ResumeOptions {
   bool verify = true;                 // checksum every shard file read
-  const GPTConfig* model = nullptr;   // when set, a checkpoint of another model is an error
+  const ModelSpec* model = nullptr;   // when set, a checkpoint of another model is an error
   comm::Communicator* comm = nullptr; // when set, ranks agree on the checkpoint
   int rank = 0;                       // whose RankState to return (comm->rank() when comm is set)
   WarnFn warn = warn_stderr;

@@ -21,39 +21,32 @@ namespace meshtrain {
 
 using namespace cpu;
 
-GPT::GPT(const GPTConfig& cfg) : cfg_(cfg) {
-  cfg_.validate();
-  param_buf_ = Tensor::zeros({cfg_.num_params()}, DType::F32, MemCategory::Parameters);
-  grad_buf_ = Tensor::zeros({cfg_.num_params()}, DType::F32, MemCategory::Gradients);
+GPT::GPT(std::shared_ptr<const GPTSpec> spec, ModelBuffers buffers)
+    : spec_(std::move(spec)), cfg_(spec_->config()) {
+  const int64_t P = cfg_.num_params();
+  for (const Tensor* t : {&buffers.params, &buffers.grads})
+    MT_CHECK(!t->defined() || (t->dtype() == DType::F32 && t->numel() == P),
+             "external parameter/gradient buffer must hold {} f32 values, got {} {}", P,
+             t->numel(), dtype_name(t->dtype()));
+  param_buf_ = buffers.params.defined() ? std::move(buffers.params)
+                                        : Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
+  if (buffers.grads.defined()) {
+    grad_buf_ = std::move(buffers.grads);
+    if (buffers.zero_grads) grad_buf_.zero_();
+  } else {
+    grad_buf_ = Tensor::zeros({P}, DType::F32, MemCategory::Gradients);
+  }
   params_ = GPTParams::view(cfg_, param_buf_);
   grads_ = GPTParams::view(cfg_, grad_buf_);
 }
 
-GPT::GPT(const GPTConfig& cfg, Tensor grad_buffer) : cfg_(cfg) {
-  cfg_.validate();
-  MT_CHECK(grad_buffer.dtype() == DType::F32 && grad_buffer.numel() == cfg_.num_params(),
-           "external gradient buffer must hold {} f32 values, got {} {}", cfg_.num_params(),
-           grad_buffer.numel(), dtype_name(grad_buffer.dtype()));
-  param_buf_ = Tensor::zeros({cfg_.num_params()}, DType::F32, MemCategory::Parameters);
-  grad_buf_ = std::move(grad_buffer);
-  std::fill(grad_buf_.data<float>(), grad_buf_.data<float>() + grad_buf_.numel(), 0.f);
-  params_ = GPTParams::view(cfg_, param_buf_);
-  grads_ = GPTParams::view(cfg_, grad_buf_);
-}
+GPT::GPT(const GPTConfig& cfg) : GPT(GPTSpec::make(cfg), ModelBuffers{}) {}
+
+GPT::GPT(const GPTConfig& cfg, Tensor grad_buffer)
+    : GPT(GPTSpec::make(cfg), ModelBuffers{Tensor(), std::move(grad_buffer), true}) {}
 
 GPT::GPT(const GPTConfig& cfg, Tensor param_buffer, Tensor grad_buffer, bool zero_grads)
-    : cfg_(cfg) {
-  cfg_.validate();
-  for (const Tensor* t : {&param_buffer, &grad_buffer})
-    MT_CHECK(t->dtype() == DType::F32 && t->numel() == cfg_.num_params(),
-             "external parameter/gradient buffer must hold {} f32 values, got {} {}",
-             cfg_.num_params(), t->numel(), dtype_name(t->dtype()));
-  param_buf_ = std::move(param_buffer);
-  grad_buf_ = std::move(grad_buffer);
-  if (zero_grads) grad_buf_.zero_();
-  params_ = GPTParams::view(cfg_, param_buf_);
-  grads_ = GPTParams::view(cfg_, grad_buf_);
-}
+    : GPT(GPTSpec::make(cfg), ModelBuffers{std::move(param_buffer), std::move(grad_buffer), zero_grads}) {}
 
 GPT::~GPT() = default;
 

@@ -9,6 +9,8 @@
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/nn/gpt_config.h"
 #include "meshtrain/nn/gpt_params.h"
+#include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/nn/model.h"
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
 
@@ -17,8 +19,10 @@ namespace meshtrain {
 struct GPTActivations;  // defined in gpt_activations.h
 struct GPTBlockActivations;
 
-class GPT {
+class GPT final : public Model {
  public:
+  // On `buffers` (nn/model.h: empty tensors are allocated here).
+  GPT(std::shared_ptr<const GPTSpec> spec, ModelBuffers buffers);
   explicit GPT(const GPTConfig& cfg);
   // Gradients in a caller-provided buffer of num_params() f32 (e.g. memory
   // the communicator's peers can map, so bucket allreduces need no copy-in).
@@ -27,14 +31,17 @@ class GPT {
   // Parameters and gradients both in caller-provided buffers of num_params()
   // f32 (ZeRO-3 keeps only the units in use resident). Neither is zeroed.
   GPT(const GPTConfig& cfg, Tensor param_buffer, Tensor grad_buffer, bool zero_grads);
-  ~GPT();
+  ~GPT() override;
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
   // GPT-2 initialization: N(0, 0.02) weights, residual projections scaled by
   // 1/sqrt(2L), zero biases, unit LayerNorm gains; padded vocab rows zero.
-  void init_weights(uint64_t seed);
+  void init_weights(uint64_t seed) override;
 
+  const ModelSpec& spec() const override { return *spec_; }
+  const Tensor& param_buffer() const override { return param_buf_; }
+  const Tensor& grad_buffer() const override { return grad_buf_; }
   const GPTConfig& config() const { return cfg_; }
   GPTParams& params() { return params_; }
   const GPTParams& params() const { return params_; }
@@ -45,24 +52,25 @@ class GPT {
   // cross-entropy loss (targets < 0 are ignored); without, returns NaN and only
   // logits are computed. T may be shorter than config().seq_len, never longer.
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T);
+  float forward(const MicroBatch& b) override { return forward(b.inputs, b.targets, b.B, b.T); }
   // Logits of the last forward, (B, T, padded_vocab); after backward() the
   // buffer holds the logit gradients instead.
-  const float* logits() const;
+  const float* logits() const override;
+  int logits_stride() const override { return cfg_.padded_vocab; }
   // Per-position losses of the last forward with targets, (B, T).
   const float* losses() const;
 
   // Accumulates d(loss * loss_scale)/d(params) into grads() for the last
   // forward (which must have had targets). loss_scale = 1/grad_accum for
   // accumulation, or the fp16 loss scale.
-  void backward(float loss_scale = 1.0f);
-  void zero_grad();
+  void backward(float loss_scale = 1.0f) override;
+  void zero_grad() override;
 
   // Called during backward each time a contiguous range [begin, end) of the
   // gradient buffer has received its last contribution, in the order backward
   // produces them (last layer first). Data parallelism launches bucket
   // reductions from here.
-  using GradReadyHook = std::function<void(int64_t begin, int64_t end)>;
-  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+  void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_hook_ = std::move(hook); }
 
   // Called when forward or backward is about to use the parameters of a unit
   // (GPTParams::unit_range) and when it is done with them until the next
@@ -82,10 +90,10 @@ class GPT {
   //             the embedding backward (encoder: wte rows of the batch's
   //             tokens, wpe) reads no parameters and is reported by the
   //             grad-ready hook only.
-  // Hooks that only track parameters ignore GradBegin/GradEnd.
-  enum class ParamEvent { Need, Done, GradBegin, GradEnd };
-  using ParamHook = std::function<void(ParamEvent event, int unit, bool backward)>;
-  void set_param_hook(ParamHook hook) { param_hook_ = std::move(hook); }
+  // Hooks that only track parameters ignore GradBegin/GradEnd. GPTSpec's
+  // layout().order is this sequence as data.
+  using ParamEvent = meshtrain::ParamEvent;
+  void set_param_hook(ParamHook hook) override { param_hook_ = std::move(hook); }
 
   // Activation checkpointing (nn/recompute.h). Recomputed activations are
   // re-run in backward with the same kernels and thread count, so losses and
@@ -93,8 +101,8 @@ class GPT {
   // forward runs inside its backward Need/Done (the hook order above holds
   // for every policy). Takes effect at the next forward; a forward done
   // under another policy needs a new forward before backward.
-  void set_recompute(const Recompute& recompute);
-  const Recompute& recompute() const { return recompute_; }
+  void set_recompute(const Recompute& recompute) override;
+  const Recompute& recompute() const override { return recompute_; }
 
   // Mixed precision (nn/precision.h). params() and grads() stay f32: the
   // parameters are the f32 master weights the optimizer updates (and
@@ -107,16 +115,16 @@ class GPT {
   // that only feed GEMMs are stored in 16 bits (gpt_activations.h). LayerNorm,
   // softmax, loss, GELU, attention and all gradient accumulation stay f32.
   // Takes effect at the next forward.
-  void set_precision(Precision p);
-  Precision precision() const { return precision_; }
+  void set_precision(Precision p) override;
+  Precision precision() const override { return precision_; }
   // Mixed precision under ZeRO (parallel/zero.h): the 16-bit copy lives in
   // `buffer` (num_params() elements of the 16-bit dtype) and is kept current
   // by the caller (gathered from the ranks that own the f32 master shards),
   // so the model never rounds params() itself and reads only the f32
   // parameters that are not GEMM weights (wpe, biases, LayerNorm). Call
   // after set_precision() with a mixed precision.
-  void use_external_half_copy(Tensor buffer);
-  bool external_half_copy() const { return external_half_; }
+  void use_external_half_copy(Tensor buffer) override;
+  bool external_half_copy() const override { return external_half_; }
 
   // Bytes the activation buffers take for (B, T) under a policy: exactly what
   // the allocator counts as MemCategory::Activations for this model.
@@ -140,6 +148,7 @@ class GPT {
   const uint16_t* half_weight(const Tensor& p) const;
   // Rounds unit `unit`'s weight matrices from params() into the 16-bit copy.
   void refresh_half_weights(int unit);
+  std::shared_ptr<const GPTSpec> spec_;
   GPTConfig cfg_;
   Recompute recompute_;
   Precision precision_ = Precision::FP32;

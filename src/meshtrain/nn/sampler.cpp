@@ -31,16 +31,16 @@ int32_t sample_token(const float* logits, int V, const SampleOptions& opt, Rng& 
   return idx.back();
 }
 
-std::vector<int32_t> generate(GPT& model, std::vector<int32_t> prompt, const SampleOptions& opt,
+std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, const SampleOptions& opt,
                               Rng& rng, const std::function<void(int32_t)>& on_token) {
   MT_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
-  const auto& cfg = model.config();
+  const ModelSpec& spec = model.spec();
   for (int n = 0; n < opt.max_new_tokens; ++n) {
-    const int T = std::min<int>(static_cast<int>(prompt.size()), cfg.seq_len);
+    const int T = std::min<int>(static_cast<int>(prompt.size()), spec.seq_len());
     const int32_t* ctx = prompt.data() + prompt.size() - T;
-    model.forward(ctx, nullptr, 1, T);
-    const float* last = model.logits() + static_cast<int64_t>(T - 1) * cfg.padded_vocab;
-    int32_t tok = sample_token(last, cfg.vocab_size, opt, rng);
+    model.forward(MicroBatch{ctx, nullptr, 1, T});
+    const float* last = model.logits() + static_cast<int64_t>(T - 1) * model.logits_stride();
+    int32_t tok = sample_token(last, spec.vocab_size(), opt, rng);
     prompt.push_back(tok);
     if (on_token) on_token(tok);
   }

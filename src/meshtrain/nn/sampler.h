@@ -1,11 +1,11 @@
-// Autoregressive text generation from a GPT (temperature and top-k sampling).
+// Autoregressive text generation from a token model (temperature and top-k sampling).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "meshtrain/core/rng.h"
-#include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/model.h"
 
 namespace meshtrain {
 
@@ -20,7 +20,7 @@ int32_t sample_token(const float* logits, int V, const SampleOptions& opt, Rng& 
 
 // Extends `prompt` (non-empty) by opt.max_new_tokens tokens; the context fed
 // to the model is the last seq_len tokens. on_token sees each new token.
-std::vector<int32_t> generate(GPT& model, std::vector<int32_t> prompt, const SampleOptions& opt,
+std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, const SampleOptions& opt,
                               Rng& rng, const std::function<void(int32_t)>& on_token = {});
 
 }  // namespace meshtrain

@@ -8,7 +8,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/convert.h"
-#include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/model.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain::parallel {
@@ -73,10 +73,10 @@ DataParallel::~DataParallel() {
 
 Tensor DataParallel::gradient_buffer() const { return shared_grads_.tensor(DType::F32, num_params_); }
 
-void DataParallel::attach(GPT& model) {
-  MT_CHECK(model.config().num_params() == num_params_,
+void DataParallel::attach(Model& model) {
+  MT_CHECK(model.layout().numel == num_params_,
            "data parallelism was set up for {} parameters, the model has {}", num_params_,
-           model.config().num_params());
+           model.layout().numel);
   model_ = &model;
   model.set_grad_ready_hook([this](int64_t b, int64_t e) { on_grad_ready(b, e); });
 }
@@ -89,18 +89,35 @@ void DataParallel::detach() {
 
 void DataParallel::broadcast_parameters() {
   MT_CHECK(model_, "attach() a model before broadcast_parameters()");
-  comm_.broadcast(model_->params().flat, /*root=*/0).wait();
+  comm_.broadcast(model_->param_buffer(), /*root=*/0).wait();
   if (opts_.verify) verify_parameters_equal();
 }
 
 void DataParallel::verify_parameters_equal() {
   MT_CHECK(model_, "attach() a model before verify_parameters_equal()");
-  const Tensor& p = model_->params().flat;
+  const Tensor& p = model_->param_buffer();
   const int64_t mine = checksum(p.data<float>(), p.numel());
   const int64_t hi = comm_.allreduce_scalar(mine, comm::ReduceOp::Max);
   const int64_t lo = comm_.allreduce_scalar(mine, comm::ReduceOp::Min);
   MT_CHECK(hi == lo, "data-parallel ranks hold different parameters (rank {} checksum {:x}, range "
            "{:x}..{:x}): the replicas diverged", rank(), mine, lo, hi);
+}
+
+void DataParallel::zero_grad() {
+  MT_CHECK(model_, "attach() a model before zero_grad()");
+  model_->zero_grad();
+}
+
+const float* DataParallel::gradients() {
+  MT_CHECK(model_, "attach() a model first");
+  return model_->grad_buffer().data<float>();
+}
+
+double DataParallel::end_backward(bool last_micro_batch) {
+  if (!last_micro_batch) return 0;
+  telemetry::TraceScope wait(telemetry::global_tracer(), "wait gradients", "comm");
+  finish_gradients();
+  return timing_.exposed_s;
 }
 
 void DataParallel::begin_backward(bool last_micro_batch) {
@@ -129,7 +146,7 @@ void DataParallel::on_grad_ready(int64_t begin, int64_t end) {
 void DataParallel::launch_through(int64_t frontier) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= frontier) {
     const Bucket& b = buckets_[next_bucket_++];
-    float* g = model_->grads().flat.data<float>() + b.begin;
+    float* g = model_->grad_buffer().data<float>() + b.begin;
     launched_at_.push_back(steady_now_s());
     if (wire_) {
       uint16_t* w = wire_.as<uint16_t>() + b.begin;
@@ -161,7 +178,7 @@ void DataParallel::finish_gradients() {
   works_.clear();
   comm::wait_all(works);
   if (wire_)  // the reduced bf16 gradients back into the f32 buffer
-    cpu::from_half(cpu::Half::BF16, wire_.as<uint16_t>(), model_->grads().flat.data<float>(), num_params_);
+    cpu::from_half(cpu::Half::BF16, wire_.as<uint16_t>(), model_->grad_buffer().data<float>(), num_params_);
   const double t1 = steady_now_s();
   // The engine runs buckets in issue order, so bucket i ran from
   // max(its launch, bucket i-1's completion) to its own completion.
@@ -177,6 +194,17 @@ void DataParallel::finish_gradients() {
     timing_.total_s += std::max(0.0, done[i] - start);
     prev = done[i];
   }
+}
+
+std::string DataParallel::describe() const {
+  auto size = [](double bytes) {
+    return bytes < (1 << 20) ? fmt::format("{:.1f} KiB", bytes / 1024)
+                             : fmt::format("{:.1f} MiB", bytes / (1 << 20));
+  };
+  return fmt::format("data parallel: {} ranks over {}, {} gradient bucket(s) (first {}, then up to "
+                     "{}) in shared memory, reduced during backward", comm_.size(),
+                     comm_.transport(), buckets_.size(), size(buckets_.front().count() * 4.0),
+                     size(static_cast<double>(opts_.bucket_bytes)));
 }
 
 double DataParallel::average(double value) { return comm_.allreduce_scalar(value, comm::ReduceOp::Avg); }

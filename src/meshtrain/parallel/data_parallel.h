@@ -3,12 +3,14 @@
 // optimizer, so N ranks with micro-batch b compute the step one rank would
 // with batch N*b.
 //
-//   DataParallel dp(comm, cfg.num_params());
-//   GPT model(cfg, dp.gradient_buffer());   // gradients in shared memory
-//   dp.attach(model);                       // installs the grad-ready hook
+//   DataParallel dp(comm, spec.num_params());
+//   auto model = spec.build({Tensor(), dp.gradient_buffer()});  // gradients in shared memory
+//   dp.attach(*model);                      // installs the grad-ready hook
 //   dp.broadcast_parameters();              // rank 0's initial weights
-//   per step: for each micro-batch: forward; dp.begin_backward(last); backward
-//             dp.finish_gradients();        // every bucket reduced (averaged)
+//   per step: for each micro-batch: forward; dp.begin_backward(last); backward;
+//             dp.end_backward(last)         // last: every bucket reduced (averaged)
+//
+// It is the "replicated" GradientSync (parallel/gradient_sync.h).
 //
 // Buckets (bucket_plan.h) are launched from the model's grad-ready hook during
 // the last micro-batch's backward, the moment backward has finished writing
@@ -25,10 +27,7 @@
 #include "meshtrain/core/memory.h"
 #include "meshtrain/parallel/bucket_plan.h"
 #include "meshtrain/parallel/completion_clock.h"
-
-namespace meshtrain {
-class GPT;
-}
+#include "meshtrain/parallel/gradient_sync.h"
 
 namespace meshtrain::parallel {
 
@@ -45,49 +44,49 @@ struct DataParallelOptions {
   static DataParallelOptions from_env();
 };
 
-// Communication of the last step's gradient reduction (seconds).
-struct CommTiming {
-  int buckets = 0;
-  double exposed_s = 0;       // finish_gradients() waiting after backward
-  double total_s = 0;         // time the progress engine spent on the buckets
-  double first_launch_s = 0;  // first bucket launched, after the last backward began
-  double backward_s = 0;      // the last backward, from begin_backward to finish_gradients
-};
-
-class DataParallel {
+class DataParallel final : public GradientSync {
  public:
   DataParallel(comm::Communicator comm, int64_t num_params, DataParallelOptions opts = {});
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
-  comm::Communicator& comm() { return comm_; }
+  comm::Communicator* comm() override { return &comm_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
-  // num_params f32 in the transport's shared memory: build the model with
-  // GPT(cfg, gradient_buffer()) so bucket allreduces skip the copy-in.
+  // num_params f32 in the transport's shared memory: build the model on it
+  // (ModelBuffers::grads) so bucket allreduces skip the copy-in.
   Tensor gradient_buffer() const;
   // Installs the model's grad-ready hook. The model lives on this object's
   // gradient buffer, so it is normally destroyed first; the destructor never
   // touches it (it may be gone). A model that outlives this object must be
   // detach()ed first (its hook would call into a destroyed object).
-  void attach(GPT& model);
+  void attach(Model& model) override;
   // Removes the hook from the attached model (which must still be alive).
-  void detach();
+  void detach() override;
   // Rank 0's parameters to every rank (verified when options().verify).
   void broadcast_parameters();
   // Throws unless every rank's parameters have the same checksum.
   void verify_parameters_equal();
 
-  // Call before each micro-batch's backward; reductions launch only during
-  // the last one of a step.
-  void begin_backward(bool last_micro_batch);
+  // GradientSync. begin_backward: reductions launch only during the last
+  // micro-batch's backward; end_backward(last) calls finish_gradients().
+  std::string name() const override { return "replicated"; }
+  std::string describe() const override;
+  void after_resume() override { broadcast_parameters(); }
+  void verify_replicas() override { verify_parameters_equal(); }
+  void zero_grad() override;
+  void begin_backward(bool last_micro_batch) override;
+  double end_backward(bool last_micro_batch) override;
+  const float* gradients() override;
+  ElemSpan update_range() const override { return {0, num_params_}; }
+  bool sharded() const override { return false; }
   // After the last backward: launches any bucket backward did not report and
   // waits for all of them. The model's gradients are then the average over ranks.
   void finish_gradients();
-  const CommTiming& timing() const { return timing_; }
+  const CommTiming& timing() const override { return timing_; }
 
   // The mean of `value` over ranks, and whether `value` is true on every rank:
   // decisions that change the collective sequence come from these.
@@ -105,7 +104,7 @@ class DataParallel {
   ExternalBytes grads_counted_{MemCategory::Gradients};  // the shared buffer, for the report
   comm::SharedBuffer wire_;  // bf16 reduction buffer (grad_dtype BF16 only)
   ExternalBytes wire_counted_{MemCategory::CommBuffers};
-  GPT* model_ = nullptr;
+  Model* model_ = nullptr;
   std::vector<Bucket> buckets_;
   std::vector<comm::Work> works_;
   std::vector<double> launched_at_;

@@ -2,29 +2,30 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "meshtrain/core/error.h"
+#include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain::parallel {
 
 namespace {
-std::vector<ElemSpan> units_of(const GPTParams& p) {
+std::vector<ElemSpan> units_of(const ParamLayout& layout) {
   std::vector<ElemSpan> out;
-  for (int u = 0; u < p.num_units(); ++u) {
-    auto [b, e] = p.unit_range(u);
-    out.push_back({b, e});
-  }
+  for (const ParamUnit& u : layout.units) out.push_back({u.begin, u.end});
   return out;
 }
 }  // namespace
 
-Zero::Zero(comm::Communicator comm, const GPTConfig& cfg, ZeroOptions opts)
-    : comm_(std::move(comm)), cfg_(cfg), opts_(opts) {
+Zero::Zero(comm::Communicator comm, std::shared_ptr<const ModelSpec> spec, ZeroOptions opts)
+    : comm_(std::move(comm)), spec_(std::move(spec)), opts_(opts) {
+  MT_CHECK(spec_, "ZeRO needs a model spec");
   MT_CHECK(comm_.valid(), "ZeRO needs a valid communicator");
   MT_CHECK(opts_.stage >= 1 && opts_.stage <= 3, "zero.stage must be 1, 2 or 3 here, got {}",
            opts_.stage);
   MT_CHECK(opts_.persist_threshold >= 0, "zero.persist_threshold must be >= 0, got {}",
            opts_.persist_threshold);
-  layout_ = ZeroLayout(cfg_.num_params(), comm_.size(), comm_.rank());
+  layout_ = ZeroLayout(spec_->num_params(), comm_.size(), comm_.rank());
 }
 
 // The model is usually destroyed first (it lives on buffers this object
@@ -39,56 +40,30 @@ void Zero::detach() {
   model_ = nullptr;
 }
 
-namespace {
-// The parameters GPT reads in f32 under mixed precision (nn/gpt.h): all but
-// the GEMM weights (wte and each layer's four matrices), as sorted spans.
-std::vector<ElemSpan> f32_read_spans(const GPTParams& p) {
-  std::vector<ElemSpan> out;
-  auto add = [&](const Tensor& t) {
-    const int64_t b = t.offset() - p.flat.offset();
-    if (!out.empty() && out.back().end == b) out.back().end = b + t.numel();
-    else out.push_back({b, b + t.numel()});
-  };
-  add(p.wpe);
-  for (const GPTLayerParams& l : p.layers)
-    for (const Tensor* t : {&l.ln1w, &l.ln1b, &l.qkvb, &l.attprojb, &l.ln2w, &l.ln2b, &l.fcb,
-                            &l.fcprojb})
-      add(*t);
-  add(p.lnfw);
-  add(p.lnfb);
-  std::sort(out.begin(), out.end(), [](ElemSpan a, ElemSpan b) { return a.begin < b.begin; });
-  return out;
-}
-}  // namespace
-
-std::unique_ptr<GPT> Zero::make_model() {
+std::unique_ptr<Model> Zero::make_model() {
   MT_CHECK(!params_, "make_model() called twice");
-  const int64_t P = cfg_.num_params();
+  const ParamLayout& lay = spec_->layout();
+  const int64_t P = lay.numel;
   const bool mixed = is_mixed(opts_.precision);
-  std::unique_ptr<GPT> model;
-  float* params = nullptr;
+  std::unique_ptr<Model> model;
   // Mixed precision keeps only the own f32 range resident at every stage.
   if (mixed || opts_.stage == 3) param_res_ = std::make_unique<ReservedBuffer>(P);
   if (opts_.stage == 1) {
     dp_ = std::make_unique<DataParallel>(comm_, P, opts_.dp);
-    model = mixed ? std::make_unique<GPT>(cfg_, param_res_->tensor(), dp_->gradient_buffer(), true)
-                  : std::make_unique<GPT>(cfg_, dp_->gradient_buffer());
+    model = spec_->build({mixed ? param_res_->tensor() : Tensor(), dp_->gradient_buffer(), true});
   } else {
     grad_res_ = std::make_unique<ReservedBuffer>(P);  // zero until backward writes
-    if (!param_res_) {
-      param_tensor_ = Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
-      model = std::make_unique<GPT>(cfg_, param_tensor_, grad_res_->tensor(), false);
-    } else {
-      model = std::make_unique<GPT>(cfg_, param_res_->tensor(), grad_res_->tensor(), false);
-    }
+    if (!param_res_) param_tensor_ = Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
+    model = spec_->build({param_res_ ? param_res_->tensor() : param_tensor_, grad_res_->tensor(), false});
   }
-  params = model->params().flat.data<float>();
-  const std::vector<ElemSpan> units = units_of(model->params());
-  // Stage 3 runs for memory: its largest transient gradient (the tied
-  // embedding's) is reduced before backward gathers and writes a layer.
+  float* params = model->param_buffer().data<float>();
+  const std::vector<ElemSpan> units = units_of(lay);
+  // Stage 3 runs for memory: its largest transient gradient (the bracketed
+  // unit's, GPT's tied embedding) is reduced before backward writes a layer.
   if (grad_res_)
     grads_ = std::make_unique<ZeroGradients>(comm_, layout_, units, *grad_res_,
-                                             /*isolate_embedding=*/opts_.stage == 3);
+                                             lay.bracketed_grad_unit,
+                                             /*isolate_bracketed=*/opts_.stage == 3);
   // Stages 2-3 reduce in the same wire format as stage 1's buckets.
   if (grads_) grads_->set_wire_dtype(opts_.dp.grad_dtype);
   HalfCopy half;
@@ -98,17 +73,18 @@ std::unique_ptr<GPT> Zero::make_model() {
     model->set_precision(opts_.precision);
     model->use_external_half_copy(half_res_->half_tensor(P, dt));
     half = {reinterpret_cast<uint16_t*>(half_res_->data()), half_res_.get(), dt,
-            f32_read_spans(model->params())};
+            lay.f32_read_ranges()};
   }
-  params_ = std::make_unique<ZeroParameters>(comm_, layout_, units, params, param_res_.get(),
-                                             opts_.stage == 3, opts_.persist_threshold,
-                                             mixed ? &half : nullptr);
+  params_ = std::make_unique<ZeroParameters>(comm_, layout_, units, lay.order,
+                                             lay.bracketed_grad_unit, params,
+                                             param_res_.get(), opts_.stage == 3,
+                                             opts_.persist_threshold, mixed ? &half : nullptr);
   return model;
 }
 
-void Zero::attach(GPT& model) {
+void Zero::attach(Model& model) {
   MT_CHECK(params_, "make_model() before attach()");
-  MT_CHECK(model.config().num_params() == cfg_.num_params(),
+  MT_CHECK(&model.spec().layout() == &spec_->layout() || model.layout().numel == spec_->num_params(),
            "attach() the model make_model() built");
   MT_CHECK(model.precision() == opts_.precision &&
                (!is_mixed(opts_.precision) || model.external_half_copy()),
@@ -120,21 +96,23 @@ void Zero::attach(GPT& model) {
   model_ = &model;
   if (dp_) dp_->attach(model);
   if (grads_) model.set_grad_ready_hook([this](int64_t b, int64_t e) { grads_->on_ready(b, e); });
-  model.set_param_hook([this](GPT::ParamEvent ev, int unit, bool backward) {
-    // nn/gpt.h: the tied embedding's gradient is written between GradBegin 0
-    // and GradEnd 0, after its backward Done; every other unit's inside its
-    // backward Need/Done. The parameter side ignores the Grad events.
-    if (grads_ && ev == GPT::ParamEvent::GradBegin) grads_->on_grad_begin(unit);
-    if (grads_ && ev == GPT::ParamEvent::Need && backward && unit != 0)
+  const int bracketed = spec_->layout().bracketed_grad_unit;
+  model.set_param_hook([this, bracketed](ParamEvent ev, int unit, bool backward) {
+    // nn/model.h: the bracketed unit's gradient is written between GradBegin
+    // and GradEnd (GPT: the tied embedding, after its backward Done); every
+    // other unit's inside its backward Need/Done. The parameter side ignores
+    // the Grad events.
+    if (grads_ && ev == ParamEvent::GradBegin) grads_->on_grad_begin(unit);
+    if (grads_ && ev == ParamEvent::Need && backward && unit != bracketed)
       grads_->on_grad_begin(unit);
     params_->on_event(ev, unit, backward);
-    if (grads_ && ev == GPT::ParamEvent::GradEnd) grads_->on_grad_end(unit);
+    if (grads_ && ev == ParamEvent::GradEnd) grads_->on_grad_end(unit);
   });
 }
 
 void Zero::broadcast_parameters() {
   MT_CHECK(model_, "attach() a model before broadcast_parameters()");
-  comm_.broadcast(model_->params().flat, /*root=*/0).wait();
+  comm_.broadcast(model_->param_buffer(), /*root=*/0).wait();
 }
 
 void Zero::shard() {
@@ -156,6 +134,7 @@ void Zero::zero_grad() {
 }
 
 void Zero::begin_backward(bool last) {
+  MT_CHECK(model_, "attach() a model before begin_backward()");
   if (dp_) {
     dp_->begin_backward(last);
     return;
@@ -164,26 +143,29 @@ void Zero::begin_backward(bool last) {
   if (last) backward_start_ = steady_now_s();
 }
 
-void Zero::end_backward(bool last) {
+double Zero::end_backward(bool last) {
   if (dp_) {
-    if (last) {
-      dp_->finish_gradients();
-      timing_ = dp_->timing();
-    }
-    return;
+    const double waited = dp_->end_backward(last);
+    if (last) timing_ = dp_->timing();
+    return waited;
   }
+  telemetry::TraceScope wait(telemetry::global_tracer(), "wait gradients", "comm");
   const double t0 = steady_now_s();
-  const double waited = grads_->end_backward();
+  grads_->end_backward();
+  const double waited = steady_now_s() - t0;
   if (last) {
     timing_ = {};
     timing_.backward_s = t0 - backward_start_;
     timing_.exposed_s = waited;
     timing_.buckets = static_cast<int>(grads_->reductions());
+    timing_.first_launch_s = grads_->first_launch_s() - backward_start_;
+    timing_.total_s = grads_->busy_seconds();
   }
+  return waited;
 }
 
-const float* Zero::gradients() const {
-  if (dp_) return model_->grads().flat.data<float>();
+const float* Zero::gradients() {
+  if (dp_) return dp_->gradients();
   return grads_->shard() - own().begin;
 }
 
@@ -198,6 +180,17 @@ void Zero::gather_full_parameters() {
 void Zero::resume_hooks() {
   params_->set_enabled(true);
   params_->release_transient();
+}
+
+std::string Zero::describe() const {
+  return fmt::format("ZeRO stage {}: {} ranks over {}; rank {} holds parameters [{}, {}) of {} for "
+                     "its optimizer state{}{}", opts_.stage, comm_.size(), comm_.transport(),
+                     comm_.rank(), own().begin, own().end, spec_->num_params(),
+                     opts_.stage >= 2 ? " and gradients" : "",
+                     opts_.stage == 3 ? fmt::format(" and parameters ({} elements in units under "
+                                                    "zero.persist_threshold = {} stay resident)",
+                                                    persistent_elements(), opts_.persist_threshold)
+                                      : "");
 }
 
 int64_t Zero::persistent_elements() const {

@@ -16,7 +16,7 @@
 // (zero_parameters.h). params() is whole again only inside
 // gather_full_parameters() ... resume_hooks().
 //
-//   Zero zero(comm, cfg, {stage});
+//   Zero zero(comm, spec, {stage});
 //   auto model = zero.make_model();   // buffers as the stage needs them
 //   model->init_weights(seed);        // or load
 //   zero.attach(*model);
@@ -27,13 +27,16 @@
 //   per step: zero_grad(); per micro-batch: forward; begin_backward(last);
 //             backward; end_backward(last); then before_update(); AdamW over
 //             own() with gradients(); after_update().
+// It is the sharded GradientSync (parallel/gradient_sync.h). Everything it
+// knows about the model comes from the spec's ParamLayout: the units, the
+// parameter-hook order, the parameters read in f32, the bracketed unit.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <optional>
 
 #include "meshtrain/comm/communicator.h"
-#include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/model.h"
 #include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/parallel/reserved_buffer.h"
 #include "meshtrain/parallel/zero_gradients.h"
@@ -49,33 +52,33 @@ struct ZeroOptions {
   // Stage 1's gradient buckets; its grad_dtype (f32 or bf16) is every
   // stage's gradient wire format.
   DataParallelOptions dp;
-  // Mixed precision: make_model() sets it on the model (nn/gpt.h) with the
+  // Mixed precision: make_model() sets it on the model (nn/model.h) with the
   // 16-bit copy in this object's buffer.
   Precision precision = Precision::FP32;
 };
 
-class Zero {
+class Zero final : public GradientSync {
  public:
-  Zero(comm::Communicator comm, const GPTConfig& cfg, ZeroOptions opts);
-  ~Zero();
+  Zero(comm::Communicator comm, std::shared_ptr<const ModelSpec> spec, ZeroOptions opts);
+  ~Zero() override;
   Zero(const Zero&) = delete;
   Zero& operator=(const Zero&) = delete;
 
   int stage() const { return opts_.stage; }
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
-  comm::Communicator& comm() { return comm_; }
+  comm::Communicator* comm() override { return &comm_; }
   const ZeroLayout& layout() const { return layout_; }
   ElemSpan own() const { return layout_.own(); }
   // Stage 1's DataParallel (its buckets), null otherwise.
   DataParallel* data_parallel() { return dp_.get(); }
 
   // The model, built on the buffers this stage needs. Call once.
-  std::unique_ptr<GPT> make_model();
+  std::unique_ptr<Model> make_model();
   // Installs the parameter and grad-ready hooks. Destroy the model first, or
   // detach() it before this object goes while the model lives on.
-  void attach(GPT& model);
-  void detach();
+  void attach(Model& model) override;
+  void detach() override;
   // Collective: rank 0's full parameters to every rank (before shard()).
   void broadcast_parameters();
   // Stage 3: keep only the own range and the persistent units (call before
@@ -85,30 +88,39 @@ class Zero {
   // stages gather the rest from the owners.
   void start();
 
-  void zero_grad();
-  void begin_backward(bool last_micro_batch);
-  void end_backward(bool last_micro_batch);
+  std::string name() const override { return "zero-" + std::to_string(opts_.stage); }
+  std::string describe() const override;
+  void before_resume() override { broadcast_parameters(), shard(); }
+  std::optional<ElemSpan> resume_range() const override { return own(); }
+  void after_resume() override { start(); }
+  void release_full_parameters() override { resume_hooks(); }
+  void zero_grad() override;
+  void begin_backward(bool last_micro_batch) override;
+  // Stages 2/3 reduce every micro-batch (returns the wait); stage 1 after the last.
+  double end_backward(bool last_micro_batch) override;
   // Gradients for the update: element i of the flat buffer, for i in own(),
   // is gradients()[i] (the pointer is offset so the optimizer's whole-buffer
   // indexing works).
-  const float* gradients() const;
-  void before_update();
-  void after_update();
-  const CommTiming& timing() const { return timing_; }
+  const float* gradients() override;
+  ElemSpan update_range() const override { return own(); }
+  bool sharded() const override { return true; }
+  void before_update() override;
+  void after_update() override;
+  const CommTiming& timing() const override { return timing_; }
 
   // Collective: every unit gathered and the hooks paused, so one rank may use
   // the whole model (save, generate); resume_hooks() returns to sharding.
-  void gather_full_parameters();
+  void gather_full_parameters() override;
   void resume_hooks();
   // Elements held replicated besides the own range (stage 3's persistent units).
   int64_t persistent_elements() const;
 
  private:
   comm::Communicator comm_;
-  GPTConfig cfg_;
+  std::shared_ptr<const ModelSpec> spec_;
   ZeroOptions opts_;
   ZeroLayout layout_;
-  GPT* model_ = nullptr;
+  Model* model_ = nullptr;
   std::unique_ptr<DataParallel> dp_;             // stage 1
   Tensor param_tensor_;                          // stage 2
   std::unique_ptr<ReservedBuffer> param_res_;    // stage 3; every stage with mixed precision

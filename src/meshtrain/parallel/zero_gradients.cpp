@@ -11,9 +11,12 @@ namespace meshtrain::parallel {
 
 ZeroGradients::ZeroGradients(comm::Communicator comm, ZeroLayout layout,
                              std::vector<ElemSpan> units, ReservedBuffer& grads,
-                             bool isolate_embedding)
+                             int bracketed_unit, bool isolate_bracketed)
     : comm_(std::move(comm)), layout_(layout), units_(std::move(units)), grads_(grads),
-      isolate_embedding_(isolate_embedding) {
+      bracketed_(bracketed_unit), isolate_bracketed_(isolate_bracketed && bracketed_unit >= 0) {
+  MT_CHECK(bracketed_ < static_cast<int>(units_.size()), "bracketed unit {} of {}", bracketed_,
+           units_.size());
+  clock_ = std::make_unique<CompletionClock>();
   shard_ = Tensor::zeros({std::max<int64_t>(1, layout_.own().count())}, DType::F32,
                          MemCategory::Gradients);
   staged_.assign(units_.size(), false);
@@ -37,10 +40,11 @@ void ZeroGradients::begin_backward() {
 
 void ZeroGradients::on_grad_begin(int unit) {
   if (unit < 0 || unit >= static_cast<int>(units_.size())) return;
-  if (isolate_embedding_ && unit != 0) {
-    // The reduces complete in launch order: finish up to the embeddings'.
-    auto holds_embedding = [&](const Pending& p) { return p.span.begin < units_[0].end; };
-    while (std::any_of(pending_.begin(), pending_.end(), holds_embedding)) {
+  if (isolate_bracketed_ && unit != bracketed_) {
+    // The reduces complete in launch order: finish up to the bracketed unit's.
+    const ElemSpan b = units_[bracketed_];
+    auto holds_bracketed = [&](const Pending& p) { return intersect(p.span, b).count() > 0; };
+    while (std::any_of(pending_.begin(), pending_.end(), holds_bracketed)) {
       finish(pending_.front());
       pending_.pop_front();
     }
@@ -51,8 +55,8 @@ void ZeroGradients::on_grad_begin(int unit) {
 }
 
 void ZeroGradients::on_grad_end(int unit) {
-  if (unit != 0 || units_.empty()) return;
-  launch(units_[0]);
+  if (unit != bracketed_ || unit < 0) return;
+  launch(units_[unit]);
   poll();
 }
 
@@ -96,6 +100,10 @@ void ZeroGradients::launch(ElemSpan span) {
                                      comm::ReduceOp::Avg, piece.owner));
   }
   ++reductions_;
+  for (const comm::Work& w : p.works) {
+    launched_at_.push_back(steady_now_s());
+    clock_->watch(w);
+  }
   pending_.push_back(std::move(p));
 }
 
@@ -177,6 +185,23 @@ double ZeroGradients::end_backward() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void ZeroGradients::zero() { shard_.zero_(); }
+void ZeroGradients::zero() {
+  shard_.zero_();
+  clock_->reset();
+  launched_at_.clear();
+  reductions_ = 0;
+}
+
+double ZeroGradients::busy_seconds() {
+  // The engine runs reduces in issue order: reduce i ran from max(its
+  // launch, reduce i-1's completion) to its own completion.
+  const std::vector<double> done = clock_->stamps();
+  double total = 0, prev = 0;
+  for (size_t i = 0; i < done.size() && i < launched_at_.size(); ++i) {
+    total += std::max(0.0, done[i] - std::max(launched_at_[i], prev));
+    prev = done[i];
+  }
+  return total;
+}
 
 }  // namespace meshtrain::parallel

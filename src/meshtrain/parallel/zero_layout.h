@@ -7,12 +7,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshtrain/core/elem_span.h"
+
 namespace meshtrain::parallel {
 
-struct ElemSpan {
-  int64_t begin = 0, end = 0;
-  int64_t count() const { return end > begin ? end - begin : 0; }
-};
+using ::meshtrain::ElemSpan;
 
 // The part of `span` owned by `owner`.
 struct OwnedPiece {

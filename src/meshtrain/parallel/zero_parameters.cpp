@@ -8,17 +8,22 @@
 namespace meshtrain::parallel {
 
 ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
-                               std::vector<ElemSpan> units, float* params,
-                               ReservedBuffer* reserved, bool shard_units,
-                               int64_t persist_threshold, const HalfCopy* half)
+                               std::vector<ElemSpan> units, std::vector<ParamUse> order,
+                               int exclusive_unit, float* params, ReservedBuffer* reserved,
+                               bool shard_units, int64_t persist_threshold, const HalfCopy* half)
     : comm_(std::move(comm)), layout_(layout), units_(std::move(units)), params_(params),
       reserved_(reserved), shard_units_(shard_units) {
+  order_ = std::move(order);
+  exclusive_ = exclusive_unit;
   if (half) half_ = *half;
   MT_CHECK(!shard_units_ || reserved_, "stage 3 needs the reserved parameter buffer");
   MT_CHECK(!mixed() || (reserved_ && half_.reserved),
            "mixed precision ZeRO needs reserved f32 and 16-bit buffers");
   const int n = static_cast<int>(units_.size());
-  MT_CHECK(n >= 3, "ZeRO needs the model's parameter units (embeddings, layers, final norm)");
+  MT_CHECK(n >= 1, "ZeRO needs the model's parameter units");
+  MT_CHECK(exclusive_ < n, "exclusive unit {} of {}", exclusive_, n);
+  for (const Event& e : order_)
+    MT_CHECK(e.unit >= 0 && e.unit < n, "parameter order names unit {} of {}", e.unit, n);
   for (int u = 0; u < n; ++u) {
     MT_CHECK(units_[u].begin == (u ? units_[u - 1].end : 0), "parameter units must tile the buffer");
     persistent_.push_back(!sharded() || units_[u].count() < persist_threshold);
@@ -38,14 +43,6 @@ ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
   resident_.assign(n, true);  // the model starts with full parameters (init, load)
   valid_.assign(n, true);
   works_.resize(n);
-  // GPT's documented order (gpt.h), L = n - 2 layers.
-  const int L = n - 2;
-  auto need = [&](int u, bool b) { order_.push_back({true, u, b}); };
-  auto done = [&](int u, bool b) { order_.push_back({false, u, b}); };
-  for (int u = 0; u <= L; ++u) need(u, false), done(u, false);
-  need(L + 1, false), need(0, false), done(0, false), done(L + 1, false);
-  need(0, true), need(L + 1, true), done(0, true), done(L + 1, true);
-  for (int u = L; u >= 1; --u) need(u, true), done(u, true);
   // Until start() the whole buffer is resident (initialization, loading):
   // own range and persistent units as parameters, the rest as gathered.
   if (mixed()) {
@@ -191,12 +188,12 @@ void ZeroParameters::release(int u) {
   gathered_.add(-foreign_bytes(u));
 }
 
-void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
+void ZeroParameters::on_event(ParamEvent event, int u, bool backward) {
   // GradBegin/GradEnd bracket gradient writes that read no parameters: not
   // part of order_, so they move neither the cursor nor any decision.
-  if (!enabled_ || (event != GPT::ParamEvent::Need && event != GPT::ParamEvent::Done)) return;
+  if (!enabled_ || (event != ParamEvent::Need && event != ParamEvent::Done)) return;
   MT_CHECK(u >= 0 && u < static_cast<int>(units_.size()), "parameter hook for unknown unit {}", u);
-  const bool need = event == GPT::ParamEvent::Need;
+  const bool need = event == ParamEvent::Need;
   advance({need, u, backward});
   if (need) {
     if (!valid_[u]) {
@@ -204,13 +201,13 @@ void ZeroParameters::on_event(GPT::ParamEvent event, int u, bool backward) {
       wait(u);
     }
     if (!sharded()) return;
-    // While the whole tied embedding is gathered (the forward lookup, the
-    // output projection, the backward head until its Done) nothing is
-    // prefetched on top of it: it is the largest unit, and with its gradient
-    // written only after it is freed (gpt.h: GradBegin 0) these are the
-    // step's memory peaks. Layer 1's forward gather and layer L's backward
-    // gather then wait, once per micro-batch each.
-    if (resident_[0] && !persistent_[0]) return;
+    // While the exclusive unit is gathered (GPT's tied embedding: the
+    // forward lookup, the output projection, the backward head until its
+    // Done) nothing is prefetched on top of it: it is the largest unit, and
+    // with its gradient written only after it is freed (gpt.h: GradBegin 0)
+    // these are the step's memory peaks. Layer 1's forward gather and layer
+    // L's backward gather then wait, once per micro-batch each.
+    if (exclusive_ >= 0 && resident_[exclusive_] && !persistent_[exclusive_]) return;
     // Prefetch: the next unit in use order, while this one computes; not
     // across into the next micro-batch, whose first unit is the embedding:
     // gathered beside the last layer's backward (its parameters, gradients

@@ -1,8 +1,9 @@
 // ZeRO's parameter side: after each optimizer step a rank's own range of the
 // flat parameter buffer is current and the rest is stale. Units
-// (GPTParams::unit_range: embeddings, each layer, the final LayerNorm) are
-// brought up to date by broadcasting each of their pieces from its owner,
-// driven by the model's parameter hook (GPT::set_param_hook):
+// (ParamLayout::units, nn/model.h; GPT: embeddings, each layer, the final
+// LayerNorm) are brought up to date by broadcasting each of their pieces from
+// its owner, driven by the model's parameter hook (Model::set_param_hook) and
+// the order it documents as data (ParamLayout::order):
 //   - stages 1 and 2 keep every unit resident: all gathers are launched right
 //     after the update (async) and Need(unit) waits only for its own unit, so
 //     the next forward starts on the embeddings while later layers arrive;
@@ -12,9 +13,9 @@
 //     while the whole tied embedding is gathered: with its gradient written
 //     after its backward Done, those are the peaks), and Done(unit) returns
 //     its pages unless the unit is needed again within the next two uses
-//     (the head's embedding between forward and backward). Prefetch stays
-//     within a micro-batch: the next one's first unit is the embedding,
-//     gathered at its Need rather than beside the last layer's backward.
+//     (GPT: the head's embedding between forward and backward). Prefetch
+//     stays within a micro-batch: the next one's first unit is gathered at
+//     its Need rather than beside the last layer's backward.
 //     GradBegin and GradEnd events are ignored (they read no parameters).
 // Every decision depends only on the sequence of hook events, which is the
 // same on every rank, so the collectives match across ranks.
@@ -33,7 +34,7 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/core/memory.h"
-#include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/model.h"
 #include "meshtrain/parallel/reserved_buffer.h"
 #include "meshtrain/parallel/zero_layout.h"
 
@@ -55,13 +56,18 @@ class ZeroParameters {
   // fp32 stages 1 and 2, whose parameters live in `params` (counted by the
   // allocator). `shard_units`: stage 3 (units below `persist_threshold`
   // elements stay resident). `half`: mixed precision (null for fp32).
+  // `order`: one micro-step's Need/Done sequence (ParamLayout::order).
+  // `exclusive_unit` (-1: none): while it is gathered nothing is prefetched
+  // (the bracketed unit: GPT's tied embedding, see on_event).
   ZeroParameters(comm::Communicator comm, ZeroLayout layout, std::vector<ElemSpan> units,
-                 float* params, ReservedBuffer* reserved, bool shard_units,
+                 std::vector<ParamUse> order, int exclusive_unit, float* params,
+                 ReservedBuffer* reserved,
+                 bool shard_units,
                  int64_t persist_threshold, const HalfCopy* half = nullptr);
   ~ZeroParameters();
 
   // The model's parameter hook.
-  void on_event(GPT::ParamEvent event, int unit, bool backward);
+  void on_event(ParamEvent event, int unit, bool backward);
   // While disabled, hook events are ignored (after gather_all(), for
   // rank-0-only generation).
   void set_enabled(bool on) { enabled_ = on; }
@@ -90,12 +96,7 @@ class ZeroParameters {
   int64_t gathers_launched() const { return gathers_; }
 
  private:
-  struct Event {
-    bool need;
-    int unit;
-    bool backward;
-    bool operator==(const Event&) const = default;
-  };
+  using Event = ParamUse;
   void advance(const Event& e);
   // The unit of the `k`-th Need after the cursor in this step's sequence
   // (-1 when none).
@@ -127,7 +128,8 @@ class ZeroParameters {
   bool full_masters_ = true;          // mixed: foreign f32 weights resident (setup, gather_all)
   std::vector<bool> persistent_, resident_, valid_;
   std::vector<std::vector<comm::Work>> works_;
-  std::vector<Event> order_;  // one step's documented hook sequence
+  std::vector<Event> order_;  // one micro-step's documented hook sequence
+  int exclusive_ = -1;
   size_t cursor_ = 0;
   bool enabled_ = true;
   int64_t gathers_ = 0;

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/model.h"
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
 
@@ -16,12 +16,12 @@ struct MemoryPrediction {
 
 // f32 parameters, gradients and AdamW moments (2 per parameter), activations
 // saved for backward plus backward scratch, and attention scratch per thread.
-// Activations follow the recompute policy (GPT::activation_bytes: exact).
+// Activations and workspace come from the model (ModelSpec::memory: exact).
 // Mixed precision adds the model's 16-bit compute copy (2 bytes per
 // parameter) to the parameters, stores GEMM-only activations in 16 bits, and
 // (fp16, or bf16 without the oneDNN path) needs the f32 widening scratch of
 // the largest GEMM operands (kernels/cpu/gemm_bf16.h).
-MemoryPrediction predict_training_memory(const GPTConfig& cfg, int B, int T, int threads,
+MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, int threads,
                                          const Recompute& recompute = {},
                                          Precision precision = Precision::FP32);
 

@@ -55,42 +55,14 @@ TransientGrads transient_grads(int64_t g, int64_t w, int64_t u0, int64_t lnf, in
 
 }  // namespace
 
-std::vector<int64_t> gpt_unit_sizes(const GPTConfig& cfg) {
-  const int64_t C = cfg.n_embd;
-  const int64_t layer = 12 * C * C + 13 * C;  // ln1, qkv, proj, ln2, fc, fcproj (+ biases)
-  std::vector<int64_t> u;
-  u.push_back(static_cast<int64_t>(cfg.padded_vocab) * C + static_cast<int64_t>(cfg.seq_len) * C);
-  for (int l = 0; l < cfg.n_layer; ++l) u.push_back(layer);
-  u.push_back(2 * C);
-  return u;
-}
-
-std::vector<std::pair<int64_t, int64_t>> gpt_f32_read_spans(const GPTConfig& cfg) {
-  const int64_t C = cfg.n_embd;
-  std::vector<std::pair<int64_t, int64_t>> out;
-  int64_t at = static_cast<int64_t>(cfg.padded_vocab) * C;  // after wte
-  auto f32 = [&](int64_t n) {
-    if (!out.empty() && out.back().second == at) out.back().second += n;
-    else out.push_back({at, at + n});
-    at += n;
-  };
-  f32(static_cast<int64_t>(cfg.seq_len) * C);  // wpe
-  for (int l = 0; l < cfg.n_layer; ++l) {      // gpt_params.cpp's layout
-    f32(2 * C), at += 3 * C * C, f32(3 * C), at += C * C, f32(C);
-    f32(2 * C), at += 4 * C * C, f32(4 * C), at += 4 * C * C, f32(C);
-  }
-  f32(2 * C);  // final LayerNorm
-  return out;
-}
-
 namespace {
 
 // Mixed precision under ZeRO: per unit, the bytes its foreign part takes
 // when resident (the 16-bit copy, plus f32 for the parameters read in f32).
-std::vector<int64_t> mixed_foreign_unit_bytes(const GPTConfig& cfg, int64_t own_begin,
+std::vector<int64_t> mixed_foreign_unit_bytes(const ParamLayout& layout, int64_t own_begin,
                                               int64_t own_end) {
-  const std::vector<int64_t> units = gpt_unit_sizes(cfg);
-  const auto spans = gpt_f32_read_spans(cfg);
+  const std::vector<int64_t> units = layout.unit_sizes();
+  const std::vector<ElemSpan> spans = layout.f32_read_ranges();
   std::vector<int64_t> out;
   int64_t b = 0;
   for (int64_t n : units) {
@@ -99,8 +71,9 @@ std::vector<int64_t> mixed_foreign_unit_bytes(const GPTConfig& cfg, int64_t own_
       return (hi - lo) - std::max<int64_t>(0, std::min(hi, own_end) - std::max(lo, own_begin));
     };
     int64_t f32 = 0;
-    for (auto [lo, hi] : spans)
-      if (std::max(lo, b) < std::min(hi, e)) f32 += outside_own(std::max(lo, b), std::min(hi, e));
+    for (const ElemSpan& f : spans)
+      if (std::max(f.begin, b) < std::min(f.end, e))
+        f32 += outside_own(std::max(f.begin, b), std::min(f.end, e));
     out.push_back(2 * outside_own(b, e) + 4 * f32);
     b = e;
   }
@@ -110,12 +83,17 @@ std::vector<int64_t> mixed_foreign_unit_bytes(const GPTConfig& cfg, int64_t own_
 }  // namespace
 
 RankMemory predict_rank_memory(const MemoryPlan& plan) {
-  const int64_t P = plan.model.num_params();
+  MT_CHECK(plan.model, "a memory plan needs a model");
+  const ParamLayout& layout = plan.model->layout();
+  const int64_t P = layout.numel;
   const int N = std::max(1, plan.world);
   const int stage = N > 1 ? plan.zero_stage : 0;
   const int64_t own = stage > 0 ? own_count(P, N, plan.rank) : P;
   const StateBytes& b = plan.bytes;
-  const std::vector<int64_t> units = gpt_unit_sizes(plan.model);
+  const std::vector<int64_t> units = layout.unit_sizes();
+  // The stage 2/3 formulas follow a decoder's unit shape (nn/model.h): the
+  // first unit the embeddings, the last the final norm, layers between.
+  const int64_t n_layer = std::max<int64_t>(0, static_cast<int64_t>(units.size()) - 2);
   RankMemory m;
   m.params = b.p * P;
   m.grads = b.g * (stage >= 2 ? own : P);
@@ -127,7 +105,7 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   if (N > 1 && stage <= 1) m.comm = plan.grad_wire * P;
   const TransientGrads tg =
       transient_grads(b.g, plan.grad_wire, units.front(), units.back(),
-                      plan.model.n_layer > 0 ? units[1] : 0, plan.model.n_layer);
+                      n_layer > 0 ? units[1] : 0, n_layer);
   if (stage >= 2) {
     // Transient full gradients (parallel/zero_gradients.h): at the backward
     // head the embeddings' (reduced right after it) and the final LayerNorm's;
@@ -154,7 +132,7 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     // the LayerNorm's reduce pending); the other layers (the layer written
     // and two pending); the final range.
     if (largest > 0) {
-      const int64_t L = plan.model.n_layer, layer = L > 0 ? units[1] : 0;
+      const int64_t L = n_layer, layer = L > 0 ? units[1] : 0;
       const int64_t u0 = units.front(), lnf = units.back();
       const int64_t held2 = b.p * std::min<int64_t>(2, L) * layer;
       m.comm = std::max({b.p * (u0 + lnf) + b.g * lnf, tg.head + b.p * lnf,
@@ -171,7 +149,7 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     // parameters read in f32 (position embeddings, biases, LayerNorm).
     const int64_t chunk = (P + N - 1) / N;
     const int64_t ob = std::min(P, chunk * plan.rank), oe = std::min(P, chunk * (plan.rank + 1));
-    const std::vector<int64_t> foreign = mixed_foreign_unit_bytes(plan.model, ob, oe);
+    const std::vector<int64_t> foreign = mixed_foreign_unit_bytes(layout, ob, oe);
     m.optimizer = (b.o + b.p) * own;
     m.params = b.p_full * own;
     int64_t held_units = 0, largest_layer = 0;
@@ -183,7 +161,7 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     if (stage == 3 && units.front() >= plan.persist_threshold) {
       // The gathered units at the peaks named above, at their 16-bit size.
       const int64_t u0 = foreign.front(), lnf_p = foreign.back(), lnf = units.back();
-      const int64_t held2 = std::min<int64_t>(2, plan.model.n_layer) * largest_layer;
+      const int64_t held2 = std::min<int64_t>(2, n_layer) * largest_layer;
       m.comm = std::max({u0 + lnf_p + b.g * lnf, tg.head + lnf_p, held2 + tg.isolated_first,
                          held2 + tg.steady, held2 + tg.tail});
     }

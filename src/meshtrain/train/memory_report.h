@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "meshtrain/core/memory.h"
-#include "meshtrain/nn/gpt_config.h"
+#include <memory>
+
+#include "meshtrain/nn/model.h"
 #include "meshtrain/train/memory_model.h"
 
 namespace meshtrain {
@@ -39,7 +41,7 @@ struct StateBytes {
 };
 
 struct MemoryPlan {
-  GPTConfig model;
+  std::shared_ptr<const ModelSpec> model;
   int B = 1, T = 1, threads = 1;
   int world = 1, rank = 0;
   int zero_stage = 0;               // 0..3 (a single rank is stage 0)
@@ -59,13 +61,6 @@ struct RankMemory {
   int64_t model_states() const { return params + grads + optimizer; }
   int64_t total() const { return model_states() + activations + comm + workspace; }
 };
-
-// Parameter units of a model shape (embeddings, layers, final LayerNorm), elements.
-std::vector<int64_t> gpt_unit_sizes(const GPTConfig& cfg);
-
-// Mixed precision: the [begin, end) element ranges of the flat parameter
-// buffer that the model reads in f32 (all but the GEMM weights; nn/gpt.h).
-std::vector<std::pair<int64_t, int64_t>> gpt_f32_read_spans(const GPTConfig& cfg);
 
 RankMemory predict_rank_memory(const MemoryPlan& plan);
 

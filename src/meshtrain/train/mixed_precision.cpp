@@ -11,7 +11,7 @@
 
 namespace meshtrain {
 
-MixedPrecision::MixedPrecision(GPT& model, MixedPrecisionOptions opt) : opt_(opt) {
+MixedPrecision::MixedPrecision(Model& model, MixedPrecisionOptions opt) : opt_(opt) {
   model.set_precision(opt.precision);
   if (opt.precision == Precision::FP16) scaler_ = std::make_unique<LossScaler>(opt.loss_scale);
   if (const char* s = std::getenv("MESHTRAIN_TEST_INJECT_INF"); s && *s) {

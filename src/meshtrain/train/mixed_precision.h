@@ -1,6 +1,6 @@
 // The optimizer side of mixed precision (config `precision`): puts the model
-// in bf16/fp16 compute (GPT::set_precision: f32 master weights in params(),
-// a 16-bit compute copy for the GEMMs), and for fp16 owns the dynamic loss
+// in bf16/fp16 compute (Model::set_precision: f32 master weights in the
+// parameter buffer, a 16-bit compute copy for the GEMMs), and for fp16 owns the dynamic loss
 // scaler: the loss scale backward multiplies by, and the skip/apply decision
 // taken from the overflow flag reduced over every rank.
 //
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/model.h"
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/optim/loss_scaler.h"
 
@@ -26,7 +26,7 @@ struct MixedPrecisionOptions {
 class MixedPrecision {
  public:
   // Sets `model`'s compute precision.
-  MixedPrecision(GPT& model, MixedPrecisionOptions opt);
+  MixedPrecision(Model& model, MixedPrecisionOptions opt);
 
   Precision precision() const { return opt_.precision; }
   // The factor backward multiplies the loss by: the loss scale with fp16, else 1.

@@ -17,10 +17,9 @@
 #include "meshtrain/core/threads.h"
 #include "meshtrain/data/data_loader.h"
 #include "meshtrain/ckpt/model_convert.h"
-#include "meshtrain/io/gpt_model_file.h"
+#include "meshtrain/io/model_file.h"
 #include "meshtrain/kernels/cpu/gemm_peak.h"
 #include "meshtrain/launch/heartbeat.h"
-#include "meshtrain/nn/gpt.h"
 #include "meshtrain/nn/sampler.h"
 #include "meshtrain/train/mixed_precision.h"
 #include "meshtrain/telemetry/metrics_log.h"
@@ -31,7 +30,8 @@
 #include "meshtrain/telemetry/trace_writer.h"
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/memory_report.h"
-#include "meshtrain/train/optimizer_step.h"
+#include "meshtrain/parallel/make_gradient_sync.h"
+#include "meshtrain/train/train_step.h"
 
 namespace meshtrain {
 
@@ -44,15 +44,16 @@ double now_s() {
 
 // Mean loss over the first `batches` global validation batches; with data
 // parallelism each rank evaluates its slice and the means are averaged.
-float evaluate(GPT& model, data::DataLoader& val, int64_t batches, comm::Communicator* comm) {
+float evaluate(Model& model, data::DataLoader& val, int64_t batches, comm::Communicator* comm) {
   TraceScope trace(telemetry::global_tracer(), "eval", "compute");
   val.rewind();
   double sum = 0.0;
   int64_t n = std::min<int64_t>(batches, val.batches_per_epoch());
   for (int64_t i = 0; i < n; ++i) {
     data::Batch b = val.next();
-    sum += model.forward(b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
-                         static_cast<int>(b.inputs.dim(0)), static_cast<int>(b.inputs.dim(1)));
+    sum += model.forward(MicroBatch{b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
+                                    static_cast<int>(b.inputs.dim(0)),
+                                    static_cast<int>(b.inputs.dim(1))});
   }
   if (n == 0) return -1.f;
   const double mean = sum / n;
@@ -69,10 +70,10 @@ telemetry::StragglerReport gather_busy_times(comm::Communicator& comm, double bu
 }
 
 // The inputs of the memory formulas for rank `rank`.
-MemoryPlan memory_plan(const TrainerOptions& opt, const GPTConfig& cfg, int T, int world, int rank,
+MemoryPlan memory_plan(const TrainerOptions& opt, int T, int world, int rank,
                        const MemoryPrediction& base) {
   MemoryPlan plan;
-  plan.model = cfg;
+  plan.model = opt.model;
   plan.B = opt.micro_batch;
   plan.T = T;
   plan.threads = thread_count();
@@ -82,7 +83,7 @@ MemoryPlan memory_plan(const TrainerOptions& opt, const GPTConfig& cfg, int T, i
   plan.persist_threshold = opt.zero_persist_threshold;
   plan.bytes = opt.state_bytes;
   // Mixed precision: the model's 16-bit compute copy beside its f32 master
-  // parameters (nn/gpt.h), 2 more bytes per parameter.
+  // parameters (nn/model.h), 2 more bytes per parameter.
   if (is_mixed(opt.precision)) plan.bytes.p_full = 2;
   if (opt.dp.grad_dtype == DType::BF16) plan.grad_wire = 2;  // comm.grad_dtype = bf16
   plan.base = base;
@@ -121,18 +122,19 @@ int64_t crash_after_step() {
 }  // namespace
 
 TrainerSummary run_trainer(const TrainerOptions& opt) {
-  const GPTConfig& cfg = opt.model;
-  const int T = opt.seq_len > 0 ? opt.seq_len : cfg.seq_len;
-  MT_CHECK(T <= cfg.seq_len, "train sequence length {} is longer than the model's context "
-           "model.seq_len = {}", T, cfg.seq_len);
+  MT_CHECK(opt.model, "no model to train");
+  const ModelSpec& spec = *opt.model;
+  const int T = opt.seq_len > 0 ? opt.seq_len : spec.seq_len();
+  MT_CHECK(T <= spec.seq_len(), "train sequence length {} is longer than the model's context "
+           "model.seq_len = {}", T, spec.seq_len());
   MT_CHECK(opt.micro_batch >= 1 && opt.grad_accum >= 1 && opt.steps >= 1,
            "micro_batch, grad_accum and steps must be >= 1");
   const int world = opt.comm.valid() ? opt.comm.size() : 1;
   const int rank = opt.comm.valid() ? opt.comm.rank() : 0;
   const bool lead = rank == 0;  // prints, writes metrics, saves the model
   // Refuse, before allocating, what the formulas say cannot fit the limit.
-  check_memory_limit(memory_plan(opt, cfg, T, world, 0,
-                                 predict_training_memory(cfg, opt.micro_batch, T, thread_count(),
+  check_memory_limit(memory_plan(opt, T, world, 0,
+                                 predict_training_memory(spec, opt.micro_batch, T, thread_count(),
                                                          opt.recompute, opt.precision)),
                      opt.memory_limit_bytes);
   auto say = [lead](const std::string& line) {
@@ -156,69 +158,44 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     ~ClearTracer() { telemetry::set_global_tracer(nullptr); }
   } clear_tracer;
 
-  // Data parallelism first: the model's gradients live in its shared buffer.
-  // With ZeRO (stage >= 1) the Zero object builds the model on the buffers
-  // its stage keeps (parallel/zero.h) and owns the gradient reduction.
-  std::unique_ptr<parallel::DataParallel> dp;
-  std::unique_ptr<parallel::Zero> zero;
-  if (world > 1 && opt.zero_stage > 0) {
-    parallel::ZeroOptions zo;
-    zo.stage = opt.zero_stage;
-    zo.persist_threshold = opt.zero_persist_threshold;
-    zo.dp = opt.dp;
-    zo.precision = opt.precision;  // mixed precision: the 16-bit copy is what ZeRO gathers
-    zero = std::make_unique<parallel::Zero>(opt.comm, cfg, zo);
-  } else if (world > 1) {
-    dp = std::make_unique<parallel::DataParallel>(opt.comm, cfg.num_params(), opt.dp);
-  }
-  comm::Communicator* comm = dp ? &dp->comm() : zero ? &zero->comm() : nullptr;
-  std::unique_ptr<GPT> model_ptr =
-      zero ? zero->make_model()
-           : dp ? std::make_unique<GPT>(cfg, dp->gradient_buffer()) : std::make_unique<GPT>(cfg);
-  GPT& model = *model_ptr;
-  // Declared after the model, so destroyed before it (also when an error
-  // unwinds): DataParallel and Zero drop their hooks from a model that is
-  // still alive, and no hook outlives the object it calls.
-  struct DetachFromModel {
-    parallel::DataParallel* dp;
-    parallel::Zero* zero;
-    ~DetachFromModel() {
-      if (dp) dp->detach();
-      if (zero) zero->detach();
-    }
-  } detach_from_model{dp.get(), zero.get()};
+  // The gradient synchronization strategy, chosen once (replicated buckets,
+  // ZeRO 1-3, or a single rank), and the model built on its buffers.
+  parallel::GradientSyncOptions so;
+  so.zero_stage = opt.zero_stage;
+  so.persist_threshold = opt.zero_persist_threshold;
+  so.dp = opt.dp;
+  so.precision = opt.precision;
+  parallel::SyncedModel synced = parallel::make_synced_model(opt.comm, opt.model, so);
+  Model& model = *synced.model;
+  parallel::GradientSync& sync = *synced.sync;
+  comm::Communicator* comm = sync.comm();
   model.set_recompute(opt.recompute);
   MixedPrecision mixed(model, {opt.precision, opt.loss_scale});
   if (opt.init_from.empty()) {
     model.init_weights(opt.seed);
   } else {
     // A model file, or a checkpoint directory (its parameters; fresh optimizer).
-    say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, model.params(), cfg)));
+    say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, model)));
   }
-  if (dp) dp->attach(model);
   // ZeRO: every rank starts from rank 0's weights; stage 3 then keeps only
   // its own range before the optimizer state is allocated (parallel/zero.h),
   // so setup never holds both in full.
-  if (zero) {
-    zero->attach(model);
-    zero->broadcast_parameters();
-    zero->shard();
-  }
-  // Token ids are checked against the vocabulary by GPT::forward on every batch.
-  OptimizerStep stepper(model, opt.adam, opt.schedule, opt.clip, dp.get(), zero.get());
+  sync.before_resume();
+  // Token ids are checked against the vocabulary by the model's forward on every batch.
+  TrainStep stepper(model, sync, opt.adam, opt.schedule, opt.clip);
   stepper.set_mixed_precision(&mixed);
   // Effective batch: micro-batch x ranks x accumulation sequences per step.
   const int64_t global_batch = static_cast<int64_t>(opt.micro_batch) * world * opt.grad_accum;
   const int64_t tokens_per_step = global_batch * T;
 
-  // Resume (every rank; the checkpoint is chosen collectively) before the
-  // broadcast, which then hands every rank the same restored weights.
-  // ZeRO: every rank starts from rank 0's weights, then each reads only its
-  // own range of a checkpoint, and start() gathers the rest from the owners.
-  std::optional<ckpt::ElemRange> zero_own;
-  if (zero) zero_own = ckpt::ElemRange{zero->own().begin, zero->own().end};
+  // Resume (every rank; the checkpoint is chosen collectively) before
+  // after_resume(), which then hands every rank the same restored weights:
+  // replicated ranks take rank 0's, ZeRO ranks each read only their own
+  // range of a checkpoint and gather the rest from the owners.
+  std::optional<ckpt::ElemRange> own_params;
+  if (auto r = sync.resume_range()) own_params = ckpt::ElemRange{r->begin, r->end};
   const std::optional<ResumePoint> resumed =
-      resume_training(opt.checkpoint, model, stepper.optimizer(), comm, global_batch, zero_own);
+      resume_training(opt.checkpoint, model, stepper.optimizer(), comm, global_batch, own_params);
   const int64_t start_step = resumed ? resumed->step : 0;
   if (resumed) mixed.load_state(resumed->loss_scaler);  // fp16: continue at the saved scale
   if (resumed) {
@@ -230,8 +207,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   } else if (opt.checkpoint.resume == "auto" && !opt.checkpoint.dir.empty()) {
     say(fmt::format("no checkpoint to resume from in {}: starting at step 0", opt.checkpoint.dir));
   }
-  if (dp) dp->broadcast_parameters();  // every replica starts from rank 0's weights
-  if (zero) zero->start();
+  sync.after_resume();
 
   data::LoaderOptions lo;
   lo.pattern = opt.train_pattern;
@@ -251,7 +227,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     vo.start = {};
     val.emplace(vo);
   }
-  say(fmt::format("model: {}", cfg.describe()));
+  say(fmt::format("model: {}", spec.describe()));
   say(mixed.describe());
   say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
                   "tokens/step, {} steps, {} thread(s) per rank", opt.micro_batch, T, world,
@@ -259,35 +235,14 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   if (opt.zero_stage > 0 && world == 1)
     say(fmt::format("zero.stage = {}: one rank has nothing to shard with; training as stage 0",
                     opt.zero_stage));
-  if (zero) {
-    say(fmt::format("ZeRO stage {}: {} ranks over {}; rank 0 holds parameters [{}, {}) of {} for "
-                    "its optimizer state{}{}", zero->stage(), world, zero->comm().transport(),
-                    zero->own().begin, zero->own().end, cfg.num_params(),
-                    zero->stage() >= 2 ? " and gradients" : "",
-                    zero->stage() == 3 ? fmt::format(" and parameters ({} elements in units under "
-                                                     "zero.persist_threshold = {} stay resident)",
-                                                     zero->persistent_elements(),
-                                                     opt.zero_persist_threshold)
-                                       : ""));
-  }
-  if (dp) {
-    const auto& b = dp->buckets();
-    auto size = [](double bytes) {
-      return bytes < (1 << 20) ? fmt::format("{:.1f} KiB", bytes / 1024)
-                               : fmt::format("{:.1f} MiB", bytes / (1 << 20));
-    };
-    say(fmt::format("data parallel: {} ranks over {}, {} gradient bucket(s) (first {}, then up "
-                    "to {}) in shared memory, reduced during backward", world,
-                    dp->comm().transport(), b.size(), size(b.front().count() * 4.0),
-                    size(static_cast<double>(opt.dp.bucket_bytes))));
-  }
+  if (world > 1) say(sync.describe());
   say(fmt::format("data: {} windows in {} ({} batches/epoch)", train.num_windows(),
                   opt.train_pattern, train.batches_per_epoch()));
-  const MemoryPrediction pred = predict_training_memory(cfg, opt.micro_batch, T, thread_count(),
+  const MemoryPrediction pred = predict_training_memory(spec, opt.micro_batch, T, thread_count(),
                                                         opt.recompute, opt.precision);
   {
     // Rank 0's share under the ZeRO stage (memory_report.h formulas).
-    const RankMemory rm = predict_rank_memory(memory_plan(opt, cfg, T, world, 0, pred));
+    const RankMemory rm = predict_rank_memory(memory_plan(opt, T, world, 0, pred));
     say(fmt::format("memory (predicted, per rank): {:.1f} MB = params {:.1f} + grads {:.1f} + "
                     "optimizer {:.1f} + activations {:.1f} + comm {:.1f} + workspace {:.1f}",
                     rm.total() / 1e6, rm.params / 1e6, rm.grads / 1e6, rm.optimizer / 1e6,
@@ -314,7 +269,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   // fp16 (whose GEMMs are sgemms after widening on CPUs).
   const double peak_flops = (opt.precision == Precision::BF16 ? cpu::measure_bf16_gemm_gflops()
                                                               : cpu::measure_sgemm_gflops()) * 1e9;
-  const double flops_per_token = cfg.flops_per_token(T);
+  const double flops_per_token = spec.flops_per_token(T);
 
   // Only rank 0 reports; the others stay quiet unless they fail. A resumed
   // run appends to the metrics of the run it continues.
@@ -426,7 +381,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     if (checkpoints.due(step + 1)) {
       TraceScope trace(tracer.get(), "checkpoint save", "io");
       const double stall =
-          checkpoints.save(step + 1, model, stepper.optimizer(), train.position(), zero_own,
+          checkpoints.save(step + 1, model, stepper.optimizer(), train.position(), own_params,
                            mixed.state());
       note(fmt::format("step {:>6} | checkpoint {}/step_{:08d} ({}; training waited {:.1f} ms)",
                        step + 1, opt.checkpoint.dir, step + 1,
@@ -435,12 +390,10 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
     }
     const bool save_due = opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last;
     const bool sample_due =
-        opt.sample_every > 0 && (step + 1) % opt.sample_every == 0 && cfg.vocab_size <= 256;
+        opt.sample_every > 0 && (step + 1) % opt.sample_every == 0 && spec.vocab_size() <= 256;
     // ZeRO: rank 0 needs the whole, current model (collective on every rank).
-    if (zero && (save_due || sample_due)) zero->gather_full_parameters();
-    if (lead && save_due) {
-      save_gpt_safetensors(opt.run_dir + "/model.safetensors", model);
-    }
+    if (save_due || sample_due) sync.gather_full_parameters();
+    if (lead && save_due) save_model_safetensors(opt.run_dir + "/model.safetensors", model);
     if (lead && sample_due) {
       // A short generation so a person sees what the model has learned so far.
       SampleOptions so;
@@ -454,10 +407,10 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
       for (char& ch : text) if (ch == '\n' || ch == '\t') ch = ' ';
       note(fmt::format("step {:>6} | sample: {}", step + 1, text));
     }
-    if (zero && (save_due || sample_due)) zero->resume_hooks();
+    if (save_due || sample_due) sync.release_full_parameters();
     if (lead) {
       nlohmann::json rec = t.to_json();
-      if (dp) {
+      if (comm) {
         // Gradient reduction detail: first launch vs the last backward's length
         // shows communication starting while backward still runs.
         rec["comm_buckets"] = st.comm.buckets;
@@ -485,7 +438,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   if (progress) progress->finish();
   checkpoints.wait();  // every save complete (index written) before the run ends
   // Replicas that drifted apart would be a bug; checked in debug mode.
-  if (dp && opt.dp.verify) dp->verify_parameters_equal();
+  if (opt.dp.verify) sync.verify_replicas();
   const int64_t steps_run = total_steps - std::min(total_steps, start_step);
   sum.steps = std::max(total_steps, start_step);
   sum.seconds = now_s() - t_start;
@@ -505,10 +458,10 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   }
   // Per-rank peaks per category during training, next to the formulas.
   const std::vector<std::vector<double>> peaks = gather_memory_peaks(comm, world, setup_peak);
-  if (zero) zero->gather_full_parameters();  // rank 0 saves the whole model
+  sync.gather_full_parameters();  // rank 0 saves the whole model
   if (!lead) return sum;
   if (summary.steps() > 0) fmt::print("{}", summary.text());
-  save_gpt_safetensors(sum.model_path, model);
+  save_model_safetensors(sum.model_path, model);
   const MemStats ms = mem_stats();
   fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", steps_run,
              ProgressDisplay::format_duration(sum.seconds), sum.tokens_per_s, sum.final_loss,
@@ -517,13 +470,13 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   // whole model to save it; the table below splits training from setup.
   fmt::print("memory (measured): allocator peak {:.1f} MB over the whole run (training predicted "
              "{:.1f} MB, per category below), process peak RSS {:.1f} MB\n", ms.total_peak / 1e6,
-             predict_rank_memory(memory_plan(opt, cfg, T, world, 0, pred)).total() / 1e6,
+             predict_rank_memory(memory_plan(opt, T, world, 0, pred)).total() / 1e6,
              process_peak_rss_bytes() / 1e6);
   {
     std::vector<RankMemory> predicted;
     nlohmann::json mj = nlohmann::json::array();
     for (int r = 0; r < world; ++r) {
-      MemoryPlan plan = memory_plan(opt, cfg, T, world, r, pred);
+      MemoryPlan plan = memory_plan(opt, T, world, r, pred);
       predicted.push_back(predict_rank_memory(plan));
       nlohmann::json row = {{"rank", r}, {"zero_stage", plan.zero_stage}};
       for (size_t c = 0; c < kMemCategoryCount; ++c)

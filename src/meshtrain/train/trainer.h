@@ -1,8 +1,9 @@
 // The training loop: data, steps with gradient accumulation, periodic
 // validation, progress display, metrics and the final model file. With a
 // communicator of several ranks it trains data-parallel: each rank reads its
-// slice of every global batch, gradients are averaged in buckets overlapped
-// with backward (parallel/data_parallel.h), and rank 0 alone prints, writes
+// slice of every global batch, gradients are synchronized by the strategy
+// chosen once at setup (parallel/make_gradient_sync.h: replicated buckets
+// overlapped with backward, or ZeRO 1-3), and rank 0 alone prints, writes
 // metrics and saves the model. Telemetry: metrics.jsonl, TensorBoard events,
 // an optional per-rank trace merged into trace.json, and an end-of-run
 // summary. Checkpoints (train/training_checkpoints.h): resume at start, save
@@ -12,7 +13,9 @@
 #include <string>
 
 #include "meshtrain/comm/communicator.h"
-#include "meshtrain/nn/gpt_config.h"
+#include <memory>
+
+#include "meshtrain/nn/model.h"
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
 #include "meshtrain/optim/adamw.h"
@@ -25,7 +28,7 @@
 namespace meshtrain {
 
 struct TrainerOptions {
-  GPTConfig model;
+  std::shared_ptr<const ModelSpec> model;  // from the model registry (nn/model_registry.h)
   std::string init_from;      // model file to start from (empty: random init)
   std::string train_pattern, val_pattern;  // shard globs (val may be empty)
   int micro_batch = 8, seq_len = 0, grad_accum = 1;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "meshtrain/ckpt/gpt_checkpoint.h"
+#include "meshtrain/ckpt/model_checkpoint.h"
 #include "meshtrain/ckpt/resume.h"
 #include "meshtrain/core/error.h"
 
@@ -30,21 +30,21 @@ int64_t saved_global_batch(const ckpt::ResumeResult& r) {
 
 }  // namespace
 
-std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const GPT& model,
+std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const Model& model,
                                            AdamW& adam, comm::Communicator* comm,
                                            int64_t global_batch,
                                            std::optional<ckpt::ElemRange> own_params) {
   if (opt.resume == "never") return std::nullopt;
-  std::vector<ckpt::FillRequest> fills = ckpt::gpt_fill_requests(model.params(), &adam);
+  std::vector<ckpt::FillRequest> fills = ckpt::model_fill_requests(model, &adam);
   if (own_params) {
     for (ckpt::FillRequest& f : fills) {
       if (f.buffer != ckpt::kParams) continue;
       f.range = *own_params;
-      f.dst = model.params().flat.data<float>() + own_params->begin;
+      f.dst = model.param_buffer().data<float>() + own_params->begin;
     }
   }
   ckpt::ResumeOptions ro;
-  ro.model = &model.config();
+  ro.model = &model.spec();
   ro.comm = comm && comm->valid() ? comm : nullptr;
   ro.warn = nullptr;  // the caller reports ResumePoint::skipped, once
   std::optional<ckpt::ResumeResult> r;
@@ -105,18 +105,18 @@ TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::C
   writer_ = std::make_unique<ckpt::CheckpointWriter>(wo, comm && comm->valid() ? comm : nullptr);
 }
 
-double TrainingCheckpointer::save(int64_t step, const GPT& model, AdamW& adam,
+double TrainingCheckpointer::save(int64_t step, const Model& model, AdamW& adam,
                                   data::LoaderPosition next,
                                   std::optional<ckpt::ElemRange> own_params,
                                   const nlohmann::json& loss_scaler) {
   MT_CHECK(writer_, "save() without checkpoint.every");
   const double t0 = now_s();
-  ckpt::SaveRequest req = ckpt::gpt_save_request(step, model.params(), model.config(), &adam);
+  ckpt::SaveRequest req = ckpt::model_save_request(step, model, &adam);
   if (own_params) {
     for (ckpt::SaveBuffer& b : req.buffers) {
       if (b.name != ckpt::kParams) continue;
       b.held = *own_params;
-      b.data = model.params().flat.data<float>() + own_params->begin;
+      b.data = model.param_buffer().data<float>() + own_params->begin;
     }
   }
   req.data_position = next;

@@ -13,7 +13,7 @@
 #include "meshtrain/ckpt/checkpoint_writer.h"
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/data/data_loader.h"
-#include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/model.h"
 #include "meshtrain/optim/adamw.h"
 
 namespace meshtrain {
@@ -45,7 +45,7 @@ struct ResumePoint {
 // decides whether the saved data position carries over as is. `own_params`
 // (ZeRO): read only this range of the parameters (the other ranks read
 // theirs; ZeRO gathers them afterwards); the optimizer reads its own range.
-std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const GPT& model,
+std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const Model& model,
                                            AdamW& adam, comm::Communicator* comm,
                                            int64_t global_batch,
                                            std::optional<ckpt::ElemRange> own_params = {});
@@ -66,7 +66,7 @@ class TrainingCheckpointer {
   // when synchronous.
   // `own_params` (ZeRO): this rank holds current parameters only there.
   // `loss_scaler`: the fp16 loss scaler's state (null: none).
-  double save(int64_t step, const GPT& model, AdamW& adam, data::LoaderPosition next,
+  double save(int64_t step, const Model& model, AdamW& adam, data::LoaderPosition next,
               std::optional<ckpt::ElemRange> own_params = {},
               const nlohmann::json& loss_scaler = nullptr);
   // Blocks until the last save's snapshot is taken, so parameters and

@@ -1,28 +1,29 @@
-#include "meshtrain/ckpt/gpt_checkpoint.h"
+#include "meshtrain/ckpt/model_checkpoint.h"
 
 #include <algorithm>
 
 namespace meshtrain::ckpt {
 
-std::vector<TensorEntry> gpt_tensor_entries(const GPTParams& params) {
+std::vector<TensorEntry> model_tensor_entries(const ParamLayout& layout) {
   std::vector<TensorEntry> out;
-  const char* base = static_cast<const char*>(params.flat.raw());
-  const size_t es = dtype_size(params.flat.dtype());
-  for (const auto& [name, t] : params.named()) {
-    const int64_t begin = static_cast<int64_t>((static_cast<const char*>(t.raw()) - base) / es);
-    out.push_back({name, t.shape(), t.dtype(), kParams, {begin, begin + t.numel()}});
-  }
+  for (const ParamInfo& p : layout.params)
+    out.push_back({p.name, p.shape, DType::F32, kParams, {p.begin, p.end()}});
   return out;
 }
 
-SaveRequest gpt_save_request(int64_t step, const GPTParams& params, const GPTConfig& model,
-                             AdamW* opt) {
+SaveRequest model_save_request(int64_t step, const Model& model, AdamW* opt) {
+  return model_save_request(step, model.spec(), model.param_buffer(), opt);
+}
+
+SaveRequest model_save_request(int64_t step, const ModelSpec& spec, const Tensor& flat, AdamW* opt) {
+  MT_CHECK(flat.numel() == spec.num_params(), "parameter buffer of {} elements for a model of {}",
+           flat.numel(), spec.num_params());
   SaveRequest r;
   r.step = step;
-  r.model = model;
-  r.tensors = gpt_tensor_entries(params);
-  const int64_t n = params.flat.numel();
-  r.buffers.push_back({kParams, params.flat.dtype(), n, params.flat.raw(), {0, n}});
+  r.model = spec.to_json();
+  r.tensors = model_tensor_entries(spec.layout());
+  const int64_t n = flat.numel();
+  r.buffers.push_back({kParams, flat.dtype(), n, flat.raw(), {0, n}});
   if (opt) {
     r.buffers.push_back({kExpAvg, DType::F32, n, opt->exp_avg().raw(), {opt->begin(), opt->end()}});
     r.buffers.push_back({kExpAvgSq, DType::F32, n, opt->exp_avg_sq().raw(), {opt->begin(), opt->end()}});
@@ -36,9 +37,13 @@ SaveRequest gpt_save_request(int64_t step, const GPTParams& params, const GPTCon
   return r;
 }
 
-std::vector<FillRequest> gpt_fill_requests(const GPTParams& params, AdamW* opt) {
+std::vector<FillRequest> model_fill_requests(const Model& model, AdamW* opt) {
+  return model_fill_requests(model.param_buffer(), opt);
+}
+
+std::vector<FillRequest> model_fill_requests(const Tensor& flat, AdamW* opt) {
   std::vector<FillRequest> f;
-  f.push_back({kParams, {0, params.flat.numel()}, params.flat.raw(), false});
+  f.push_back({kParams, {0, flat.numel()}, flat.raw(), false});
   if (opt) {
     f.push_back({kExpAvg, {opt->begin(), opt->end()}, opt->exp_avg().raw(), true});
     f.push_back({kExpAvgSq, {opt->begin(), opt->end()}, opt->exp_avg_sq().raw(), true});

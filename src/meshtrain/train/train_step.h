@@ -1,26 +1,26 @@
-// One optimizer step of a GPT: forward/backward over the micro-batches of a
-// step (gradient accumulation), then, with data parallelism, the wait for the
-// gradient buckets reduced during the last backward, then global-norm
-// clipping and AdamW. Without a DataParallel nothing communicates. With ZeRO
-// (parallel/zero.h) gradients are reduced to their owners, each rank updates
-// its own range of the flat buffer and the parameters are gathered back.
+// One training step of any Model (nn/model.h): forward/backward over the
+// micro-batches of a step (gradient accumulation), with the gradient
+// synchronization strategy (parallel/gradient_sync.h: local, replicated
+// data parallelism, ZeRO 1-3) called around each backward, then
+// global-norm clipping and AdamW over the strategy's update range. The step
+// has no branch on which strategy runs.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
-#include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/model.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lr_schedule.h"
-#include "meshtrain/parallel/data_parallel.h"
-#include "meshtrain/parallel/zero.h"
+#include "meshtrain/parallel/gradient_sync.h"
 #include "meshtrain/train/mixed_precision.h"
 
 namespace meshtrain {
 
-// Weight decay on matrices and embeddings (2-D), none on biases and LayerNorm.
-std::vector<ParamSegment> gpt_param_segments(const GPTParams& params);
+// AdamW's decay segments from the layout: decay on matrices and embeddings
+// (ParamInfo::decay), none on biases and norms; adjacent runs merged.
+std::vector<ParamSegment> param_segments(const ParamLayout& layout);
 
 // The fp32 gradient decision every rank takes alike: the global gradient norm
 // and whether the loss and every gradient are finite on every rank.
@@ -35,12 +35,6 @@ struct GradientCheck {
 GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
                               comm::Communicator* comm, bool sharded);
 
-struct MicroBatch {
-  const int32_t* inputs;
-  const int32_t* targets;
-  int B, T;
-};
-
 struct StepStats {
   float loss = 0.f;        // mean over micro-batches (and over ranks)
   double grad_norm = 0.0;  // before clipping
@@ -49,17 +43,15 @@ struct StepStats {
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
   float loss_scale = 1.f;         // fp16: the loss scale this step's backward used
   bool overflow_skipped = false;  // fp16: skipped for an overflow (the scale was lowered)
-  parallel::CommTiming comm;  // gradient reduction of this step (data parallel only)
+  parallel::CommTiming comm;  // gradient synchronization of this step
   double update_wait_s = 0;   // the update waited for the before-update fence (a checkpoint snapshot)
 };
 
-class OptimizerStep {
+class TrainStep {
  public:
-  // `dp` (optional, attached to `model`): reduce gradients across its ranks.
-  // `zero` (optional, instead of dp, attached to `model`): ZeRO stages 1-3;
-  // the optimizer state covers the rank's own range only.
-  OptimizerStep(GPT& model, AdamWConfig adam, LrSchedule schedule, float clip,
-                parallel::DataParallel* dp = nullptr, parallel::Zero* zero = nullptr);
+  // `sync` is attached to `model`; the optimizer state covers its update range.
+  TrainStep(Model& model, parallel::GradientSync& sync, AdamWConfig adam, LrSchedule schedule,
+            float clip);
   // Runs forward/backward for each micro-batch and then the update for `step`
   // (0-based, drives the schedule).
   StepStats run(const std::vector<MicroBatch>& micro, int64_t step);
@@ -71,18 +63,17 @@ class OptimizerStep {
   // skip decision. Optional; must outlive this object.
   void set_mixed_precision(MixedPrecision* mp) { mp_ = mp; }
   // Called right before the update writes parameters and optimizer state
-  // (the only place a step changes them, every ZeRO stage and precision
+  // (the only place a step changes them, every strategy and precision
   // included): an asynchronous checkpoint's snapshot copy must finish first.
   // Returns the seconds it waited (StepStats::update_wait_s).
   void set_before_update(std::function<double()> fence) { before_update_ = std::move(fence); }
 
  private:
-  GPT& model_;
+  Model& model_;
+  parallel::GradientSync& sync_;
   std::unique_ptr<AdamW> opt_;
   LrSchedule schedule_;
   float clip_;
-  parallel::DataParallel* dp_;
-  parallel::Zero* zero_;
   MixedPrecision* mp_ = nullptr;
   std::function<double()> before_update_;
 };

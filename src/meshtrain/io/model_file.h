@@ -1,0 +1,16 @@
+// A trained model as one file, for any family: safetensors with the layout's
+// tensor names (nn/model.h), f32, and the model description in the
+// metadata. GPT writes its established format (io/gpt_model_file.h:
+// "meshtrain-gpt", readable by init_from, sample and the exporters); other
+// families write "meshtrain-model" with the description under "model".
+#pragma once
+#include <string>
+
+#include "meshtrain/nn/model.h"
+
+namespace meshtrain {
+
+// Written atomically. The model's parameters must be whole on this rank.
+void save_model_safetensors(const std::string& path, const Model& model);
+
+}  // namespace meshtrain

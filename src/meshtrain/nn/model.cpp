@@ -1,0 +1,47 @@
+#include "meshtrain/nn/model.h"
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain {
+
+std::vector<ElemSpan> ParamLayout::f32_read_ranges() const {
+  std::vector<ElemSpan> out;
+  for (const ParamInfo& p : params) {
+    if (p.half_weight) continue;
+    if (!out.empty() && out.back().end == p.begin) out.back().end = p.end();
+    else out.push_back({p.begin, p.end()});
+  }
+  return out;
+}
+
+std::vector<int64_t> ParamLayout::unit_sizes() const {
+  std::vector<int64_t> out;
+  for (const ParamUnit& u : units) out.push_back(u.count());
+  return out;
+}
+
+void ParamLayout::validate() const {
+  int64_t at = 0;
+  for (const ParamInfo& p : params) {
+    MT_CHECK(p.begin == at, "parameter {} starts at element {}, expected {} (parameters must tile "
+             "the flat buffer in order)", p.name, p.begin, at);
+    MT_CHECK(p.unit >= 0 && p.unit < num_units(), "parameter {} names unit {} of {}", p.name,
+             p.unit, num_units());
+    at = p.end();
+  }
+  MT_CHECK(at == numel, "parameters cover {} of {} elements", at, numel);
+  at = 0;
+  for (const ParamUnit& u : units) {
+    MT_CHECK(u.begin == at && u.end >= u.begin, "parameter unit {} is [{}, {}), expected to start "
+             "at {}", u.name, u.begin, u.end, at);
+    at = u.end;
+  }
+  MT_CHECK(at == numel, "parameter units cover {} of {} elements", at, numel);
+  for (const ParamUse& e : order)
+    MT_CHECK(e.unit >= 0 && e.unit < num_units(), "parameter order names unit {} of {}", e.unit,
+             num_units());
+  MT_CHECK(bracketed_grad_unit < num_units(), "bracketed gradient unit {} of {}",
+           bracketed_grad_unit, num_units());
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,198 @@
+// The Model interface: what the engine above nn/ (data parallelism, ZeRO, the
+// training step, checkpoints, the memory report, telemetry) knows about a
+// model. A model family (GPT, and next Llama-style decoders, ResNet) provides
+// two classes:
+//
+//   ModelSpec  the shape, without buffers: parameter layout, FLOPs, predicted
+//              activation/workspace bytes, its description for checkpoints,
+//              and build() to make a Model on given buffers. The planner, the
+//              memory check and ZeRO read it before any model exists.
+//   Model      one instance on flat buffers: forward/backward on a batch, the
+//              gradient-ready and parameter hooks, recompute and precision.
+//
+// Parameters live in one flat f32 buffer (per shard), gradients in another
+// of the same size; each parameter is a view (ParamInfo). Parameter units
+// (ParamUnit) are the groups forward/backward use together, tiling the
+// buffer; ParamLayout::order is the sequence of parameter-hook events one
+// training micro-step produces, so ZeRO-3's gather/release, buckets and
+// checkpoints read the order instead of spelling it out per model.
+//
+// Models register by family name in nn/model_registry.h; nothing above nn/
+// names a concrete family.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meshtrain/core/elem_span.h"
+#include "meshtrain/core/tensor.h"
+#include "meshtrain/nn/precision.h"
+#include "meshtrain/nn/recompute.h"
+
+namespace meshtrain {
+
+class Model;
+
+// One parameter tensor: a view of the flat buffer.
+struct ParamInfo {
+  std::string name;      // global name (checkpoints, exports), e.g. "h.0.attn.c_attn.weight"
+  Shape shape;           // the part this shard holds (the logical shape for a full replica)
+  int64_t begin = 0;     // first element in the flat buffer
+  int unit = 0;          // the parameter unit it belongs to
+  bool decay = true;     // AdamW weight decay applies (matrices, embeddings)
+  // Mixed precision: the model reads it through its 16-bit compute copy (a
+  // GEMM operand). false: read in f32 (biases, norms, position tables).
+  bool half_weight = false;
+  int64_t numel() const { return shape_numel(shape); }
+  int64_t end() const { return begin + numel(); }
+};
+
+// A group of parameters used together; units tile the flat buffer in order.
+struct ParamUnit {
+  std::string name;  // "embeddings", "layer 3", "final norm"
+  int64_t begin = 0, end = 0;
+  int64_t count() const { return end - begin; }
+};
+
+// Parameter-hook events. Need/Done bracket a use of a unit's parameters
+// (ZeRO-3 gathers on Need and may free on Done); GradBegin/GradEnd bracket a
+// gradient write made outside the unit's backward Need/Done (GPT's tied
+// embedding: its weight gradient at the backward head).
+enum class ParamEvent { Need, Done, GradBegin, GradEnd };
+
+struct ParamUse {
+  bool need = true;   // Need (true) or Done
+  int unit = 0;
+  bool backward = false;
+  bool operator==(const ParamUse&) const = default;
+};
+
+// Which part of the logical model an instance holds. A full replica today;
+// tensor parallelism sets tp_rank/tp_size (each rank holds a slice of every
+// split tensor), pipeline parallelism a layer range with first/last-stage
+// flags (only the first stage embeds, only the last computes the loss).
+struct ModelShard {
+  int tp_rank = 0, tp_size = 1;
+  int layer_begin = 0, layer_end = -1;  // [begin, end); -1 = through the last layer
+  bool first_stage = true, last_stage = true;
+  bool is_full() const {
+    return tp_size == 1 && layer_begin == 0 && layer_end < 0 && first_stage && last_stage;
+  }
+};
+
+// Everything the engine needs to know about a model's buffers, as data.
+struct ParamLayout {
+  int64_t numel = 0;                 // elements of the flat buffer
+  std::vector<ParamInfo> params;     // buffer order, tiling [0, numel)
+  std::vector<ParamUnit> units;      // buffer order, tiling [0, numel)
+  // One training micro-step's Need/Done sequence (forward, then backward).
+  std::vector<ParamUse> order;
+  // The unit whose gradient backward writes between GradBegin and GradEnd,
+  // outside its backward Need/Done (-1: none). ZeRO-2/3 reduce it at GradEnd.
+  int bracketed_grad_unit = -1;
+
+  int num_units() const { return static_cast<int>(units.size()); }
+  // Sorted, merged ranges of the parameters read in f32 under mixed precision.
+  std::vector<ElemSpan> f32_read_ranges() const;
+  // Element counts of the units.
+  std::vector<int64_t> unit_sizes() const;
+  // Throws unless params and units tile [0, numel) and order names real units.
+  void validate() const;
+};
+
+// The memory a model's training step allocates besides parameter state.
+struct ModelMemory {
+  int64_t activations = 0;  // MemCategory::Activations
+  int64_t workspace = 0;    // MemCategory::Workspace
+};
+
+// Buffers a model is built on. An empty tensor: the model allocates it
+// (f32, counted as Parameters / Gradients). Given: numel() f32 elements that
+// outlive the model (shared memory, ZeRO's reserved buffers).
+struct ModelBuffers {
+  Tensor params, grads;
+  bool zero_grads = true;  // zero a given gradient buffer
+};
+
+class ModelSpec {
+ public:
+  virtual ~ModelSpec() = default;
+  virtual std::string family() const = 0;
+  // The description checkpoints store: {"family": ..., family fields...}.
+  virtual nlohmann::json to_json() const = 0;
+  // One line for logs ("GPT L6 H6 C384 T256 V65: 10.7M parameters").
+  virtual std::string describe() const = 0;
+  virtual const ParamLayout& layout() const = 0;
+  int64_t num_params() const { return layout().numel; }
+  virtual ModelShard shard() const { return {}; }
+  virtual int seq_len() const = 0;       // longest context (token models)
+  virtual int vocab_size() const = 0;    // real vocabulary (token models)
+  // Model FLOPs per token of one training step (forward + backward) at
+  // context T; the convention is documented in docs/ARCHITECTURE.md.
+  virtual double flops_per_token(int T) const = 0;
+  // Exactly what the allocator will count for micro-batch (B, T).
+  virtual ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,
+                             Precision precision) const = 0;
+  virtual std::unique_ptr<Model> build(ModelBuffers buffers = {}) const = 0;
+};
+
+// A batch of token sequences: inputs (B, T); targets (B, T) or null
+// (targets < 0 are ignored by the loss).
+struct MicroBatch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+  int B = 0, T = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelSpec& spec() const = 0;
+  const ParamLayout& layout() const { return spec().layout(); }
+
+  // The flat f32 buffers (layout().numel elements each).
+  virtual const Tensor& param_buffer() const = 0;
+  virtual const Tensor& grad_buffer() const = 0;
+  // The view of one parameter (ParamInfo of layout().params).
+  Tensor param(const ParamInfo& p) const { return param_buffer().slice_flat(p.begin, p.numel()).reshape(p.shape); }
+  Tensor grad(const ParamInfo& p) const { return grad_buffer().slice_flat(p.begin, p.numel()).reshape(p.shape); }
+
+  virtual void init_weights(uint64_t seed) = 0;
+  // Mean loss over the targets (NaN without targets: only logits computed).
+  virtual float forward(const MicroBatch& batch) = 0;
+  // Accumulates d(loss * loss_scale)/d(params) into the gradient buffer for
+  // the last forward (which must have had targets).
+  virtual void backward(float loss_scale) = 0;
+  virtual void zero_grad() = 0;
+  // Logits of the last forward, (B, T, logits_stride()); the first
+  // spec().vocab_size() of each row are real.
+  virtual const float* logits() const = 0;
+  virtual int logits_stride() const = 0;
+
+  // Called during backward each time [begin, end) of the gradient buffer has
+  // received its last contribution, from the top of the buffer down.
+  using GradReadyHook = std::function<void(int64_t begin, int64_t end)>;
+  virtual void set_grad_ready_hook(GradReadyHook hook) = 0;
+  // Parameter events in layout().order (plus GradBegin/GradEnd of the
+  // bracketed unit); see ParamEvent.
+  using ParamHook = std::function<void(ParamEvent event, int unit, bool backward)>;
+  virtual void set_param_hook(ParamHook hook) = 0;
+
+  virtual void set_recompute(const Recompute& recompute) = 0;
+  virtual const Recompute& recompute() const = 0;
+  // Mixed precision: f32 master parameters, a 16-bit copy of the
+  // half_weight parameters for the GEMMs.
+  virtual void set_precision(Precision p) = 0;
+  virtual Precision precision() const = 0;
+  // The 16-bit copy in `buffer` (numel elements), kept current by the caller
+  // (ZeRO gathers it from the owners of the f32 masters).
+  virtual void use_external_half_copy(Tensor buffer) = 0;
+  virtual bool external_half_copy() const = 0;
+};
+
+}  // namespace meshtrain

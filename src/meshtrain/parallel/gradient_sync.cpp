@@ -1,0 +1,23 @@
+#include "meshtrain/parallel/gradient_sync.h"
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/nn/model.h"
+
+namespace meshtrain::parallel {
+
+void LocalGradients::zero_grad() {
+  MT_CHECK(model_, "attach() a model first");
+  model_->zero_grad();
+}
+
+const float* LocalGradients::gradients() {
+  MT_CHECK(model_, "attach() a model first");
+  return model_->grad_buffer().data<float>();
+}
+
+ElemSpan LocalGradients::update_range() const {
+  MT_CHECK(model_, "attach() a model first");
+  return {0, model_->layout().numel};
+}
+
+}  // namespace meshtrain::parallel

@@ -1,0 +1,106 @@
+// How a training step's gradients become the ones the optimizer applies: one
+// interface for every data-parallel strategy, chosen once when the trainer
+// is built (parallel/make_gradient_sync.h), so the step (train/train_step.h)
+// never branches on which one runs.
+//
+//   LocalGradients  one rank: the model's own gradient buffer, no communication
+//   DataParallel    replicated: bucketed allreduce overlapped with backward
+//   Zero            stages 1-3: gradients reduced to their owners, each rank
+//                   updates its own range, parameters gathered back
+//
+// Per step: zero_grad(); per micro-batch: forward, begin_backward(last),
+// backward, end_backward(last); then the update reads gradients() over
+// update_range(), bracketed by before_update()/after_update(). A pipeline
+// schedule replaces the micro-batch loop and calls the same four methods.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/core/elem_span.h"
+
+namespace meshtrain {
+class Model;
+}
+
+namespace meshtrain::parallel {
+
+// Communication of the last step's gradient reduction (seconds).
+struct CommTiming {
+  int buckets = 0;            // reductions launched
+  double exposed_s = 0;       // waiting for reductions after backward(s)
+  double total_s = 0;         // time the progress engine spent on the reductions
+  double first_launch_s = 0;  // first reduction launched, after the last backward began
+  double backward_s = 0;      // the last backward, from begin_backward to end_backward
+};
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual std::string name() const = 0;  // "local", "replicated", "zero-2", ...
+  // One line for the training log (ranks, transport, buckets or shards).
+  virtual std::string describe() const = 0;
+  // Installs the strategy's hooks on the model (built on the buffers the
+  // strategy asked for).
+  virtual void attach(Model& model) = 0;
+  // Removes them from a model that is still alive.
+  virtual void detach() = 0;
+  // Start of a step: gradients to zero.
+  virtual void zero_grad() = 0;
+  // Around each micro-batch's backward; `last` = the step's last one.
+  virtual void begin_backward(bool last_micro_batch) = 0;
+  // Returns the seconds it waited for communication (exposed).
+  virtual double end_backward(bool last_micro_batch) = 0;
+  // The gradients the update reads: element i of the flat buffer is
+  // gradients()[i] for i in update_range() (the pointer may be offset).
+  virtual const float* gradients() = 0;
+  virtual ElemSpan update_range() const = 0;
+  // True when each rank holds a different range of the gradients (norms are
+  // summed across ranks); false when they are replicated.
+  virtual bool sharded() const = 0;
+  // The data-parallel communicator; null with one rank.
+  virtual comm::Communicator* comm() = 0;
+  // Around the optimizer's write of update_range().
+  virtual void before_update() {}
+  virtual void after_update() {}
+  virtual const CommTiming& timing() const = 0;
+
+  // Setup around loading weights (init, init_from, resume), in this order:
+  //   attach; model initialized; before_resume(); resume into
+  //   resume_range() (the parameters this rank reads; nullopt = all);
+  //   after_resume() (every rank then trains on the same weights).
+  // Replicated: after_resume broadcasts rank 0's parameters. ZeRO: before
+  // broadcasts and (stage 3) shards, after gathers from the owners.
+  virtual void before_resume() {}
+  virtual std::optional<ElemSpan> resume_range() const { return std::nullopt; }
+  virtual void after_resume() {}
+  // Collective: the whole, current parameter buffer on every rank (save a
+  // model file, sample) until release_full_parameters().
+  virtual void gather_full_parameters() {}
+  virtual void release_full_parameters() {}
+  // Debug check that replicated parameters agree across ranks.
+  virtual void verify_replicas() {}
+};
+
+// One rank, no communication.
+class LocalGradients final : public GradientSync {
+ public:
+  std::string name() const override { return "local"; }
+  std::string describe() const override { return "single rank: no gradient communication"; }
+  void attach(Model& model) override { model_ = &model; }
+  void detach() override { model_ = nullptr; }
+  void zero_grad() override;
+  void begin_backward(bool) override {}
+  double end_backward(bool) override { return 0; }
+  const float* gradients() override;
+  ElemSpan update_range() const override;
+  bool sharded() const override { return false; }
+  comm::Communicator* comm() override { return nullptr; }
+  const CommTiming& timing() const override { return timing_; }
+
+ private:
+  Model* model_ = nullptr;
+  CommTiming timing_;
+};
+
+}  // namespace meshtrain::parallel

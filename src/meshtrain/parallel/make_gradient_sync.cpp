@@ -1,0 +1,43 @@
+#include "meshtrain/parallel/make_gradient_sync.h"
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/parallel/zero.h"
+
+namespace meshtrain::parallel {
+
+SyncedModel::~SyncedModel() {
+  if (sync && model) sync->detach();
+  model.reset();  // before the buffers the strategy owns
+  sync.reset();
+}
+
+SyncedModel make_synced_model(const comm::Communicator& dp_comm,
+                              std::shared_ptr<const ModelSpec> spec,
+                              const GradientSyncOptions& opt) {
+  MT_CHECK(spec, "no model to build");
+  MT_CHECK(opt.zero_stage >= 0 && opt.zero_stage <= 3, "zero.stage must be 0, 1, 2 or 3, got {}",
+           opt.zero_stage);
+  SyncedModel out;
+  const bool several = dp_comm.valid() && dp_comm.size() > 1;
+  if (several && opt.zero_stage > 0) {
+    ZeroOptions zo;
+    zo.stage = opt.zero_stage;
+    zo.persist_threshold = opt.persist_threshold;
+    zo.dp = opt.dp;
+    zo.precision = opt.precision;  // mixed precision: the 16-bit copy is what ZeRO gathers
+    auto zero = std::make_unique<Zero>(dp_comm, spec, zo);
+    out.model = zero->make_model();
+    out.sync = std::move(zero);
+  } else if (several) {
+    auto dp = std::make_unique<DataParallel>(dp_comm, spec->num_params(), opt.dp);
+    out.model = spec->build({Tensor(), dp->gradient_buffer(), true});
+    out.sync = std::move(dp);
+  } else {
+    out.model = spec->build();
+    out.sync = std::make_unique<LocalGradients>();
+  }
+  out.sync->attach(*out.model);
+  return out;
+}
+
+}  // namespace meshtrain::parallel

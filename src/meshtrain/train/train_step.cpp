@@ -1,0 +1,114 @@
+#include "meshtrain/train/train_step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "meshtrain/kernels/cpu/reduce.h"
+#include "meshtrain/optim/grad_clip.h"
+#include "meshtrain/telemetry/trace_writer.h"
+
+namespace meshtrain {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+std::vector<ParamSegment> param_segments(const ParamLayout& layout) {
+  std::vector<ParamSegment> segs;
+  for (const ParamInfo& p : layout.params) {
+    ParamSegment s{p.begin, p.end(), p.decay};
+    // Merge with the previous run when the decay setting agrees.
+    if (!segs.empty() && segs.back().end == s.begin && segs.back().decay == s.decay)
+      segs.back().end = s.end;
+    else
+      segs.push_back(s);
+  }
+  return segs;
+}
+
+GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
+                              comm::Communicator* comm, bool sharded) {
+  GradientCheck c;
+  double sq = cpu::sum_squares(grads + begin, end - begin);
+  if (sharded && comm) sq = comm->allreduce_scalar(sq, comm::ReduceOp::Sum);
+  c.norm = std::sqrt(sq);
+  c.finite = std::isfinite(loss) && std::isfinite(sq);
+  // Every rank must skip (or not) together, so the decision is reduced too.
+  if (comm) c.finite = comm->allreduce_scalar(int64_t{c.finite}, comm::ReduceOp::Min) == 1;
+  return c;
+}
+
+TrainStep::TrainStep(Model& model, parallel::GradientSync& sync, AdamWConfig adam,
+                     LrSchedule schedule, float clip)
+    : model_(model), sync_(sync), schedule_(schedule), clip_(clip) {
+  const ElemSpan r = sync_.update_range();
+  opt_ = std::make_unique<AdamW>(r.begin, r.end, param_segments(model.layout()), adam);
+}
+
+StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
+  MT_CHECK(!micro.empty(), "a step needs at least one micro-batch");
+  StepStats st;
+  sync_.zero_grad();
+  double loss_sum = 0.0;
+  double waited_total = 0;  // every micro-batch's wait for the gradient reductions
+  // fp16: the loss (so every gradient) is scaled up; divided out below.
+  const float loss_scale = mp_ ? mp_->loss_scale() : 1.0f;
+  const float scale = loss_scale / static_cast<float>(micro.size());
+  for (size_t i = 0; i < micro.size(); ++i) {
+    double t0 = now_s();
+    loss_sum += model_.forward(micro[i]);
+    double t1 = now_s();
+    const bool last = i + 1 == micro.size();
+    sync_.begin_backward(last);
+    model_.backward(scale);
+    const double t2 = now_s();
+    // Communication the backward could not hide: not counted as backward.
+    const double waited = sync_.end_backward(last);
+    waited_total += waited;
+    st.forward_s += t1 - t0;
+    st.backward_s += t2 - t1;
+  }
+  comm::Communicator* comm = sync_.comm();
+  double loss = loss_sum / micro.size();
+  st.comm = sync_.timing();
+  st.comm.exposed_s = waited_total;  // counted once: what backward_s leaves out
+  // Time spent waiting for a reduction is time it ran: the completion stamps
+  // (a helper thread's) can trail the waiter's wake-up by microseconds.
+  st.comm.total_s = std::max(st.comm.total_s, st.comm.exposed_s);
+  if (comm) loss = comm->allreduce_scalar(loss, comm::ReduceOp::Avg);
+  double t2 = now_s();  // optimizer time excludes the exposed communication
+  st.loss = static_cast<float>(loss);
+  // Replicated gradients are already averaged (the local norm is the global
+  // one); sharded ones are checked per range and the squares summed.
+  const float* g = sync_.gradients();
+  if (mp_)
+    mp_->maybe_inject_overflow(step, comm ? comm->rank() : 0, const_cast<float*>(g), opt_->begin(),
+                               opt_->end());
+  const GradientCheck check =
+      check_gradients(loss, g, opt_->begin(), opt_->end(), comm, sync_.sharded());
+  st.grad_norm = check.norm / loss_scale;
+  st.lr = schedule_.at(step);
+  st.finite = check.finite;
+  st.loss_scale = loss_scale;
+  // fp16: the loss scaler sees the reduced flag, so every rank skips alike.
+  const bool apply = mp_ ? mp_->decide(check.finite) : check.finite;
+  st.overflow_skipped = mp_ && mp_->last_was_overflow();
+  if (apply) {
+    if (before_update_) {
+      telemetry::TraceScope wait(telemetry::global_tracer(), "wait checkpoint snapshot", "io");
+      st.update_wait_s = before_update_();
+    }
+    telemetry::TraceScope trace(telemetry::global_tracer(), "optimizer", "compute");
+    sync_.before_update();
+    opt_->step(model_.param_buffer().data<float>(), g, st.lr,
+               clip_coefficient(st.grad_norm, clip_) / loss_scale);
+    sync_.after_update();  // ZeRO: gathers the updated parameters (async)
+  }
+  st.optimizer_s = now_s() - t2;
+  return st;
+}
+
+}  // namespace meshtrain
