@@ -59,11 +59,8 @@ print("ok: %d records, %d trace events" % (len(recs), len(ev)))
 PY
 
 ls "$TMP/run"/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard events file"
-if python3 -c "import tensorboard" 2>/dev/null; then
-  python3 "$SRC/tools/check_tensorboard_events.py" "$TMP/run" --quiet \
-    --expect train/loss val/loss time/step_ms throughput/mfu cost/usd_per_million_tokens \
-    straggler/lag_ms || fail "TensorBoard could not read the events"
-fi
+# (TensorBoard's own reader: telemetry.tensorboard_python_reader_loads_events,
+# skipped where the tensorboard package is missing.)
 
 "$BIN" report "$TMP/run" >"$TMP/report" 2>&1 || { cat "$TMP/report"; fail "report failed"; }
 test -s "$TMP/run/report.svg" || fail "report wrote no report.svg"

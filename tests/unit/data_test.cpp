@@ -1,6 +1,8 @@
 // Data layer: token shards, byte tokenizer, text preparation, the synthetic
 // grammar and the data loader.
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <unistd.h>
 
 #include <atomic>
@@ -611,10 +613,18 @@ TEST(data, loader_prefetch_thread_shuts_down_cleanly) {
       full.next();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // queue fills up
       full.seek({0, 3});  // restarts the thread
-      full.next();
+      // The restarted thread serves batch 3, as a loader without prefetch would.
+      LoaderOptions plain = o;
+      plain.prefetch = 0;
+      plain.start = {0, 3};
+      DataLoader reference(plain);
+      const Batch got = full.next(), want = reference.next();
+      ASSERT_EQ(got.inputs.numel(), want.inputs.numel());
+      EXPECT_EQ(std::memcmp(got.inputs.raw(), want.inputs.raw(), want.inputs.nbytes()), 0)
+          << "prefetch depth " << depth;
+      EXPECT_EQ(full.position().batch, 4);
     }  // destroyed while the producer waits for space
   }
-  SUCCEED();
 }
 
 TEST(data, prefetcher_rethrows_producer_errors_in_order) {

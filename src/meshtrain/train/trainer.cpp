@@ -31,6 +31,7 @@
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/memory_report.h"
 #include "meshtrain/parallel/make_gradient_sync.h"
+#include "meshtrain/parallel/mesh.h"
 #include "meshtrain/train/train_step.h"
 
 namespace meshtrain {
@@ -131,6 +132,9 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
            "micro_batch, grad_accum and steps must be >= 1");
   const int world = opt.comm.valid() ? opt.comm.size() : 1;
   const int rank = opt.comm.valid() ? opt.comm.rank() : 0;
+  // Data parallelism over every rank (the only axis until tensor and
+  // pipeline parallelism land): the dp coordinate slices the data.
+  const parallel::Mesh mesh(opt.comm, {world, 1, 1});
   const bool lead = rank == 0;  // prints, writes metrics, saves the model
   // Refuse, before allocating, what the formulas say cannot fit the limit.
   check_memory_limit(memory_plan(opt, T, world, 0,
@@ -165,7 +169,7 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   so.persist_threshold = opt.zero_persist_threshold;
   so.dp = opt.dp;
   so.precision = opt.precision;
-  parallel::SyncedModel synced = parallel::make_synced_model(opt.comm, opt.model, so);
+  parallel::SyncedModel synced = parallel::make_synced_model(mesh.comm(parallel::Axis::DP), opt.model, so);
   Model& model = *synced.model;
   parallel::GradientSync& sync = *synced.sync;
   comm::Communicator* comm = sync.comm();
@@ -214,8 +218,8 @@ TrainerSummary run_trainer(const TrainerOptions& opt) {
   lo.batch = opt.micro_batch;
   lo.seq_len = T;
   lo.seed = opt.seed;
-  lo.rank = rank;
-  lo.world_size = world;
+  lo.rank = mesh.rank(parallel::Axis::DP);
+  lo.world_size = mesh.size(parallel::Axis::DP);
   if (resumed) lo.start = resumed->position;
   data::DataLoader train(lo);
   std::optional<data::DataLoader> val;
