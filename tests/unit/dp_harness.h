@@ -99,6 +99,8 @@ inline std::pair<double, double> distance(const meshtrain::Tensor& a, const mesh
   return {std::sqrt(num), std::sqrt(den)};
 }
 
+inline void expect_same_models(const RunResult& dp, const RunResult& ref, double tol);
+
 // The central property: same per-step losses and final parameters, within
 // `tol` relative (per step for losses, per tensor in L2 norm for parameters).
 inline void expect_same_training(const RunResult& dp, const RunResult& ref, double tol) {
@@ -116,6 +118,11 @@ inline void expect_same_training(const RunResult& dp, const RunResult& ref, doub
       EXPECT_LE(std::abs(va - vb), tol * std::abs(vb)) << "val loss at step " << i + 1;
     }
   }
+  expect_same_models(dp, ref, tol);
+}
+
+// The final model files: every tensor within `tol` relative in L2 norm.
+inline void expect_same_models(const RunResult& dp, const RunResult& ref, double tol) {
   auto fa = meshtrain::SafetensorsFile::open((dp.dir / "model.safetensors").string());
   auto fb = meshtrain::SafetensorsFile::open((ref.dir / "model.safetensors").string());
   ASSERT_EQ(fa.names(), fb.names());

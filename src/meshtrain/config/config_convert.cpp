@@ -130,12 +130,18 @@ TrainConfig convert_config(const nlohmann::json& j,
                            const std::function<std::string(const std::string&)>& origin) {
   const Reader r(j, origin);
   TrainConfig c;
+  c.model.family = r.string("model.family");
+  if (!c.model.family.empty()) c.model.family = r.choice("model.family", {"gpt", "llama"});
   c.model.preset = r.string("model.preset");
   c.model.n_layer = r.small_int("model.n_layer", 0);
   c.model.n_head = r.small_int("model.n_head", 0);
   c.model.n_embd = r.small_int("model.n_embd", 0);
   c.model.seq_len = r.small_int("model.seq_len", 0);
   c.model.vocab_size = r.small_int("model.vocab_size", 0);
+  c.model.n_kv_head = r.small_int("model.n_kv_head", 0);
+  c.model.ffn_hidden = r.small_int("model.ffn_hidden", 0);
+  c.model.rope_theta = r.number("model.rope_theta");
+  if (c.model.rope_theta < 0) r.error("model.rope_theta", "must be >= 0 (0 = the preset's)");
   c.init_from = r.string("init_from");
   c.data.train = r.string("data.train");
   c.data.val = r.string("data.val");

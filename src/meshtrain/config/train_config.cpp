@@ -15,12 +15,16 @@ template <typename J>
 J to_json(const TrainConfig& c) {
   J j;
   J model;
+  model["family"] = c.model.family;
   model["preset"] = c.model.preset;
   model["n_layer"] = c.model.n_layer;
   model["n_head"] = c.model.n_head;
   model["n_embd"] = c.model.n_embd;
   model["seq_len"] = c.model.seq_len;
   model["vocab_size"] = c.model.vocab_size;
+  model["n_kv_head"] = c.model.n_kv_head;
+  model["ffn_hidden"] = c.model.ffn_hidden;
+  model["rope_theta"] = c.model.rope_theta;
   j["model"] = model;
   j["init_from"] = c.init_from;
   j["data"] = J{{"train", c.data.train}, {"val", c.data.val}};

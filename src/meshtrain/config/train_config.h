@@ -11,6 +11,8 @@
 namespace meshtrain {
 
 struct ModelSection {
+  // The model family: "gpt" or "llama"; "" = the preset's (GPT without one).
+  std::string family;
   std::string preset = "char-6L";  // "" = none: give every dimension below
   // 0 = take the preset's value; set to override one dimension of a preset.
   int n_layer = 0;
@@ -18,6 +20,11 @@ struct ModelSection {
   int n_embd = 0;
   int seq_len = 0;
   int vocab_size = 0;
+  // Llama only (0 = the preset's): k/v heads (grouped-query attention), the
+  // SwiGLU width, the rotary base.
+  int n_kv_head = 0;
+  int ffn_hidden = 0;
+  double rope_theta = 0;
 };
 
 struct DataSection {

@@ -4,6 +4,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/nn/llama_spec.h"
 
 namespace meshtrain {
 
@@ -18,6 +19,10 @@ const Family kFamilies[] = {
     {GPTSpec::kFamily,
      [](const nlohmann::json& j, const std::string& where) -> std::shared_ptr<const ModelSpec> {
        return GPTSpec::make(GPTSpec::config_from_json(j, where));
+     }},
+    {LlamaSpec::kFamily,
+     [](const nlohmann::json& j, const std::string& where) -> std::shared_ptr<const ModelSpec> {
+       return LlamaSpec::make(LlamaSpec::config_from_json(j, where));
      }},
 };
 
@@ -46,6 +51,8 @@ std::shared_ptr<const ModelSpec> model_spec_from_json(const nlohmann::json& j,
 }
 
 std::shared_ptr<const ModelSpec> model_preset(const std::string& name) {
+  for (const std::string& n : llama_preset_names())
+    if (n == name) return LlamaSpec::make(llama_preset(name));
   return GPTSpec::make(gpt_preset(name));
 }
 

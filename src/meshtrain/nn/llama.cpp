@@ -1,0 +1,291 @@
+#include "meshtrain/nn/llama.h"
+
+#include <cstring>
+#include <limits>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/rng.h"
+#include "meshtrain/core/threads.h"
+#include "meshtrain/kernels/cpu/attention.h"
+#include "meshtrain/kernels/cpu/elementwise.h"
+#include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/kernels/cpu/rmsnorm.h"
+#include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
+#include "meshtrain/kernels/cpu/swiglu.h"
+#include "meshtrain/nn/llama_activations.h"
+#include "meshtrain/telemetry/trace_writer.h"
+
+namespace meshtrain {
+
+using namespace cpu;
+
+Llama::Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers b)
+    : spec_(std::move(spec)), cfg_(spec_->config()) {
+  const int64_t P = cfg_.num_params();
+  for (const Tensor* t : {&b.params, &b.grads})
+    MT_CHECK(!t->defined() || (t->dtype() == DType::F32 && t->numel() == P),
+             "external parameter/gradient buffer must hold {} f32 values, got {} {}", P,
+             t->numel(), dtype_name(t->dtype()));
+  params_ = b.params.defined() ? std::move(b.params)
+                               : Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
+  if (b.grads.defined()) {
+    grads_ = std::move(b.grads);
+    if (b.zero_grads) grads_.zero_();
+  } else {
+    grads_ = Tensor::zeros({P}, DType::F32, MemCategory::Gradients);
+  }
+  rope_ = rope_table(cfg_.seq_len, cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling);
+}
+
+Llama::~Llama() = default;
+
+void Llama::init_weights(uint64_t seed) {
+  Rng rng(seed);
+  params_.zero_();
+  float* p = params_.data<float>();
+  const int64_t C = cfg_.n_embd;
+  for (const ParamInfo& info : spec_->layout().params) {
+    int64_t n = info.numel();
+    if (info.shape.size() < 2) {  // RMSNorm gains
+      for (int64_t i = 0; i < n; ++i) p[info.begin + i] = 1.f;
+      continue;
+    }
+    // Embedding and head: only the real vocabulary's rows.
+    if (info.begin == spec_->embed_offset() || info.begin == spec_->head_offset())
+      n = static_cast<int64_t>(cfg_.vocab_size) * C;
+    for (int64_t i = 0; i < n; ++i) p[info.begin + i] = 0.02f * rng.normal();
+  }
+}
+
+void Llama::set_recompute(const Recompute& recompute) {
+  MT_CHECK(recompute.mode != Recompute::Mode::EveryK || recompute.every >= 1,
+           "recompute every:K needs K >= 1 (got {})", recompute.every);
+  if (recompute == recompute_) return;
+  recompute_ = recompute;
+  acts_.reset();
+  have_targets_ = false;
+}
+
+void Llama::set_precision(Precision p) {
+  MT_CHECK(p == Precision::FP32, "llama models compute in fp32 in this version (precision = {} "
+           "is not available for them yet)", precision_name(p));
+}
+
+void Llama::use_external_half_copy(Tensor) {
+  fail("llama models compute in fp32 in this version: no 16-bit weight copy");
+}
+
+void Llama::ensure_activations(int B, int T) {
+  const int nt = thread_count();
+  if (acts_ && acts_->B == B && acts_->T == T && acts_->nthreads == nt &&
+      acts_->recompute == recompute_)
+    return;
+  acts_.reset();  // free first so peak memory holds one layout
+  acts_ = std::make_unique<LlamaActivations>(cfg_, B, T, nt, recompute_);
+}
+
+const float* Llama::logits() const { return acts_ ? acts_->logits : nullptr; }
+
+void Llama::ready(int unit) {
+  if (!grad_ready_) return;
+  const ParamUnit& u = spec_->layout().units[unit];
+  grad_ready_(u.begin, u.end);
+}
+
+void Llama::expand_kv(const float* qkv, float* full) const {
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd, Q = cfg_.qkv_width();
+  const int64_t hd = cfg_.head_dim(), KV = cfg_.kv_dim(), rep = cfg_.n_head / cfg_.n_kv_head;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* src = qkv + i * Q;
+    float* dst = full + i * 3 * C;
+    std::memcpy(dst, src, sizeof(float) * C);
+    for (int64_t h = 0; h < cfg_.n_head; ++h) {
+      const int64_t kvh = h / rep;
+      std::memcpy(dst + C + h * hd, src + C + kvh * hd, sizeof(float) * hd);
+      std::memcpy(dst + 2 * C + h * hd, src + C + KV + kvh * hd, sizeof(float) * hd);
+    }
+  }
+}
+
+void Llama::fold_kv(const float* dfull, float* dqkv) const {
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd, Q = cfg_.qkv_width();
+  const int64_t hd = cfg_.head_dim(), KV = cfg_.kv_dim(), rep = cfg_.n_head / cfg_.n_kv_head;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* src = dfull + i * 3 * C;
+    float* dst = dqkv + i * Q;
+    std::memcpy(dst, src, sizeof(float) * C);
+    std::memset(dst + C, 0, sizeof(float) * 2 * KV);
+    // Query heads in group order, so each shared head sums in a fixed order.
+    for (int64_t h = 0; h < cfg_.n_head; ++h) {
+      const int64_t kvh = h / rep;
+      float* dk = dst + C + kvh * hd;
+      float* dv = dst + C + KV + kvh * hd;
+      const float* sk = src + C + h * hd;
+      const float* sv = src + 2 * C + h * hd;
+      for (int64_t d = 0; d < hd; ++d) dk[d] += sk[d], dv[d] += sv[d];
+    }
+  }
+}
+
+void Llama::attention_core_forward(const LlamaBlockActivations& s) {
+  LlamaActivations& a = *acts_;
+  const int64_t C = cfg_.n_embd;
+  const float* qkv = s.qkv;
+  if (cfg_.n_kv_head != cfg_.n_head) {
+    expand_kv(s.qkv, a.qkv_full);
+    qkv = a.qkv_full;
+  }
+  attention_forward(s.atty, s.att_lse, qkv, B_, T_, C, cfg_.n_head, a.workspace.data<float>(),
+                    a.nthreads);
+}
+
+void Llama::block_forward(int l, const float* input, const LlamaBlockActivations& s, float* output) {
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd, Q = cfg_.qkv_width();
+  const int64_t H = cfg_.ffn_hidden;
+  const LlamaSpec::LayerOffsets& o = spec_->layer(l);
+  rmsnorm_forward(s.ln1, s.ln1_rstd, input, w(o.ln1), N, C, cfg_.norm_eps);
+  matmul_forward(s.qkv, s.ln1, w(o.qkv), nullptr, N, C, Q);
+  rope_forward(s.qkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
+  rope_forward(s.qkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
+  attention_core_forward(s);
+  copy(s.residual2, input, N * C);
+  matmul_forward(s.residual2, s.atty, w(o.o), nullptr, N, C, C, /*accumulate=*/true);
+  rmsnorm_forward(s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), N, C, cfg_.norm_eps);
+  matmul_forward(s.gate_up, s.ln2, w(o.gate_up), nullptr, N, C, 2 * H);
+  swiglu_forward(s.act, s.gate_up, N, H);
+  if (!output) return;  // backward never reads a block's own output
+  copy(output, s.residual2, N * C);
+  matmul_forward(output, s.act, w(o.down), nullptr, N, H, C, /*accumulate=*/true);
+}
+
+float Llama::forward(const MicroBatch& b) {
+  MT_CHECK(b.B >= 1, "batch size must be >= 1 (got {})", b.B);
+  MT_CHECK(b.T >= 1 && b.T <= cfg_.seq_len,
+           "sequence length {} is outside [1, {}] (the model's context, model.seq_len)", b.T,
+           cfg_.seq_len);
+  const int64_t N = static_cast<int64_t>(b.B) * b.T, C = cfg_.n_embd;
+  const int64_t V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
+  for (int64_t i = 0; i < N; ++i) {
+    MT_CHECK(b.inputs[i] >= 0 && b.inputs[i] < V, "token id {} at batch {} position {} is outside "
+             "the vocabulary [0, {})", b.inputs[i], i / b.T, i % b.T, V);
+    if (b.targets)
+      MT_CHECK(b.targets[i] < V, "target id {} at batch {} position {} is outside the vocabulary "
+               "[0, {})", b.targets[i], i / b.T, i % b.T, V);
+  }
+  ensure_activations(b.B, b.T);
+  LlamaActivations& a = *acts_;
+  B_ = b.B;
+  T_ = b.T;
+  inputs_.assign(b.inputs, b.inputs + N);
+  have_targets_ = b.targets != nullptr;
+  if (have_targets_) targets_.assign(b.targets, b.targets + N);
+  const int L = cfg_.n_layer;
+
+  use(ParamEvent::Need, 0, false);
+  const float* emb = w(spec_->embed_offset());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i)
+    std::memcpy(a.encoded + i * C, emb + static_cast<int64_t>(b.inputs[i]) * C, sizeof(float) * C);
+  use(ParamEvent::Done, 0, false);
+  for (int l = 0; l < L; ++l) {
+    telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
+    use(ParamEvent::Need, 1 + l, false);
+    const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * N * C;
+    block_forward(l, input, a.blocks[l], a.residual + l * N * C);
+    use(ParamEvent::Done, 1 + l, false);
+  }
+  use(ParamEvent::Need, L + 1, false);
+  const float* last = a.residual + (L - 1) * N * C;
+  rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), N, C, cfg_.norm_eps);
+  matmul_forward(a.logits, a.lnf, w(spec_->head_offset()), nullptr, N, C, Vp);
+  use(ParamEvent::Done, L + 1, false);
+  if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
+  counted_ = softmax_cross_entropy_forward(a.losses, a.logits, b.targets, N, V, Vp);
+  MT_CHECK(counted_ > 0, "every target in the batch is ignored (< 0); nothing to learn from");
+  double sum = 0;
+  for (int64_t i = 0; i < N; ++i) sum += a.losses[i];
+  return static_cast<float>(sum / counted_);
+}
+
+void Llama::block_backward(int l, const float* input, const LlamaBlockActivations& s) {
+  LlamaActivations& a = *acts_;
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd, Q = cfg_.qkv_width();
+  const int64_t H = cfg_.ffn_hidden;
+  const LlamaSpec::LayerOffsets& o = spec_->layer(l);
+  float* dres = a.dresidual;
+  // MLP: out = residual2 + act Wdown^T, act = swiglu(ln2 Wgu^T), ln2 = RMSNorm(residual2).
+  matmul_backward(a.dact, g(o.down), nullptr, dres, s.act, w(o.down), N, H, C);
+  swiglu_backward(a.dgate_up, a.dact, s.gate_up, N, H);
+  matmul_backward(a.dbtc, g(o.gate_up), nullptr, a.dgate_up, s.ln2, w(o.gate_up), N, C, 2 * H);
+  rmsnorm_backward(dres, g(o.ln2), a.dbtc, s.residual2, w(o.ln2), s.ln2_rstd, N, C);
+  // Attention: residual2 = input + atty Wo^T.
+  matmul_backward(a.datty, g(o.o), nullptr, dres, s.atty, w(o.o), N, C, C);
+  if (cfg_.n_kv_head != cfg_.n_head) {
+    expand_kv(s.qkv, a.qkv_full);  // the scratch may hold another block's
+    attention_backward(a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, C,
+                       cfg_.n_head, a.workspace.data<float>(), a.nthreads);
+    fold_kv(a.dqkv_full, a.dqkv);
+  } else {
+    attention_backward(a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, C, cfg_.n_head,
+                       a.workspace.data<float>(), a.nthreads);
+  }
+  rope_backward(a.dqkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
+  rope_backward(a.dqkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
+  matmul_backward(a.dbtc, g(o.qkv), nullptr, a.dqkv, s.ln1, w(o.qkv), N, C, Q);
+  rmsnorm_backward(dres, g(o.ln1), a.dbtc, input, w(o.ln1), s.ln1_rstd, N, C);
+}
+
+void Llama::backward(float loss_scale) {
+  MT_CHECK(acts_ && have_targets_, "backward() needs a forward() with targets first");
+  LlamaActivations& a = *acts_;
+  MT_CHECK(recompute_.mode == Recompute::Mode::None || thread_count() == a.nthreads,
+           "thread count changed from {} to {} between forward and backward; recompute = {} "
+           "needs the forward's", a.nthreads, thread_count(), recompute_.name());
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd;
+  const int64_t V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
+  const int L = cfg_.n_layer;
+  // Head: logits -> dlogits in place, through lm_head and the final norm.
+  use(ParamEvent::Need, L + 1, true);
+  softmax_cross_entropy_backward(a.logits, targets_.data(), loss_scale / static_cast<float>(counted_),
+                                 N, V, Vp);
+  matmul_backward(a.dbtc, g(spec_->head_offset()), nullptr, a.logits, a.lnf,
+                  w(spec_->head_offset()), N, C, Vp);
+  std::memset(a.dresidual, 0, sizeof(float) * N * C);
+  const float* last = a.residual + (L - 1) * N * C;
+  rmsnorm_backward(a.dresidual, g(spec_->norm_offset()), a.dbtc, last, w(spec_->norm_offset()),
+                   a.lnf_rstd, N, C);
+  use(ParamEvent::Done, L + 1, true);
+  ready(L + 1);
+  for (int l = L - 1; l >= 0; --l) {
+    telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", l, "compute");
+    use(ParamEvent::Need, 1 + l, true);
+    const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * N * C;
+    const LlamaBlockActivations& s = a.blocks[l];
+    // Re-run what the policy did not keep (same kernels and threads: same floats).
+    if (recompute_.recomputes_block(l)) {
+      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute layer", l, "compute");
+      block_forward(l, input, s, nullptr);
+    } else if (recompute_.recomputes_attention()) {
+      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute attention", l, "compute");
+      attention_core_forward(s);
+    }
+    block_backward(l, input, s);
+    use(ParamEvent::Done, 1 + l, true);
+    ready(1 + l);
+  }
+  // Embedding lookup: rows of the batch's tokens, in position order (deterministic).
+  use(ParamEvent::Need, 0, true);
+  float* demb = g(spec_->embed_offset());
+  for (int64_t i = 0; i < N; ++i) {
+    float* row = demb + static_cast<int64_t>(inputs_[i]) * C;
+    const float* d = a.dresidual + i * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) row[c] += d[c];
+  }
+  use(ParamEvent::Done, 0, true);
+  ready(0);
+}
+
+}  // namespace meshtrain

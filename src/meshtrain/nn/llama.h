@@ -1,0 +1,81 @@
+// A Llama-style decoder with explicit forward and backward (no autograd), on
+// flat parameter and gradient buffers (layout: nn/llama_spec.h). Per block:
+//   x1 = RMSNorm(x); q|k|v = x1 Wqkv^T; rotary on q and k; causal attention
+//   with grouped-query heads (each k/v head serves n_head / n_kv_head query
+//   heads); x2 = x + att Wo^T; x3 = RMSNorm(x2); gate|up = x3 Wgu^T;
+//   out = x2 + (silu(gate) * up) Wdown^T.
+// Then RMSNorm, the untied lm_head and softmax cross-entropy. fp32 compute;
+// recompute none, full, every:K and selective (nn/recompute.h).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "meshtrain/kernels/cpu/rope.h"
+#include "meshtrain/nn/llama_spec.h"
+#include "meshtrain/nn/model.h"
+
+namespace meshtrain {
+
+struct LlamaActivations;
+struct LlamaBlockActivations;
+
+class Llama final : public Model {
+ public:
+  Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers buffers);
+  explicit Llama(const LlamaConfig& cfg) : Llama(LlamaSpec::make(cfg), {}) {}
+  ~Llama() override;
+
+  const ModelSpec& spec() const override { return *spec_; }
+  const LlamaConfig& config() const { return cfg_; }
+  const Tensor& param_buffer() const override { return params_; }
+  const Tensor& grad_buffer() const override { return grads_; }
+
+  // N(0, 0.02) matrices and embeddings (padded vocabulary rows zero), unit norms.
+  void init_weights(uint64_t seed) override;
+  float forward(const MicroBatch& batch) override;
+  void backward(float loss_scale) override;
+  void zero_grad() override { grads_.zero_(); }
+  const float* logits() const override;
+  int logits_stride() const override { return cfg_.padded_vocab; }
+
+  void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_ = std::move(hook); }
+  void set_param_hook(ParamHook hook) override { param_hook_ = std::move(hook); }
+  void set_recompute(const Recompute& recompute) override;
+  const Recompute& recompute() const override { return recompute_; }
+  void set_precision(Precision p) override;
+  Precision precision() const override { return Precision::FP32; }
+  void use_external_half_copy(Tensor buffer) override;
+  bool external_half_copy() const override { return false; }
+
+ private:
+  void ensure_activations(int B, int T);
+  const float* w(int64_t offset) const { return params_.data<float>() + offset; }
+  float* g(int64_t offset) const { return grads_.data<float>() + offset; }
+  void use(ParamEvent e, int unit, bool backward) {
+    if (param_hook_) param_hook_(e, unit, backward);
+  }
+  void ready(int unit);
+  // Block l from `input`; with `output`, also its output (backward's recompute passes null).
+  void block_forward(int l, const float* input, const LlamaBlockActivations& s, float* output);
+  void attention_core_forward(const LlamaBlockActivations& s);
+  void block_backward(int l, const float* input, const LlamaBlockActivations& s);
+  // GQA: q|k|v with k, v repeated per query head, the layout the attention kernel reads.
+  void expand_kv(const float* qkv, float* full) const;
+  // GQA: folds the full-head gradient back onto the shared k, v heads.
+  void fold_kv(const float* dfull, float* dqkv) const;
+
+  std::shared_ptr<const LlamaSpec> spec_;
+  LlamaConfig cfg_;
+  Tensor params_, grads_;
+  Recompute recompute_;
+  cpu::RopeTable rope_;
+  std::unique_ptr<LlamaActivations> acts_;
+  int B_ = 0, T_ = 0;
+  bool have_targets_ = false;
+  int64_t counted_ = 0;
+  std::vector<int32_t> inputs_, targets_;
+  GradReadyHook grad_ready_;
+  ParamHook param_hook_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,93 @@
+#include "meshtrain/nn/llama_activations.h"
+
+#include "meshtrain/kernels/cpu/attention.h"
+
+namespace meshtrain {
+
+namespace {
+
+// Lays the buffers out from `base` (null: only counts) and returns the floats used.
+int64_t layout(LlamaActivations* a, float* base, const LlamaConfig& cfg, int B, int T,
+               const Recompute& rc) {
+  const int64_t N = static_cast<int64_t>(B) * T, C = cfg.n_embd, Q = cfg.qkv_width();
+  const int64_t H = cfg.ffn_hidden, L = cfg.n_layer, NH = cfg.n_head, Vp = cfg.padded_vocab;
+  const bool gqa = cfg.n_kv_head != cfg.n_head;
+  int64_t at = 0;
+  auto take = [&](int64_t n) -> float* {
+    float* p = base ? base + at : nullptr;
+    at += n;
+    return p;
+  };
+  auto block = [&](LlamaBlockActivations& s, bool attention_core) {
+    s.ln1 = take(N * C);
+    s.ln1_rstd = take(N);
+    s.qkv = take(N * Q);
+    if (attention_core) {
+      s.atty = take(N * C);
+      s.att_lse = take(static_cast<int64_t>(B) * NH * T);
+    }
+    s.residual2 = take(N * C);
+    s.ln2 = take(N * C);
+    s.ln2_rstd = take(N);
+    s.gate_up = take(N * 2 * H);
+    s.act = take(N * H);
+  };
+  LlamaActivations dummy(cfg, 0, 0, 0, rc);  // never allocates with B = 0
+  LlamaActivations& x = a ? *a : dummy;
+  x.encoded = take(N * C);
+  x.residual = take(L * N * C);
+  // One scratch slot for whatever the policy recomputes.
+  LlamaBlockActivations scratch;
+  const bool any_block = rc.mode == Recompute::Mode::Full || rc.mode == Recompute::Mode::EveryK;
+  if (any_block) block(scratch, true);
+  if (rc.recomputes_attention()) {
+    scratch.atty = take(N * C);
+    scratch.att_lse = take(static_cast<int64_t>(B) * NH * T);
+  }
+  x.blocks.assign(static_cast<size_t>(L), {});
+  for (int64_t l = 0; l < L; ++l) {
+    LlamaBlockActivations& s = x.blocks[l];
+    if (rc.recomputes_block(static_cast<int>(l))) {
+      s = scratch;
+    } else {
+      block(s, !rc.recomputes_attention());
+      if (rc.recomputes_attention()) s.atty = scratch.atty, s.att_lse = scratch.att_lse;
+    }
+  }
+  x.lnf = take(N * C);
+  x.lnf_rstd = take(N);
+  x.logits = take(N * Vp);
+  x.losses = take(N);
+  x.dresidual = take(N * C);
+  x.dbtc = take(N * C);
+  x.datty = take(N * C);
+  x.dqkv = take(N * Q);
+  x.dgate_up = take(N * 2 * H);
+  x.dact = take(N * H);
+  if (gqa) {
+    x.qkv_full = take(N * 3 * C);
+    x.dqkv_full = take(N * 3 * C);
+  }
+  return at;
+}
+
+}  // namespace
+
+int64_t LlamaActivations::buffer_floats(const LlamaConfig& cfg, int B, int T, const Recompute& rc) {
+  return layout(nullptr, nullptr, cfg, B, T, rc);
+}
+
+int64_t LlamaActivations::workspace_floats(const LlamaConfig& cfg, int T, int nthreads) {
+  return static_cast<int64_t>(nthreads) * cpu::attention_workspace_floats(T, cfg.head_dim());
+}
+
+LlamaActivations::LlamaActivations(const LlamaConfig& cfg, int B_, int T_, int nthreads_,
+                                   const Recompute& rc)
+    : B(B_), T(T_), nthreads(nthreads_), recompute(rc) {
+  if (B == 0) return;
+  buffer = Tensor::zeros({buffer_floats(cfg, B, T, rc)}, DType::F32, MemCategory::Activations);
+  workspace = Tensor::zeros({workspace_floats(cfg, T, nthreads)}, DType::F32, MemCategory::Workspace);
+  layout(this, buffer.data<float>(), cfg, B, T, rc);
+}
+
+}  // namespace meshtrain

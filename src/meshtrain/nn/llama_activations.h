@@ -1,0 +1,56 @@
+// Activation and backward-scratch buffers of a Llama model for a fixed
+// (B, T) and recompute policy, laid out up front in one allocation (tagged
+// as activations). What the policy keeps for backward gets per-block
+// storage; what backward recomputes goes to one shared scratch slot.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "meshtrain/core/tensor.h"
+#include "meshtrain/nn/llama_config.h"
+#include "meshtrain/nn/recompute.h"
+
+namespace meshtrain {
+
+struct LlamaBlockActivations {
+  float* ln1 = nullptr;        // (N, C)  input RMSNorm output
+  float* ln1_rstd = nullptr;   // (N)
+  float* qkv = nullptr;        // (N, C + 2 KV)  q|k|v after the rotary embedding
+  float* atty = nullptr;       // (N, C)  attention core output
+  float* att_lse = nullptr;    // (B, NH, T)
+  float* residual2 = nullptr;  // (N, C)
+  float* ln2 = nullptr;        // (N, C)
+  float* ln2_rstd = nullptr;   // (N)
+  float* gate_up = nullptr;    // (N, 2H)
+  float* act = nullptr;        // (N, H)  silu(gate) * up
+};
+
+struct LlamaActivations {
+  int B = 0, T = 0, nthreads = 0;
+  Recompute recompute;
+  Tensor buffer, workspace;
+  float* encoded = nullptr;   // (N, C) token embeddings
+  float* residual = nullptr;  // (L, N, C) each block's output
+  std::vector<LlamaBlockActivations> blocks;
+  float* lnf = nullptr;       // (N, C)
+  float* lnf_rstd = nullptr;  // (N)
+  float* logits = nullptr;    // (N, Vp); dlogits after backward
+  float* losses = nullptr;    // (N)
+  // Backward scratch, and the full-head q|k|v of grouped-query attention.
+  float* dresidual = nullptr;  // (N, C)
+  float* dbtc = nullptr;       // (N, C)
+  float* datty = nullptr;      // (N, C)
+  float* dqkv = nullptr;       // (N, C + 2 KV)
+  float* dgate_up = nullptr;   // (N, 2H)
+  float* dact = nullptr;       // (N, H)
+  float* qkv_full = nullptr;   // (N, 3C)  GQA only: k, v repeated per query head
+  float* dqkv_full = nullptr;  // (N, 3C)  GQA only
+
+  LlamaActivations(const LlamaConfig& cfg, int B, int T, int nthreads, const Recompute& rc);
+  // Floats of `buffer` and `workspace` for these arguments (what the
+  // allocator will count).
+  static int64_t buffer_floats(const LlamaConfig& cfg, int B, int T, const Recompute& rc);
+  static int64_t workspace_floats(const LlamaConfig& cfg, int T, int nthreads);
+};
+
+}  // namespace meshtrain

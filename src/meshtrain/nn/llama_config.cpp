@@ -1,0 +1,80 @@
+#include "meshtrain/nn/llama_config.h"
+
+#include <fmt/format.h>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/nn/gpt_config.h"
+
+namespace meshtrain {
+
+int64_t LlamaConfig::layer_params() const {
+  const int64_t C = n_embd, H = ffn_hidden;
+  return 2 * C + qkv_width() * C + C * C + 3 * H * C;  // 2 norms, q|k|v, o, gate|up, down
+}
+
+int64_t LlamaConfig::num_params() const {
+  const int64_t C = n_embd, Vp = padded_vocab;
+  return Vp * C + n_layer * layer_params() + C + Vp * C;
+}
+
+double LlamaConfig::flops_per_token(int T) const {
+  const double N = static_cast<double>(num_params()) - static_cast<double>(padded_vocab) * n_embd;
+  return 6.0 * N + 6.0 * n_layer * n_embd * static_cast<double>(T);
+}
+
+void LlamaConfig::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw Error("llama model: " + what);
+  };
+  need(n_layer >= 1, fmt::format("n_layer must be >= 1 (got {})", n_layer));
+  need(n_head >= 1 && n_embd >= 1 && n_embd % n_head == 0,
+       fmt::format("n_embd ({}) must be a positive multiple of n_head ({})", n_embd, n_head));
+  need(head_dim() % 2 == 0, fmt::format("the head size n_embd / n_head = {} must be even for "
+                                        "rotary embeddings", head_dim()));
+  need(n_kv_head >= 1 && n_head % n_kv_head == 0,
+       fmt::format("n_head ({}) must be a multiple of n_kv_head ({})", n_head, n_kv_head));
+  need(ffn_hidden >= 1, fmt::format("ffn_hidden must be >= 1 (got {})", ffn_hidden));
+  need(seq_len >= 1, fmt::format("seq_len must be >= 1 (got {})", seq_len));
+  need(vocab_size >= 1 && padded_vocab >= vocab_size,
+       fmt::format("vocab_size {} / padded_vocab {} inconsistent", vocab_size, padded_vocab));
+  need(rope_theta > 0, fmt::format("rope_theta must be positive (got {})", rope_theta));
+  need(norm_eps > 0, fmt::format("norm_eps must be positive (got {})", norm_eps));
+}
+
+std::string LlamaConfig::describe() const {
+  const double p = static_cast<double>(num_params());
+  return fmt::format("Llama L{} H{} KV{} C{} FFN{} T{} V{}: {:.2f}M parameters", n_layer, n_head,
+                     n_kv_head, n_embd, ffn_hidden, seq_len, vocab_size, p / 1e6);
+}
+
+namespace {
+LlamaConfig make(int L, int H, int KV, int C, int F, int T, int V, double theta = 10000.0) {
+  LlamaConfig c;
+  c.n_layer = L, c.n_head = H, c.n_kv_head = KV, c.n_embd = C, c.ffn_hidden = F;
+  c.seq_len = T, c.vocab_size = V, c.padded_vocab = pad_vocab(V), c.rope_theta = theta;
+  return c;
+}
+}  // namespace
+
+std::vector<std::string> llama_preset_names() {
+  return {"llama-tiny", "llama-char", "llama-100m", "llama-3.2-1b", "llama-3-8b"};
+}
+
+LlamaConfig llama_preset(const std::string& name) {
+  // For tests: small enough for finite differences, with GQA (4 heads, 2 KV).
+  if (name == "llama-tiny") return make(2, 4, 2, 16, 40, 16, 61);
+  // A character-level shape for CPU runs (bytes).
+  if (name == "llama-char") return make(6, 6, 2, 384, 1024, 256, 256);
+  // ~100M-class for benchmarks: 12 layers of 768, GQA 12/4, SwiGLU 2048, GPT-2's vocabulary.
+  if (name == "llama-100m") return make(12, 12, 4, 768, 2048, 1024, 50257);
+  if (name == "llama-3.2-1b") {
+    LlamaConfig c = make(16, 32, 8, 2048, 8192, 131072, 128256, 500000.0);
+    c.rope_scaling = {32.0, 1.0, 4.0, 8192};
+    return c;
+  }
+  if (name == "llama-3-8b") return make(32, 32, 8, 4096, 14336, 8192, 128256, 500000.0);
+  throw Error(fmt::format("unknown llama preset '{}' (known: {})", name,
+                          fmt::join(llama_preset_names(), ", ")));
+}
+
+}  // namespace meshtrain

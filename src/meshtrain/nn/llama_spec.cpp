@@ -1,0 +1,117 @@
+#include "meshtrain/nn/llama_spec.h"
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/nn/llama.h"
+#include "meshtrain/nn/llama_activations.h"
+
+namespace meshtrain {
+
+LlamaSpec::LlamaSpec(const LlamaConfig& cfg) : cfg_(cfg) {
+  cfg_.validate();
+  const int64_t C = cfg_.n_embd, KV = cfg_.kv_dim(), H = cfg_.ffn_hidden, Vp = cfg_.padded_vocab;
+  const int L = cfg_.n_layer;
+  int64_t at = 0;
+  auto add = [&](std::string name, Shape shape, int unit) {
+    ParamInfo p{std::move(name), shape, at, unit, shape.size() >= 2, shape.size() >= 2};
+    at = p.end();
+    layout_.params.push_back(std::move(p));
+    return layout_.params.back().begin;
+  };
+  add("model.embed_tokens.weight", {Vp, C}, 0);
+  layout_.units.push_back({"embeddings", 0, at});
+  for (int l = 0; l < L; ++l) {
+    const int64_t begin = at;
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerOffsets o{};
+    o.ln1 = add(p + "input_layernorm.weight", {C}, 1 + l);
+    o.qkv = add(p + "self_attn.q_proj.weight", {C, C}, 1 + l);
+    add(p + "self_attn.k_proj.weight", {KV, C}, 1 + l);
+    add(p + "self_attn.v_proj.weight", {KV, C}, 1 + l);
+    o.o = add(p + "self_attn.o_proj.weight", {C, C}, 1 + l);
+    o.ln2 = add(p + "post_attention_layernorm.weight", {C}, 1 + l);
+    o.gate_up = add(p + "mlp.gate_proj.weight", {H, C}, 1 + l);
+    add(p + "mlp.up_proj.weight", {H, C}, 1 + l);
+    o.down = add(p + "mlp.down_proj.weight", {C, H}, 1 + l);
+    layers_.push_back(o);
+    layout_.units.push_back({"layer " + std::to_string(l), begin, at});
+  }
+  const int64_t head_begin = at;
+  norm_ = add("model.norm.weight", {C}, L + 1);
+  head_ = add("lm_head.weight", {Vp, C}, L + 1);
+  layout_.units.push_back({"norm and head", head_begin, at});
+  layout_.numel = at;
+  auto use = [&](bool need, int u, bool bwd) { layout_.order.push_back({need, u, bwd}); };
+  for (int u = 0; u <= L + 1; ++u) use(true, u, false), use(false, u, false);
+  for (int u = L + 1; u >= 0; --u) use(true, u, true), use(false, u, true);
+  layout_.validate();
+  MT_CHECK(layout_.numel == cfg_.num_params(), "llama layout has {} elements, the config {}",
+           layout_.numel, cfg_.num_params());
+}
+
+std::shared_ptr<const LlamaSpec> LlamaSpec::make(const LlamaConfig& cfg) {
+  return std::make_shared<LlamaSpec>(cfg);
+}
+
+nlohmann::json LlamaSpec::to_json() const {
+  nlohmann::json j = {{"family", kFamily},          {"n_layer", cfg_.n_layer},
+                      {"n_head", cfg_.n_head},      {"n_kv_head", cfg_.n_kv_head},
+                      {"n_embd", cfg_.n_embd},      {"ffn_hidden", cfg_.ffn_hidden},
+                      {"seq_len", cfg_.seq_len},    {"vocab_size", cfg_.vocab_size},
+                      {"padded_vocab", cfg_.padded_vocab}, {"rope_theta", cfg_.rope_theta},
+                      {"norm_eps", cfg_.norm_eps}};
+  if (cfg_.rope_scaling.factor > 0)
+    j["rope_scaling"] = {{"factor", cfg_.rope_scaling.factor},
+                         {"low_freq_factor", cfg_.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", cfg_.rope_scaling.high_freq_factor},
+                         {"original_max_positions", cfg_.rope_scaling.original_max_positions}};
+  return j;
+}
+
+LlamaConfig LlamaSpec::config_from_json(const nlohmann::json& j, const std::string& where) {
+  auto get_int = [&](const char* key) {
+    MT_CHECK(j.contains(key) && j[key].is_number_integer(),
+             "{}: llama model description needs an integer \"{}\"", where, key);
+    return j[key].get<int>();
+  };
+  auto get_num = [&](const char* key) {
+    MT_CHECK(j.contains(key) && j[key].is_number(), "{}: llama model description needs a number "
+             "\"{}\"", where, key);
+    return j[key].get<double>();
+  };
+  LlamaConfig c;
+  c.n_layer = get_int("n_layer");
+  c.n_head = get_int("n_head");
+  c.n_kv_head = get_int("n_kv_head");
+  c.n_embd = get_int("n_embd");
+  c.ffn_hidden = get_int("ffn_hidden");
+  c.seq_len = get_int("seq_len");
+  c.vocab_size = get_int("vocab_size");
+  c.padded_vocab = get_int("padded_vocab");
+  c.rope_theta = get_num("rope_theta");
+  c.norm_eps = static_cast<float>(get_num("norm_eps"));
+  if (j.contains("rope_scaling")) {
+    const auto& s = j["rope_scaling"];
+    MT_CHECK(s.is_object(), "{}: rope_scaling must be an object", where);
+    c.rope_scaling.factor = s.value("factor", 0.0);
+    c.rope_scaling.low_freq_factor = s.value("low_freq_factor", 1.0);
+    c.rope_scaling.high_freq_factor = s.value("high_freq_factor", 4.0);
+    c.rope_scaling.original_max_positions = s.value("original_max_positions", 8192);
+  }
+  c.validate();
+  return c;
+}
+
+ModelMemory LlamaSpec::memory(int B, int T, int nthreads, const Recompute& recompute,
+                              Precision precision) const {
+  MT_CHECK(precision == Precision::FP32, "llama models compute in fp32 in this version (precision "
+           "= {} is not available for them yet)", precision_name(precision));
+  return {4 * LlamaActivations::buffer_floats(cfg_, B, T, recompute),
+          4 * LlamaActivations::workspace_floats(cfg_, T, nthreads)};
+}
+
+std::unique_ptr<Model> LlamaSpec::build(ModelBuffers buffers) const {
+  return std::make_unique<Llama>(std::static_pointer_cast<const LlamaSpec>(shared_from_this()),
+                                 std::move(buffers));
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,108 @@
+#include "meshtrain/train/model_from_config.h"
+
+#include "meshtrain/ckpt/checkpoint_dir.h"
+#include "meshtrain/ckpt/checkpoint_index.h"
+#include "meshtrain/ckpt/model_convert.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/nn/llama_spec.h"
+#include "meshtrain/nn/model_registry.h"
+
+namespace meshtrain {
+
+namespace {
+
+void take(int& dst, int v) {
+  if (v > 0) dst = v;
+}
+
+bool is_llama_preset(const std::string& name) {
+  for (const std::string& n : llama_preset_names())
+    if (n == name) return true;
+  return false;
+}
+
+// The family a checkpoint directory records (init_from), or "".
+std::string checkpoint_family(const std::string& path) {
+  if (path.empty() || !ckpt::is_checkpoint_path(path)) return "";
+  const ckpt::CheckpointIndex index = ckpt::read_index(ckpt::resolve_step_dir(path, nullptr));
+  return model_spec_from_json(index.model, path)->family();
+}
+
+std::shared_ptr<const ModelSpec> gpt_from_config(const TrainConfig& c) {
+  GPTConfig g;
+  if (!c.init_from.empty()) {
+    g = ckpt::read_init_config(c.init_from, c.model.n_head);
+  } else if (!c.model.preset.empty()) {
+    g = gpt_preset(c.model.preset);
+  }
+  const GPTConfig before = g;
+  take(g.n_layer, c.model.n_layer);
+  take(g.n_head, c.model.n_head);
+  take(g.n_embd, c.model.n_embd);
+  take(g.seq_len, c.model.seq_len);
+  take(g.vocab_size, c.model.vocab_size);
+  if (!c.init_from.empty())
+    MT_CHECK(g.n_layer == before.n_layer && g.n_embd == before.n_embd &&
+                 g.vocab_size == before.vocab_size && g.seq_len == before.seq_len,
+             "model.* settings disagree with the model in init_from {} ({}); remove them or "
+             "match the file", c.init_from, before.describe());
+  MT_CHECK(c.model.n_kv_head == 0 && c.model.ffn_hidden == 0 && c.model.rope_theta == 0,
+           "model.n_kv_head, model.ffn_hidden and model.rope_theta are llama settings; this is "
+           "a gpt model (set model.family = \"llama\" or a llama preset)");
+  g.padded_vocab = pad_vocab(g.vocab_size);
+  g.validate();
+  return GPTSpec::make(g);
+}
+
+std::shared_ptr<const ModelSpec> llama_from_config(const TrainConfig& c) {
+  LlamaConfig l;
+  if (!c.init_from.empty()) {
+    MT_CHECK(ckpt::is_checkpoint_path(c.init_from), "init_from {}: a llama model starts from a "
+             "meshtrain checkpoint directory (model files are read for gpt models)", c.init_from);
+    const ckpt::CheckpointIndex index =
+        ckpt::read_index(ckpt::resolve_step_dir(c.init_from, nullptr));
+    l = LlamaSpec::config_from_json(index.model, c.init_from);
+  } else if (!c.model.preset.empty()) {
+    MT_CHECK(is_llama_preset(c.model.preset), "model.preset = \"{}\" is not a llama preset "
+             "(llama presets: {})", c.model.preset, fmt::join(llama_preset_names(), ", "));
+    l = llama_preset(c.model.preset);
+  } else {
+    MT_CHECK(c.model.ffn_hidden > 0, "model.ffn_hidden: a llama model without a preset needs its "
+             "SwiGLU width");
+  }
+  const LlamaConfig before = l;
+  take(l.n_layer, c.model.n_layer);
+  take(l.n_head, c.model.n_head);
+  take(l.n_embd, c.model.n_embd);
+  take(l.seq_len, c.model.seq_len);
+  take(l.vocab_size, c.model.vocab_size);
+  take(l.n_kv_head, c.model.n_kv_head);
+  take(l.ffn_hidden, c.model.ffn_hidden);
+  if (l.n_kv_head == 0) l.n_kv_head = l.n_head;  // no grouping unless asked
+  if (c.model.rope_theta > 0) l.rope_theta = c.model.rope_theta;
+  if (!c.init_from.empty())
+    MT_CHECK(l.n_layer == before.n_layer && l.n_embd == before.n_embd &&
+                 l.n_head == before.n_head && l.n_kv_head == before.n_kv_head &&
+                 l.ffn_hidden == before.ffn_hidden && l.vocab_size == before.vocab_size,
+             "model.* settings disagree with the model in init_from {} ({}); remove them or "
+             "match it", c.init_from, before.describe());
+  l.padded_vocab = pad_vocab(l.vocab_size);
+  l.validate();
+  return LlamaSpec::make(l);
+}
+
+}  // namespace
+
+std::shared_ptr<const ModelSpec> model_from_config(const TrainConfig& c) {
+  std::string family = c.model.family;
+  if (family.empty()) family = checkpoint_family(c.init_from);
+  if (family.empty()) family = is_llama_preset(c.model.preset) ? "llama" : "gpt";
+  if (family == "llama") return llama_from_config(c);
+  MT_CHECK(family == "gpt", "model.family = \"{}\": expected gpt or llama", family);
+  MT_CHECK(c.model.family.empty() || !is_llama_preset(c.model.preset), "model.preset = \"{}\" "
+           "is a llama preset but model.family = \"gpt\"", c.model.preset);
+  return gpt_from_config(c);
+}
+
+}  // namespace meshtrain

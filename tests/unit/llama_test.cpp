@@ -1,0 +1,211 @@
+// The Llama family against transformers' LlamaForCausalLM
+// (tools/make_llama_fixture.py: float64 reference, grouped-query attention,
+// untied head): logits, per-position and mean losses and every parameter
+// gradient of `llama-tiny`, within 1e-5 of each tensor's largest value (the
+// GPT fixture test's rule, gpt_fixture_test.cpp). Then the model's own
+// properties: every recompute policy gives bit-identical losses and
+// gradients, the predicted activation bytes are what the allocator counts,
+// the parameter hooks follow the layout's documented order, and grouped-query
+// attention equals full multi-head attention with the k/v heads repeated.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "meshtrain/core/memory.h"
+#include "meshtrain/core/rng.h"
+#include "meshtrain/io/safetensors.h"
+#include "meshtrain/nn/llama.h"
+#include "meshtrain/nn/model_registry.h"
+
+using namespace meshtrain;
+
+namespace {
+
+constexpr double kRelTol = 1e-5;
+
+const SafetensorsFile& reference() {
+  static const SafetensorsFile f = SafetensorsFile::open(
+      std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/llama_tiny_reference.safetensors");
+  return f;
+}
+
+void expect_close(const std::string& what, const float* got, const float* want, int64_t n,
+                  const int32_t* targets = nullptr) {
+  double scale = 0.0;
+  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(double(want[i])));
+  int bad = 0;
+  double worst = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (targets && targets[i] < 0) continue;
+    const double err = std::fabs(double(got[i]) - double(want[i]));
+    const double tol = kRelTol * std::max(std::fabs(double(want[i])), scale);
+    worst = std::max(worst, scale > 0 ? err / scale : err);
+    if (!(err <= tol) && ++bad <= 5)
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " out of tolerance; worst "
+                    << worst;
+}
+
+std::unique_ptr<Model> reference_model() {
+  auto model = model_preset("llama-tiny")->build();
+  for (const ParamInfo& p : model->layout().params) reference().read_into(p.name, model->param(p));
+  return model;
+}
+
+void check_case(const std::string& prefix) {
+  const auto& ref = reference();
+  auto model = reference_model();
+  Tensor inputs = ref.read(prefix + "inputs"), targets = ref.read(prefix + "targets");
+  const int B = static_cast<int>(inputs.dim(0)), T = static_cast<int>(inputs.dim(1));
+  Tensor want_logits = ref.read(prefix + "logits");
+  ASSERT_EQ(want_logits.shape(), (Shape{B, T, model->logits_stride()}));
+  model->zero_grad();
+  const float loss = model->forward({inputs.data<int32_t>(), targets.data<int32_t>(), B, T});
+  const float want_loss = ref.read(prefix + "loss").data<float>()[0];
+  expect_close(prefix + "loss", &loss, &want_loss, 1);
+  expect_close(prefix + "logits", model->logits(), want_logits.data<float>(), want_logits.numel());
+  model->backward(1.0f);
+  for (const ParamInfo& p : model->layout().params) {
+    Tensor want = ref.read(prefix + "grad." + p.name);
+    ASSERT_EQ(want.shape(), p.shape) << p.name;
+    expect_close(prefix + "grad." + p.name, model->grad(p).data<float>(), want.data<float>(),
+                 want.numel());
+  }
+}
+
+std::vector<int32_t> tokens(int64_t n, int V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> v(n);
+  for (auto& t : v) t = static_cast<int32_t>(r.below(V));
+  return v;
+}
+
+struct StepResult {
+  float loss;
+  std::vector<float> grads;
+};
+
+StepResult step(const LlamaConfig& cfg, const Recompute& rc, int B, int T) {
+  Llama m(cfg);
+  m.init_weights(3);
+  m.set_recompute(rc);
+  const auto in = tokens(B * T, cfg.vocab_size, 4), tg = tokens(B * T, cfg.vocab_size, 5);
+  StepResult r;
+  r.loss = m.forward({in.data(), tg.data(), B, T});
+  m.backward(1.0f);
+  const float* g = m.grad_buffer().data<float>();
+  r.grads.assign(g, g + m.grad_buffer().numel());
+  return r;
+}
+
+LlamaConfig odd_shape() {
+  LlamaConfig c = llama_preset("llama-tiny");
+  c.n_layer = 3, c.n_head = 6, c.n_kv_head = 3, c.n_embd = 36, c.ffn_hidden = 50, c.seq_len = 13;
+  return c;
+}
+
+}  // namespace
+
+TEST(llama_fixture, full_context_matches_transformers) { check_case(""); }
+TEST(llama_fixture, shorter_context_matches_transformers) { check_case("t11."); }
+TEST(llama_fixture, ignored_targets_match_transformers) { check_case("masked."); }
+
+TEST(llama, every_recompute_policy_is_bit_identical) {
+  for (const LlamaConfig& cfg : {llama_preset("llama-tiny"), odd_shape()}) {
+    const StepResult none = step(cfg, Recompute::none(), 2, cfg.seq_len);
+    for (const Recompute& rc : {Recompute::full(), Recompute::every_k(2), Recompute::selective()}) {
+      const StepResult r = step(cfg, rc, 2, cfg.seq_len);
+      EXPECT_EQ(std::memcmp(&r.loss, &none.loss, sizeof(float)), 0) << rc.name();
+      ASSERT_EQ(r.grads.size(), none.grads.size());
+      EXPECT_EQ(std::memcmp(r.grads.data(), none.grads.data(), r.grads.size() * 4), 0) << rc.name();
+    }
+  }
+}
+
+TEST(llama, predicted_activation_bytes_equal_the_allocator_and_shrink_with_recompute) {
+  const LlamaConfig cfg = odd_shape();
+  const auto spec = LlamaSpec::make(cfg);
+  int64_t none_bytes = 0;
+  for (const Recompute& rc : {Recompute::none(), Recompute::full(), Recompute::every_k(2),
+                              Recompute::selective()}) {
+    const int64_t before = mem_stats().current[static_cast<size_t>(MemCategory::Activations)];
+    Llama m(spec, {});
+    m.set_recompute(rc);
+    const auto in = tokens(3 * 11, cfg.vocab_size, 1);
+    m.forward({in.data(), in.data(), 3, 11});
+    const int64_t measured =
+        mem_stats().current[static_cast<size_t>(MemCategory::Activations)] - before;
+    EXPECT_EQ(measured, spec->memory(3, 11, 1, rc, Precision::FP32).activations) << rc.name();
+    if (rc == Recompute::none()) none_bytes = measured;
+    else EXPECT_LT(measured, none_bytes) << rc.name();
+  }
+}
+
+TEST(llama, parameter_hooks_follow_the_layout_order_and_ranges_arrive_top_down) {
+  Llama m(llama_preset("llama-tiny"));
+  m.init_weights(1);
+  std::vector<ParamUse> seen;
+  m.set_param_hook([&](ParamEvent e, int unit, bool bwd) {
+    ASSERT_TRUE(e == ParamEvent::Need || e == ParamEvent::Done);
+    seen.push_back({e == ParamEvent::Need, unit, bwd});
+  });
+  int64_t frontier = m.layout().numel;
+  m.set_grad_ready_hook([&](int64_t b, int64_t e) {
+    EXPECT_EQ(e, frontier);
+    frontier = b;
+  });
+  const auto in = tokens(2 * 8, 61, 2);
+  m.forward({in.data(), in.data(), 2, 8});
+  m.backward(1.0f);
+  EXPECT_EQ(seen, m.layout().order);
+  EXPECT_EQ(frontier, 0);
+}
+
+TEST(llama, grouped_query_attention_equals_repeated_kv_heads) {
+  const LlamaConfig gqa = llama_preset("llama-tiny");
+  LlamaConfig mha = gqa;
+  mha.n_kv_head = mha.n_head;
+  Llama a(gqa), b(mha);
+  a.init_weights(9);
+  // Copy every tensor, repeating each k/v head's rows for the query heads it serves.
+  const int64_t hd = gqa.head_dim(), C = gqa.n_embd, rep = gqa.n_head / gqa.n_kv_head;
+  const auto& la = a.layout().params;
+  const auto& lb = b.layout().params;
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) {
+    Tensor src = a.param(la[i]), dst = b.param(lb[i]);
+    const bool kv = la[i].name.find("k_proj") != std::string::npos ||
+                    la[i].name.find("v_proj") != std::string::npos;
+    if (!kv) {
+      ASSERT_EQ(src.numel(), dst.numel()) << la[i].name;
+      std::memcpy(dst.raw(), src.raw(), src.nbytes());
+      continue;
+    }
+    for (int64_t h = 0; h < mha.n_head; ++h)
+      std::memcpy(dst.data<float>() + h * hd * C, src.data<float>() + (h / rep) * hd * C,
+                  sizeof(float) * hd * C);
+  }
+  const auto in = tokens(2 * 16, gqa.vocab_size, 3), tg = tokens(2 * 16, gqa.vocab_size, 4);
+  const float la_loss = a.forward({in.data(), tg.data(), 2, 16});
+  const float lb_loss = b.forward({in.data(), tg.data(), 2, 16});
+  EXPECT_NEAR(la_loss, lb_loss, 1e-6);
+  const int64_t n = int64_t{2} * 16 * gqa.padded_vocab;
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(a.logits()[i], b.logits()[i], 1e-5) << i;
+}
+
+TEST(llama, bad_shapes_and_tokens_are_clear_errors) {
+  LlamaConfig c = llama_preset("llama-tiny");
+  c.n_kv_head = 3;  // 4 heads do not split into 3 groups
+  EXPECT_THROW(LlamaSpec::make(c), Error);
+  Llama m(llama_preset("llama-tiny"));
+  std::vector<int32_t> bad = {1, 2, 99};
+  try {
+    m.forward({bad.data(), bad.data(), 1, 3});
+    ADD_FAILURE() << "out-of-vocabulary token accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 99"), std::string::npos) << e.what();
+  }
+}
