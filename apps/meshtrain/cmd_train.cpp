@@ -16,13 +16,12 @@
 #include "meshtrain/config/config_loader.h"
 #include "meshtrain/comm/world.h"
 #include "meshtrain/core/threads.h"
-#include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/launch/elastic.h"
 #include "meshtrain/launch/heartbeat.h"
-#include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/memory_report.h"
+#include "meshtrain/train/model_from_config.h"
 #include "meshtrain/train/trainer.h"
 #include "recompute_option.h"
 
@@ -36,33 +35,6 @@ struct TrainArgs {
   bool trace = false;  // --trace: same as telemetry.trace = true
   launch::ElasticOptions elastic;  // --max-restarts, --min-nproc, --heartbeat-timeout, ...
 };
-
-// The model shape: a preset, explicit dimensions overriding it, or the shape
-// recorded in the init_from model file.
-GPTConfig model_config(const TrainConfig& c) {
-  GPTConfig g;
-  if (!c.init_from.empty()) {
-    g = ckpt::read_init_config(c.init_from, c.model.n_head);
-  } else if (!c.model.preset.empty()) {
-    g = gpt_preset(c.model.preset);
-  }
-  auto take = [](int& dst, int v) { if (v > 0) dst = v; };
-  const GPTConfig before = g;
-  take(g.n_layer, c.model.n_layer);
-  take(g.n_head, c.model.n_head);
-  take(g.n_embd, c.model.n_embd);
-  take(g.seq_len, c.model.seq_len);
-  take(g.vocab_size, c.model.vocab_size);
-  if (!c.init_from.empty()) {
-    MT_CHECK(g.n_layer == before.n_layer && g.n_embd == before.n_embd &&
-             g.vocab_size == before.vocab_size && g.seq_len == before.seq_len,
-             "model.* settings disagree with the model in init_from {} ({}); remove them or "
-             "match the file", c.init_from, before.describe());
-  }
-  g.padded_vocab = pad_vocab(g.vocab_size);
-  g.validate();
-  return g;
-}
 
 // Settings whose machinery lands in later versions are refused, not ignored.
 void refuse_unavailable(const TrainConfig& c) {
@@ -89,13 +61,13 @@ bool inside_job(const comm::WorldInfo& w) { return w.source != "none"; }
 
 // memory.limit_mb against the formulas (train/memory_report.h) for `ranks`
 // ranks, with the threads each rank would get.
-void check_memory_limit_of(const TrainConfig& c, const GPTConfig& g, int ranks) {
+void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec> spec, int ranks) {
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const int threads = c.train.threads > 0 ? c.train.threads
                                           : static_cast<int>(std::max(1L, cores / std::max(1, ranks)));
-  const int T = g.seq_len;
+  const int T = spec->seq_len();
   MemoryPlan plan;
-  plan.model = GPTSpec::make(g);
+  plan.model = std::move(spec);
   plan.B = c.train.micro_batch;
   plan.T = T;
   plan.threads = threads;
@@ -171,8 +143,8 @@ void run_train(const TrainArgs& a) {
   if (launching) {
     // Fail here, once, rather than in every rank: the model shape and the
     // memory limit (rank 0 holds the largest ZeRO shard).
-    const GPTConfig g = model_config(c);
-    if (c.memory.limit_mb > 0) check_memory_limit_of(c, g, ranks);
+    const std::shared_ptr<const ModelSpec> spec = model_from_config(c);
+    if (c.memory.limit_mb > 0) check_memory_limit_of(c, spec, ranks);
     launch_ranks(a, c);
     return;
   }
@@ -185,7 +157,7 @@ void run_train(const TrainArgs& a) {
   if (c.deterministic) cpu::pin_sgemm_for_determinism();
 
   TrainerOptions o;
-  o.model = GPTSpec::make(model_config(c));
+  o.model = model_from_config(c);
   o.init_from = c.init_from;
   o.train_pattern = c.data.train;
   o.val_pattern = c.data.val;

@@ -1,14 +1,7 @@
 // meshtrain's GPT against the PyTorch reference (tools/make_gpt_fixture.py):
 // forward logits, per-position and mean losses, and every parameter gradient
 // of the `tiny` preset on fixed weights and batches.
-//
-// Tolerance: |got - want| <= 1e-5 * max(|want|, scale), with scale the largest
-// |want| in the reference tensor. The reference is float64 math stored as f32;
-// an f32 implementation lands within about 1e-6 of the scale (a float32
-// PyTorch run does), so 1e-5 leaves margin for a different summation order
-// while any real mistake (wrong sign, missing term, wrong layout) is orders of
-// magnitude larger. The scale keeps near-zero entries from demanding a
-// relative precision that f32 cannot give.
+// Tolerance: fixture_compare.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,15 +9,15 @@
 #include <cstring>
 #include <string>
 
+#include "fixture_compare.h"
 #include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/nn/gpt.h"
 
 using namespace meshtrain;
+using meshtrain::testing::expect_close;
 
 namespace {
-
-constexpr double kRelTol = 1e-5;
 
 std::string fixture(const std::string& name) {
   return std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/" + name;
@@ -33,27 +26,6 @@ std::string fixture(const std::string& name) {
 const SafetensorsFile& reference() {
   static const SafetensorsFile f = SafetensorsFile::open(fixture("gpt_tiny_reference.safetensors"));
   return f;
-}
-
-// Compares n values of got against want[mask] (mask null = all), reporting
-// the first few offenders.
-void expect_close(const std::string& what, const float* got, const float* want, int64_t n,
-                  const int32_t* targets = nullptr) {
-  double scale = 0.0;
-  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(double(want[i])));
-  int bad = 0;
-  double worst = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (targets && targets[i] < 0) continue;  // ignored position: no defined loss
-    double err = std::fabs(double(got[i]) - double(want[i]));
-    double tol = kRelTol * std::max(std::fabs(double(want[i])), scale);
-    worst = std::max(worst, scale > 0 ? err / scale : err);
-    if (!(err <= tol) && ++bad <= 5)
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
-                    << " (|diff| " << err << " > tolerance " << tol << ")";
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n
-                    << " values out of tolerance; worst |diff|/scale " << worst;
 }
 
 void load_reference_params(GPT& model) {

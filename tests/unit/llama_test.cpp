@@ -1,8 +1,8 @@
 // The Llama family against transformers' LlamaForCausalLM
 // (tools/make_llama_fixture.py: float64 reference, grouped-query attention,
 // untied head): logits, per-position and mean losses and every parameter
-// gradient of `llama-tiny`, within 1e-5 of each tensor's largest value (the
-// GPT fixture test's rule, gpt_fixture_test.cpp). Then the model's own
+// gradient of `llama-tiny`, within 1e-5 of each tensor's largest value
+// (fixture_compare.h). Then the model's own
 // properties: every recompute policy gives bit-identical losses and
 // gradients, the predicted activation bytes are what the allocator counts,
 // the parameter hooks follow the layout's documented order, and grouped-query
@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "fixture_compare.h"
 #include "meshtrain/core/memory.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/io/safetensors.h"
@@ -20,33 +21,14 @@
 #include "meshtrain/nn/model_registry.h"
 
 using namespace meshtrain;
+using meshtrain::testing::expect_close;
 
 namespace {
-
-constexpr double kRelTol = 1e-5;
 
 const SafetensorsFile& reference() {
   static const SafetensorsFile f = SafetensorsFile::open(
       std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/llama_tiny_reference.safetensors");
   return f;
-}
-
-void expect_close(const std::string& what, const float* got, const float* want, int64_t n,
-                  const int32_t* targets = nullptr) {
-  double scale = 0.0;
-  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(double(want[i])));
-  int bad = 0;
-  double worst = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (targets && targets[i] < 0) continue;
-    const double err = std::fabs(double(got[i]) - double(want[i]));
-    const double tol = kRelTol * std::max(std::fabs(double(want[i])), scale);
-    worst = std::max(worst, scale > 0 ? err / scale : err);
-    if (!(err <= tol) && ++bad <= 5)
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n << " out of tolerance; worst "
-                    << worst;
 }
 
 std::unique_ptr<Model> reference_model() {

@@ -72,10 +72,9 @@ class MlpSpec final : public ModelSpec, public std::enable_shared_from_this<MlpS
 class Mlp final : public Model {
  public:
   Mlp(std::shared_ptr<const MlpSpec> spec, ModelBuffers b) : spec_(std::move(spec)) {
-    const int64_t P = spec_->layout().numel;
-    params_ = b.params.defined() ? b.params : Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
-    grads_ = b.grads.defined() ? b.grads : Tensor::zeros({P}, DType::F32, MemCategory::Gradients);
-    if (b.grads.defined() && b.zero_grads) grads_.zero_();
+    b = adopt_buffers(std::move(b), spec_->layout().numel);
+    params_ = b.params;
+    grads_ = b.grads;
   }
   const ModelSpec& spec() const override { return *spec_; }
   const Tensor& param_buffer() const override { return params_; }

@@ -23,19 +23,9 @@ using namespace cpu;
 
 GPT::GPT(std::shared_ptr<const GPTSpec> spec, ModelBuffers buffers)
     : spec_(std::move(spec)), cfg_(spec_->config()) {
-  const int64_t P = cfg_.num_params();
-  for (const Tensor* t : {&buffers.params, &buffers.grads})
-    MT_CHECK(!t->defined() || (t->dtype() == DType::F32 && t->numel() == P),
-             "external parameter/gradient buffer must hold {} f32 values, got {} {}", P,
-             t->numel(), dtype_name(t->dtype()));
-  param_buf_ = buffers.params.defined() ? std::move(buffers.params)
-                                        : Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
-  if (buffers.grads.defined()) {
-    grad_buf_ = std::move(buffers.grads);
-    if (buffers.zero_grads) grad_buf_.zero_();
-  } else {
-    grad_buf_ = Tensor::zeros({P}, DType::F32, MemCategory::Gradients);
-  }
+  ModelBuffers b = adopt_buffers(std::move(buffers), cfg_.num_params());
+  param_buf_ = std::move(b.params);
+  grad_buf_ = std::move(b.grads);
   params_ = GPTParams::view(cfg_, param_buf_);
   grads_ = GPTParams::view(cfg_, grad_buf_);
 }

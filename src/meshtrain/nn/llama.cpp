@@ -21,19 +21,9 @@ using namespace cpu;
 
 Llama::Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers b)
     : spec_(std::move(spec)), cfg_(spec_->config()) {
-  const int64_t P = cfg_.num_params();
-  for (const Tensor* t : {&b.params, &b.grads})
-    MT_CHECK(!t->defined() || (t->dtype() == DType::F32 && t->numel() == P),
-             "external parameter/gradient buffer must hold {} f32 values, got {} {}", P,
-             t->numel(), dtype_name(t->dtype()));
-  params_ = b.params.defined() ? std::move(b.params)
-                               : Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
-  if (b.grads.defined()) {
-    grads_ = std::move(b.grads);
-    if (b.zero_grads) grads_.zero_();
-  } else {
-    grads_ = Tensor::zeros({P}, DType::F32, MemCategory::Gradients);
-  }
+  b = adopt_buffers(std::move(b), cfg_.num_params());
+  params_ = std::move(b.params);
+  grads_ = std::move(b.grads);
   rope_ = rope_table(cfg_.seq_len, cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling);
 }
 

@@ -44,4 +44,15 @@ void ParamLayout::validate() const {
            bracketed_grad_unit, num_units());
 }
 
+ModelBuffers adopt_buffers(ModelBuffers b, int64_t numel) {
+  for (const Tensor* t : {&b.params, &b.grads})
+    MT_CHECK(!t->defined() || (t->dtype() == DType::F32 && t->numel() == numel),
+             "external parameter/gradient buffer must hold {} f32 values, got {} {}", numel,
+             t->numel(), dtype_name(t->dtype()));
+  if (!b.params.defined()) b.params = Tensor::zeros({numel}, DType::F32, MemCategory::Parameters);
+  if (!b.grads.defined()) b.grads = Tensor::zeros({numel}, DType::F32, MemCategory::Gradients);
+  else if (b.zero_grads) b.grads.zero_();
+  return b;
+}
+
 }  // namespace meshtrain

@@ -118,6 +118,9 @@ struct ModelBuffers {
   Tensor params, grads;
   bool zero_grads = true;  // zero a given gradient buffer
 };
+// For a model's constructor: checks given buffers (numel f32 each), zeroes a
+// given gradient buffer when asked, and allocates what is missing.
+ModelBuffers adopt_buffers(ModelBuffers buffers, int64_t numel);
 
 class ModelSpec {
  public:
