@@ -18,8 +18,10 @@ Writes, deterministically (fixed seeds):
       with cases "" (B=3, T=16), "t11." (B=2, T=11) and "masked." (some
       targets -1). The loss is the mean cross-entropy over positions whose
       target is >= 0 (targets given per position, no shift inside the model).
-  tests/fixtures/llama_tiny_hf.safetensors
-      the same weights as transformers saves them (V = 61 rows, f32).
+  tests/fixtures/llama_tiny_hf/{model.safetensors,config.json}
+      the same weights as a Hugging Face model directory: the weights as
+      transformers names and shapes them (V = 61 rows, f32) and the config
+      as transformers writes it.
 
 Weights are drawn once, rounded to f32 (what the files store); the reference
 runs in float64 on those values and results are stored as f32.
@@ -110,9 +112,13 @@ def main():
             "transformers_version": transformers.__version__}
     os.makedirs(args.out_dir, exist_ok=True)
     ref_path = os.path.join(args.out_dir, "llama_tiny_reference.safetensors")
-    hf_path = os.path.join(args.out_dir, "llama_tiny_hf.safetensors")
+    hf_dir = os.path.join(args.out_dir, "llama_tiny_hf")
+    os.makedirs(hf_dir, exist_ok=True)
+    hf_path = os.path.join(hf_dir, "model.safetensors")
     save_deterministic(tensors, ref_path, meta)
     save_deterministic({n: t.contiguous() for n, t in params32.items()}, hf_path, {"format": "pt"})
+    model.config.torch_dtype = torch.float32
+    model.config.to_json_file(os.path.join(hf_dir, "config.json"), use_diff=False)
     for pth in (ref_path, hf_path):
         print(f"wrote {os.path.relpath(pth)} ({os.path.getsize(pth)} bytes)")
     print("loss: " + ", ".join(f"'{p}' {tensors[p + 'loss'].item():.6f}" for p in cases))

@@ -16,6 +16,7 @@
 #include "fixture_compare.h"
 #include "meshtrain/core/memory.h"
 #include "meshtrain/core/rng.h"
+#include "meshtrain/io/hf_llama.h"
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/nn/llama.h"
 #include "meshtrain/nn/model_registry.h"
@@ -189,5 +190,51 @@ TEST(llama, bad_shapes_and_tokens_are_clear_errors) {
     ADD_FAILURE() << "out-of-vocabulary token accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("token id 99"), std::string::npos) << e.what();
+  }
+}
+
+// A Hugging Face model directory (transformers' own config.json and the
+// weights as it names and shapes them) loads into exactly the reference
+// parameters; the export writes a directory that reads back to the same
+// config and bytes.
+TEST(llama_hf, model_directory_loads_the_reference_weights_and_exports_back) {
+  const std::string dir = std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/llama_tiny_hf";
+  ASSERT_TRUE(is_hf_llama(dir));
+  const LlamaConfig cfg = read_hf_llama_config(dir);
+  EXPECT_EQ(model_description_difference(LlamaSpec::make(cfg)->to_json(),
+                                         model_preset("llama-tiny")->to_json()), "");
+  auto want = reference_model();
+  Tensor got = Tensor::zeros({want->layout().numel}, DType::F32);
+  load_hf_llama_weights(dir, got, cfg);
+  EXPECT_EQ(std::memcmp(got.raw(), want->param_buffer().raw(), got.nbytes()), 0);
+
+  const std::string out = ::testing::TempDir() + "/llama_hf_export";
+  export_hf_llama(out, got, cfg);
+  EXPECT_EQ(model_description_difference(LlamaSpec::make(read_hf_llama_config(out))->to_json(),
+                                         LlamaSpec::make(cfg)->to_json()), "");
+  Tensor back = Tensor::zeros({got.numel()}, DType::F32);
+  load_hf_llama_weights(out, back, cfg);
+  EXPECT_EQ(std::memcmp(back.raw(), got.raw(), got.nbytes()), 0);
+}
+
+TEST(llama_hf, missing_or_misshapen_tensors_are_errors_naming_them) {
+  const std::string src = std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/llama_tiny_hf";
+  LlamaConfig cfg = read_hf_llama_config(src);
+  cfg.ffn_hidden = 48;  // another shape than the files hold
+  Tensor wrong = Tensor::zeros({LlamaSpec::make(cfg)->num_params()}, DType::F32);
+  try {
+    load_hf_llama_weights(src, wrong, cfg);
+    ADD_FAILURE() << "a misshapen tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mlp.gate_proj.weight"), std::string::npos) << e.what();
+  }
+  cfg.ffn_hidden = 40;
+  cfg.n_layer = 3;  // a layer the files lack
+  Tensor more = Tensor::zeros({LlamaSpec::make(cfg)->num_params()}, DType::F32);
+  try {
+    load_hf_llama_weights(src, more, cfg);
+    ADD_FAILURE() << "a missing tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.2."), std::string::npos) << e.what();
   }
 }

@@ -5,7 +5,11 @@
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
 #include "meshtrain/ckpt/model_checkpoint.h"
+#include "meshtrain/io/hf_llama.h"
+#include "meshtrain/io/model_file.h"
 #include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/nn/llama_spec.h"
+#include "meshtrain/nn/model_registry.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/io/gpt_model_file.h"
@@ -21,6 +25,20 @@ ExportFormat parse_export_format(const std::string& name) {
 void export_checkpoint(const std::string& step_dir, const std::string& out_path, ExportFormat format,
                        bool verify) {
   CheckpointReader reader = CheckpointReader::open(step_dir, {verify});
+  const auto spec = model_spec_from_json(reader.index().model, step_dir);
+  if (spec->family() != GPTSpec::kFamily) {
+    const BufferEntry* b = reader.index().find_buffer(kParams);
+    MT_CHECK(b && b->dtype == DType::F32 && b->numel == spec->num_params(),
+             "checkpoint {}: no f32 parameter buffer of {} elements to export", step_dir,
+             spec->num_params());
+    Tensor flat = Tensor::zeros({spec->num_params()}, DType::F32);
+    reader.read(kParams, {0, spec->num_params()}, flat.raw());
+    if (format == ExportFormat::HuggingFace && spec->family() == LlamaSpec::kFamily)
+      export_hf_llama(out_path, flat, LlamaSpec::config_from_json(reader.index().model, step_dir));
+    else
+      save_model_safetensors(out_path, *spec, flat);
+    return;
+  }
   const GPTConfig cfg = GPTSpec::config_from_json(reader.index().model, step_dir);
   cfg.validate();
   const BufferEntry* b = reader.index().find_buffer(kParams);
@@ -38,13 +56,24 @@ void export_checkpoint(const std::string& step_dir, const std::string& out_path,
 }
 
 std::string import_model_file(const std::string& model_path, const std::string& root, int n_head_hint) {
-  const GPTConfig cfg = read_gpt_config(model_path, n_head_hint);
-  Tensor flat = Tensor::zeros({cfg.num_params()}, DType::F32);
-  const GPTParams params = GPTParams::view(cfg, flat);
-  load_gpt_weights(model_path, params, cfg);
-  SaveRequest req = model_save_request(0, *GPTSpec::make(cfg), flat, nullptr);
-  req.config = {{"imported_from", model_path},
-                {"format", std::string(model_file_format_name(detect_model_file_format(model_path)))}};
+  std::shared_ptr<const ModelSpec> spec;
+  Tensor flat;
+  std::string format;
+  if (is_hf_llama(model_path)) {
+    const LlamaConfig cfg = read_hf_llama_config(model_path);
+    spec = LlamaSpec::make(cfg);
+    flat = Tensor::zeros({spec->num_params()}, DType::F32);
+    load_hf_llama_weights(model_path, flat, cfg);
+    format = "huggingface-llama";
+  } else {
+    const GPTConfig cfg = read_gpt_config(model_path, n_head_hint);
+    spec = GPTSpec::make(cfg);
+    flat = Tensor::zeros({cfg.num_params()}, DType::F32);
+    load_gpt_weights(model_path, GPTParams::view(cfg, flat), cfg);
+    format = std::string(model_file_format_name(detect_model_file_format(model_path)));
+  }
+  SaveRequest req = model_save_request(0, *spec, flat, nullptr);
+  req.config = {{"imported_from", model_path}, {"format", format}};
   WriterOptions opt;
   opt.root = root;
   opt.async = false;
@@ -54,7 +83,10 @@ std::string import_model_file(const std::string& model_path, const std::string& 
   return writer.stats().back().dir;
 }
 
-bool is_checkpoint_path(const std::string& path) { return std::filesystem::is_directory(path); }
+bool is_checkpoint_path(const std::string& path) {
+  // A Hugging Face model directory (config.json of a Llama) is a model, not a checkpoint.
+  return std::filesystem::is_directory(path) && !is_hf_llama(path);
+}
 
 GPTConfig read_init_config(const std::string& path, int n_head_hint) {
   if (!is_checkpoint_path(path)) return read_gpt_config(path, n_head_hint);
@@ -106,8 +138,16 @@ std::string load_init_weights(const std::string& path, Model& model) {
     reader.read(kParams, {0, spec.num_params()}, model.param_buffer().raw());
     return dir;
   }
-  MT_CHECK(spec.family() == GPTSpec::kFamily, "init_from {}: model files are read for the {} "
-           "family only; a {} model starts from a checkpoint directory", path, GPTSpec::kFamily,
+  if (spec.family() == LlamaSpec::kFamily) {
+    MT_CHECK(is_hf_llama(path), "init_from {}: a llama model starts from a Hugging Face Llama "
+             "checkpoint (a directory with config.json and model.safetensors) or a meshtrain "
+             "checkpoint directory", path);
+    load_hf_llama_weights(path, model.param_buffer(),
+                          LlamaSpec::config_from_json(spec.to_json(), path));
+    return path;
+  }
+  MT_CHECK(spec.family() == GPTSpec::kFamily, "init_from {}: model files are read for the gpt "
+           "and llama families only; a {} model starts from a checkpoint directory", path,
            spec.family());
   const GPTConfig cfg = GPTSpec::config_from_json(spec.to_json(), "init_from");
   return load_init_weights(path, GPTParams::view(cfg, model.param_buffer()), cfg);

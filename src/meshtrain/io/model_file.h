@@ -12,5 +12,7 @@ namespace meshtrain {
 
 // Written atomically. The model's parameters must be whole on this rank.
 void save_model_safetensors(const std::string& path, const Model& model);
+// The same from a spec and its flat f32 parameter buffer.
+void save_model_safetensors(const std::string& path, const ModelSpec& spec, const Tensor& params);
 
 }  // namespace meshtrain

@@ -4,6 +4,7 @@
 #include "meshtrain/ckpt/checkpoint_index.h"
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/io/hf_llama.h"
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/model_registry.h"
@@ -57,9 +58,12 @@ std::shared_ptr<const ModelSpec> gpt_from_config(const TrainConfig& c) {
 
 std::shared_ptr<const ModelSpec> llama_from_config(const TrainConfig& c) {
   LlamaConfig l;
-  if (!c.init_from.empty()) {
-    MT_CHECK(ckpt::is_checkpoint_path(c.init_from), "init_from {}: a llama model starts from a "
-             "meshtrain checkpoint directory (model files are read for gpt models)", c.init_from);
+  if (!c.init_from.empty() && !ckpt::is_checkpoint_path(c.init_from)) {
+    MT_CHECK(is_hf_llama(c.init_from), "init_from {}: a llama model starts from a Hugging Face "
+             "Llama checkpoint (config.json + model.safetensors) or a meshtrain checkpoint "
+             "directory", c.init_from);
+    l = read_hf_llama_config(c.init_from);
+  } else if (!c.init_from.empty()) {
     const ckpt::CheckpointIndex index =
         ckpt::read_index(ckpt::resolve_step_dir(c.init_from, nullptr));
     l = LlamaSpec::config_from_json(index.model, c.init_from);
@@ -97,6 +101,7 @@ std::shared_ptr<const ModelSpec> llama_from_config(const TrainConfig& c) {
 std::shared_ptr<const ModelSpec> model_from_config(const TrainConfig& c) {
   std::string family = c.model.family;
   if (family.empty()) family = checkpoint_family(c.init_from);
+  if (family.empty() && !c.init_from.empty() && is_hf_llama(c.init_from)) family = "llama";
   if (family.empty()) family = is_llama_preset(c.model.preset) ? "llama" : "gpt";
   if (family == "llama") return llama_from_config(c);
   MT_CHECK(family == "gpt", "model.family = \"{}\": expected gpt or llama", family);
