@@ -7,8 +7,10 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/attention.h"
+#include "meshtrain/kernels/cpu/convert.h"
 #include "meshtrain/kernels/cpu/elementwise.h"
 #include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/kernels/cpu/matmul_half.h"
 #include "meshtrain/kernels/cpu/rmsnorm.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/kernels/cpu/swiglu.h"
@@ -57,21 +59,59 @@ void Llama::set_recompute(const Recompute& recompute) {
 }
 
 void Llama::set_precision(Precision p) {
-  MT_CHECK(p == Precision::FP32, "llama models compute in fp32 in this version (precision = {} "
-           "is not available for them yet)", precision_name(p));
+  if (p == precision_) return;
+  precision_ = p;
+  half_ = is_mixed(p) ? Tensor::zeros({cfg_.num_params()}, p == Precision::BF16 ? DType::BF16
+                                                                             : DType::F16,
+                                      MemCategory::Parameters)
+                      : Tensor();
+  external_half_ = false;
+  acts_.reset();  // the activation layout depends on the precision
+  have_targets_ = false;
 }
 
-void Llama::use_external_half_copy(Tensor) {
-  fail("llama models compute in fp32 in this version: no 16-bit weight copy");
+void Llama::use_external_half_copy(Tensor buffer) {
+  MT_CHECK(is_mixed(precision_), "use_external_half_copy() needs a mixed precision, not {}",
+           precision_name(precision_));
+  MT_CHECK(buffer.numel() == cfg_.num_params() && buffer.dtype() == half_.dtype(),
+           "external 16-bit copy: {} elements of the wrong dtype, expected {} {}", buffer.numel(),
+           cfg_.num_params(), precision_name(precision_));
+  half_ = std::move(buffer);
+  external_half_ = true;
+}
+
+void Llama::refresh_half(int unit) {
+  if (!is_mixed(precision_) || external_half_) return;
+  for (const ParamInfo& p : spec_->layout().params)
+    if (p.unit == unit && p.half_weight)
+      to_half(half_of(precision_), w(p.begin), const_cast<uint16_t*>(hw(p.begin)), p.numel());
+}
+
+void Llama::linear_forward(float* out, const float* inp, int64_t w_offset, int64_t N, int64_t C,
+                           int64_t OC, bool accumulate) {
+  if (!is_mixed(precision_)) return matmul_forward(out, inp, w(w_offset), nullptr, N, C, OC, accumulate);
+  const Half h = half_of(precision_);
+  to_half(h, inp, acts_->in_h, N * C);
+  matmul_forward_half(h, out, acts_->in_h, hw(w_offset), nullptr, N, C, OC, accumulate);
+}
+
+void Llama::linear_backward(float* dinp, int64_t w_offset, const float* dout, const float* inp,
+                            int64_t N, int64_t C, int64_t OC) {
+  if (!is_mixed(precision_))
+    return matmul_backward(dinp, g(w_offset), nullptr, dout, inp, w(w_offset), N, C, OC);
+  const Half h = half_of(precision_);
+  to_half(h, inp, acts_->in_h, N * C);  // the same 16-bit values the forward GEMM saw
+  matmul_backward_half(h, dinp, g(w_offset), nullptr, dout, acts_->dout_h, acts_->in_h,
+                       hw(w_offset), N, C, OC);
 }
 
 void Llama::ensure_activations(int B, int T) {
   const int nt = thread_count();
   if (acts_ && acts_->B == B && acts_->T == T && acts_->nthreads == nt &&
-      acts_->recompute == recompute_)
+      acts_->recompute == recompute_ && acts_->precision == precision_)
     return;
   acts_.reset();  // free first so peak memory holds one layout
-  acts_ = std::make_unique<LlamaActivations>(cfg_, B, T, nt, recompute_);
+  acts_ = std::make_unique<LlamaActivations>(cfg_, B, T, nt, recompute_, precision_);
 }
 
 const float* Llama::logits() const { return acts_ ? acts_->logits : nullptr; }
@@ -136,18 +176,18 @@ void Llama::block_forward(int l, const float* input, const LlamaBlockActivations
   const int64_t H = cfg_.ffn_hidden;
   const LlamaSpec::LayerOffsets& o = spec_->layer(l);
   rmsnorm_forward(s.ln1, s.ln1_rstd, input, w(o.ln1), N, C, cfg_.norm_eps);
-  matmul_forward(s.qkv, s.ln1, w(o.qkv), nullptr, N, C, Q);
+  linear_forward(s.qkv, s.ln1, o.qkv, N, C, Q);
   rope_forward(s.qkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
   rope_forward(s.qkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
   attention_core_forward(s);
   copy(s.residual2, input, N * C);
-  matmul_forward(s.residual2, s.atty, w(o.o), nullptr, N, C, C, /*accumulate=*/true);
+  linear_forward(s.residual2, s.atty, o.o, N, C, C, /*accumulate=*/true);
   rmsnorm_forward(s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), N, C, cfg_.norm_eps);
-  matmul_forward(s.gate_up, s.ln2, w(o.gate_up), nullptr, N, C, 2 * H);
+  linear_forward(s.gate_up, s.ln2, o.gate_up, N, C, 2 * H);
   swiglu_forward(s.act, s.gate_up, N, H);
   if (!output) return;  // backward never reads a block's own output
   copy(output, s.residual2, N * C);
-  matmul_forward(output, s.act, w(o.down), nullptr, N, H, C, /*accumulate=*/true);
+  linear_forward(output, s.act, o.down, N, H, C, /*accumulate=*/true);
 }
 
 float Llama::forward(const MicroBatch& b) {
@@ -174,22 +214,35 @@ float Llama::forward(const MicroBatch& b) {
   const int L = cfg_.n_layer;
 
   use(ParamEvent::Need, 0, false);
-  const float* emb = w(spec_->embed_offset());
+  refresh_half(0);
+  if (is_mixed(precision_)) {
+    // Read from the 16-bit copy, rounded like every weight the model computes
+    // with (so ZeRO needs no f32 embedding).
+    const uint16_t* emb = hw(spec_->embed_offset());
+    const Half h = half_of(precision_);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i)
-    std::memcpy(a.encoded + i * C, emb + static_cast<int64_t>(b.inputs[i]) * C, sizeof(float) * C);
+    for (int64_t i = 0; i < N; ++i)
+      from_half(h, emb + static_cast<int64_t>(b.inputs[i]) * C, a.encoded + i * C, C);
+  } else {
+    const float* emb = w(spec_->embed_offset());
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i)
+      std::memcpy(a.encoded + i * C, emb + static_cast<int64_t>(b.inputs[i]) * C, sizeof(float) * C);
+  }
   use(ParamEvent::Done, 0, false);
   for (int l = 0; l < L; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
     use(ParamEvent::Need, 1 + l, false);
+    refresh_half(1 + l);
     const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * N * C;
     block_forward(l, input, a.blocks[l], a.residual + l * N * C);
     use(ParamEvent::Done, 1 + l, false);
   }
   use(ParamEvent::Need, L + 1, false);
+  refresh_half(L + 1);
   const float* last = a.residual + (L - 1) * N * C;
   rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), N, C, cfg_.norm_eps);
-  matmul_forward(a.logits, a.lnf, w(spec_->head_offset()), nullptr, N, C, Vp);
+  linear_forward(a.logits, a.lnf, spec_->head_offset(), N, C, Vp);
   use(ParamEvent::Done, L + 1, false);
   if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
   counted_ = softmax_cross_entropy_forward(a.losses, a.logits, b.targets, N, V, Vp);
@@ -206,12 +259,12 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   const LlamaSpec::LayerOffsets& o = spec_->layer(l);
   float* dres = a.dresidual;
   // MLP: out = residual2 + act Wdown^T, act = swiglu(ln2 Wgu^T), ln2 = RMSNorm(residual2).
-  matmul_backward(a.dact, g(o.down), nullptr, dres, s.act, w(o.down), N, H, C);
+  linear_backward(a.dact, o.down, dres, s.act, N, H, C);
   swiglu_backward(a.dgate_up, a.dact, s.gate_up, N, H);
-  matmul_backward(a.dbtc, g(o.gate_up), nullptr, a.dgate_up, s.ln2, w(o.gate_up), N, C, 2 * H);
+  linear_backward(a.dbtc, o.gate_up, a.dgate_up, s.ln2, N, C, 2 * H);
   rmsnorm_backward(dres, g(o.ln2), a.dbtc, s.residual2, w(o.ln2), s.ln2_rstd, N, C);
   // Attention: residual2 = input + atty Wo^T.
-  matmul_backward(a.datty, g(o.o), nullptr, dres, s.atty, w(o.o), N, C, C);
+  linear_backward(a.datty, o.o, dres, s.atty, N, C, C);
   if (cfg_.n_kv_head != cfg_.n_head) {
     expand_kv(s.qkv, a.qkv_full);  // the scratch may hold another block's
     attention_backward(a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, C,
@@ -223,7 +276,7 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   }
   rope_backward(a.dqkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
   rope_backward(a.dqkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
-  matmul_backward(a.dbtc, g(o.qkv), nullptr, a.dqkv, s.ln1, w(o.qkv), N, C, Q);
+  linear_backward(a.dbtc, o.qkv, a.dqkv, s.ln1, N, C, Q);
   rmsnorm_backward(dres, g(o.ln1), a.dbtc, input, w(o.ln1), s.ln1_rstd, N, C);
 }
 
@@ -240,8 +293,7 @@ void Llama::backward(float loss_scale) {
   use(ParamEvent::Need, L + 1, true);
   softmax_cross_entropy_backward(a.logits, targets_.data(), loss_scale / static_cast<float>(counted_),
                                  N, V, Vp);
-  matmul_backward(a.dbtc, g(spec_->head_offset()), nullptr, a.logits, a.lnf,
-                  w(spec_->head_offset()), N, C, Vp);
+  linear_backward(a.dbtc, spec_->head_offset(), a.logits, a.lnf, N, C, Vp);
   std::memset(a.dresidual, 0, sizeof(float) * N * C);
   const float* last = a.residual + (L - 1) * N * C;
   rmsnorm_backward(a.dresidual, g(spec_->norm_offset()), a.dbtc, last, w(spec_->norm_offset()),

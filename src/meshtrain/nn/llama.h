@@ -4,8 +4,13 @@
 //   with grouped-query heads (each k/v head serves n_head / n_kv_head query
 //   heads); x2 = x + att Wo^T; x3 = RMSNorm(x2); gate|up = x3 Wgu^T;
 //   out = x2 + (silu(gate) * up) Wdown^T.
-// Then RMSNorm, the untied lm_head and softmax cross-entropy. fp32 compute;
-// recompute none, full, every:K and selective (nn/recompute.h).
+// Then RMSNorm, the untied lm_head and softmax cross-entropy. Recompute none,
+// full, every:K and selective (nn/recompute.h). Mixed precision (bf16/fp16):
+// the f32 parameters are the masters; the matrices and the embedding have a
+// 16-bit copy (refreshed at each unit's forward Need, or kept current by
+// ZeRO) that every GEMM and the embedding lookup read; GEMM inputs and output
+// gradients are rounded right before each product; norms, rotary,
+// attention, SwiGLU, the loss and all gradient accumulation stay f32.
 #pragma once
 #include <memory>
 #include <vector>
@@ -43,9 +48,9 @@ class Llama final : public Model {
   void set_recompute(const Recompute& recompute) override;
   const Recompute& recompute() const override { return recompute_; }
   void set_precision(Precision p) override;
-  Precision precision() const override { return Precision::FP32; }
+  Precision precision() const override { return precision_; }
   void use_external_half_copy(Tensor buffer) override;
-  bool external_half_copy() const override { return false; }
+  bool external_half_copy() const override { return external_half_; }
 
  private:
   void ensure_activations(int B, int T);
@@ -55,6 +60,16 @@ class Llama final : public Model {
     if (param_hook_) param_hook_(e, unit, backward);
   }
   void ready(int unit);
+  // out (N, OC) (+)= inp (N, C) @ W^T for the matrix at `w_offset`, in the
+  // model's precision.
+  void linear_forward(float* out, const float* inp, int64_t w_offset, int64_t N, int64_t C,
+                      int64_t OC, bool accumulate = false);
+  // dinp (N, C) = dout @ W (may be null); dW += dout^T @ inp.
+  void linear_backward(float* dinp, int64_t w_offset, const float* dout, const float* inp,
+                       int64_t N, int64_t C, int64_t OC);
+  // Mixed precision: rounds `unit`'s 16-bit parameters from the f32 masters.
+  void refresh_half(int unit);
+  const uint16_t* hw(int64_t offset) const { return half_.data<uint16_t>() + offset; }
   // Block l from `input`; with `output`, also its output (backward's recompute passes null).
   void block_forward(int l, const float* input, const LlamaBlockActivations& s, float* output);
   void attention_core_forward(const LlamaBlockActivations& s);
@@ -68,6 +83,9 @@ class Llama final : public Model {
   LlamaConfig cfg_;
   Tensor params_, grads_;
   Recompute recompute_;
+  Precision precision_ = Precision::FP32;
+  Tensor half_;                 // 16-bit copy of the parameters (mixed precision)
+  bool external_half_ = false;  // half_ kept current by ZeRO
   cpu::RopeTable rope_;
   std::unique_ptr<LlamaActivations> acts_;
   int B_ = 0, T_ = 0;

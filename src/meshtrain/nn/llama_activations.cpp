@@ -1,5 +1,7 @@
 #include "meshtrain/nn/llama_activations.h"
 
+#include <algorithm>
+
 #include "meshtrain/kernels/cpu/attention.h"
 
 namespace meshtrain {
@@ -8,7 +10,7 @@ namespace {
 
 // Lays the buffers out from `base` (null: only counts) and returns the floats used.
 int64_t layout(LlamaActivations* a, float* base, const LlamaConfig& cfg, int B, int T,
-               const Recompute& rc) {
+               const Recompute& rc, Precision prec) {
   const int64_t N = static_cast<int64_t>(B) * T, C = cfg.n_embd, Q = cfg.qkv_width();
   const int64_t H = cfg.ffn_hidden, L = cfg.n_layer, NH = cfg.n_head, Vp = cfg.padded_vocab;
   const bool gqa = cfg.n_kv_head != cfg.n_head;
@@ -32,7 +34,7 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaConfig& cfg, int B, 
     s.gate_up = take(N * 2 * H);
     s.act = take(N * H);
   };
-  LlamaActivations dummy(cfg, 0, 0, 0, rc);  // never allocates with B = 0
+  LlamaActivations dummy(cfg, 0, 0, 0, rc, prec);  // never allocates with B = 0
   LlamaActivations& x = a ? *a : dummy;
   x.encoded = take(N * C);
   x.residual = take(L * N * C);
@@ -68,13 +70,18 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaConfig& cfg, int B, 
     x.qkv_full = take(N * 3 * C);
     x.dqkv_full = take(N * 3 * C);
   }
+  if (is_mixed(prec)) {  // 16-bit elements, two per float
+    x.in_h = reinterpret_cast<uint16_t*>(take((N * std::max(C, H) + 1) / 2));
+    x.dout_h = reinterpret_cast<uint16_t*>(take((N * std::max({Q, 2 * H, C, Vp}) + 1) / 2));
+  }
   return at;
 }
 
 }  // namespace
 
-int64_t LlamaActivations::buffer_floats(const LlamaConfig& cfg, int B, int T, const Recompute& rc) {
-  return layout(nullptr, nullptr, cfg, B, T, rc);
+int64_t LlamaActivations::buffer_floats(const LlamaConfig& cfg, int B, int T, const Recompute& rc,
+                                        Precision precision) {
+  return layout(nullptr, nullptr, cfg, B, T, rc, precision);
 }
 
 int64_t LlamaActivations::workspace_floats(const LlamaConfig& cfg, int T, int nthreads) {
@@ -82,12 +89,12 @@ int64_t LlamaActivations::workspace_floats(const LlamaConfig& cfg, int T, int nt
 }
 
 LlamaActivations::LlamaActivations(const LlamaConfig& cfg, int B_, int T_, int nthreads_,
-                                   const Recompute& rc)
-    : B(B_), T(T_), nthreads(nthreads_), recompute(rc) {
+                                   const Recompute& rc, Precision prec)
+    : B(B_), T(T_), nthreads(nthreads_), recompute(rc), precision(prec) {
   if (B == 0) return;
-  buffer = Tensor::zeros({buffer_floats(cfg, B, T, rc)}, DType::F32, MemCategory::Activations);
+  buffer = Tensor::zeros({buffer_floats(cfg, B, T, rc, prec)}, DType::F32, MemCategory::Activations);
   workspace = Tensor::zeros({workspace_floats(cfg, T, nthreads)}, DType::F32, MemCategory::Workspace);
-  layout(this, buffer.data<float>(), cfg, B, T, rc);
+  layout(this, buffer.data<float>(), cfg, B, T, rc, prec);
 }
 
 }  // namespace meshtrain

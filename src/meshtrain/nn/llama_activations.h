@@ -2,12 +2,17 @@
 // (B, T) and recompute policy, laid out up front in one allocation (tagged
 // as activations). What the policy keeps for backward gets per-block
 // storage; what backward recomputes goes to one shared scratch slot.
+// Mixed precision keeps these f32 and adds two 16-bit staging buffers: each
+// GEMM's input is rounded into `in_h` right before the GEMM (forward, and
+// again in backward, so both see the same 16-bit values) and its output
+// gradient into `dout_h`.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/nn/llama_config.h"
+#include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
 
 namespace meshtrain {
@@ -28,6 +33,7 @@ struct LlamaBlockActivations {
 struct LlamaActivations {
   int B = 0, T = 0, nthreads = 0;
   Recompute recompute;
+  Precision precision = Precision::FP32;
   Tensor buffer, workspace;
   float* encoded = nullptr;   // (N, C) token embeddings
   float* residual = nullptr;  // (L, N, C) each block's output
@@ -45,11 +51,15 @@ struct LlamaActivations {
   float* dact = nullptr;       // (N, H)
   float* qkv_full = nullptr;   // (N, 3C)  GQA only: k, v repeated per query head
   float* dqkv_full = nullptr;  // (N, 3C)  GQA only
+  uint16_t* in_h = nullptr;    // (N, max(C, H))  mixed precision: a GEMM's input
+  uint16_t* dout_h = nullptr;  // (N, max(C + 2 KV, 2H, C, Vp))  mixed: a GEMM's output gradient
 
-  LlamaActivations(const LlamaConfig& cfg, int B, int T, int nthreads, const Recompute& rc);
+  LlamaActivations(const LlamaConfig& cfg, int B, int T, int nthreads, const Recompute& rc,
+                   Precision precision);
   // Floats of `buffer` and `workspace` for these arguments (what the
   // allocator will count).
-  static int64_t buffer_floats(const LlamaConfig& cfg, int B, int T, const Recompute& rc);
+  static int64_t buffer_floats(const LlamaConfig& cfg, int B, int T, const Recompute& rc,
+                               Precision precision);
   static int64_t workspace_floats(const LlamaConfig& cfg, int T, int nthreads);
 };
 

@@ -1,6 +1,9 @@
 #include "meshtrain/nn/llama_spec.h"
 
+#include <algorithm>
+
 #include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/nn/llama.h"
 #include "meshtrain/nn/llama_activations.h"
 
@@ -103,10 +106,21 @@ LlamaConfig LlamaSpec::config_from_json(const nlohmann::json& j, const std::stri
 
 ModelMemory LlamaSpec::memory(int B, int T, int nthreads, const Recompute& recompute,
                               Precision precision) const {
-  MT_CHECK(precision == Precision::FP32, "llama models compute in fp32 in this version (precision "
-           "= {} is not available for them yet)", precision_name(precision));
-  return {4 * LlamaActivations::buffer_floats(cfg_, B, T, recompute),
-          4 * LlamaActivations::workspace_floats(cfg_, T, nthreads)};
+  ModelMemory m{4 * LlamaActivations::buffer_floats(cfg_, B, T, recompute, precision),
+                4 * LlamaActivations::workspace_floats(cfg_, T, nthreads)};
+  const bool widened = precision == Precision::FP16 ||
+                       (precision == Precision::BF16 &&
+                        cpu::bf16_gemm_path() == cpu::HalfGemmPath::FallbackSgemm);
+  if (widened) {
+    // The f32 copies of the largest GEMM operands (kernels/cpu/gemm_bf16.h):
+    // A = an input or output gradient (N x the widest dimension), B = a weight
+    // (OC x C) or an input (N x C) of a weight-gradient product.
+    const int64_t N = static_cast<int64_t>(B) * T, C = cfg_.n_embd, H = cfg_.ffn_hidden;
+    const int64_t Q = cfg_.qkv_width(), Vp = cfg_.padded_vocab;
+    m.workspace += 4 * (N * std::max({C, Q, 2 * H, Vp}) +
+                        std::max({Q * C, 2 * H * C, C * H, Vp * C, N * C, N * H}));
+  }
+  return m;
 }
 
 std::unique_ptr<Model> LlamaSpec::build(ModelBuffers buffers) const {
