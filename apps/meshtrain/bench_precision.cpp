@@ -12,8 +12,8 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
-#include "meshtrain/nn/gpt.h"
 #include "meshtrain/train/mixed_precision.h"
+#include "meshtrain/nn/model_registry.h"
 #include "meshtrain/parallel/gradient_sync.h"
 #include "meshtrain/train/train_step.h"
 #include "recompute_option.h"
@@ -40,15 +40,15 @@ double median(std::vector<double> v) {
 // optimizer, with the per-step timings it collected.
 struct Side {
   Precision precision;
-  std::unique_ptr<GPT> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<MixedPrecision> mixed;
   parallel::LocalGradients sync;
   std::unique_ptr<TrainStep> stepper;
   std::vector<double> step_s, fwd_s, bwd_s, opt_s, cpu_s;
   float loss = 0;
 
-  Side(const GPTConfig& cfg, Precision p, const Recompute& rc) : precision(p) {
-    model = std::make_unique<GPT>(cfg);
+  Side(const ModelSpec& spec, Precision p, const Recompute& rc) : precision(p) {
+    model = spec.build();
     model->set_recompute(rc);
     model->init_weights(1);
     mixed = std::make_unique<MixedPrecision>(*model, MixedPrecisionOptions{p, {}});
@@ -77,22 +77,23 @@ struct Side {
 }  // namespace
 
 void run_bench_precision(const PrecisionBenchArgs& a) {
-  const GPTConfig cfg = gpt_preset(a.preset);
-  const int T = a.seq > 0 ? a.seq : cfg.seq_len;
-  if (T > cfg.seq_len) throw UsageError(fmt::format("--seq {} exceeds the model context {}", T, cfg.seq_len));
+  const std::shared_ptr<const ModelSpec> spec = model_preset(a.preset);
+  const int T = a.seq > 0 ? a.seq : spec->seq_len();
+  if (T > spec->seq_len())
+    throw UsageError(fmt::format("--seq {} exceeds the model context {}", T, spec->seq_len()));
   if (a.batch < 1 || a.steps < 1) throw UsageError("--batch and --steps must be >= 1");
   const Precision mixed = precision_from_name(a.precision);
   if (!is_mixed(mixed)) throw UsageError("--precision: compare bf16 or fp16 with fp32");
   const Recompute rc = recompute_from_config(a.recompute);
   set_thread_count(a.threads > 0 ? a.threads : default_thread_count());
 
-  Side f32(cfg, Precision::FP32, rc), half(cfg, mixed, rc);
+  Side f32(*spec, Precision::FP32, rc), half(*spec, mixed, rc);
   Rng rng(1234);
   std::vector<int32_t> in(static_cast<size_t>(a.batch) * T), tg(in.size());
   for (int s = 0; s < a.warmup + a.steps; ++s) {
     for (size_t i = 0; i < in.size(); ++i) {
-      in[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-      tg[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
+      in[i] = static_cast<int32_t>(rng.below(spec->vocab_size()));
+      tg[i] = static_cast<int32_t>(rng.below(spec->vocab_size()));
     }
     const MicroBatch mb{in.data(), tg.data(), a.batch, T};
     const bool timed = s >= a.warmup;
@@ -109,8 +110,8 @@ void run_bench_precision(const PrecisionBenchArgs& a) {
   const double tokens = static_cast<double>(a.batch) * T;
   const double tok32 = tokens / median(f32.step_s), tok16 = tokens / median(half.step_s);
   const std::string path = cpu::half_gemm_description(half_of(mixed));
-  const int64_t act32 = GPT::activation_bytes(cfg, a.batch, T, rc, Precision::FP32);
-  const int64_t act16 = GPT::activation_bytes(cfg, a.batch, T, rc, mixed);
+  const int64_t act32 = spec->memory(a.batch, T, thread_count(), rc, Precision::FP32).activations;
+  const int64_t act16 = spec->memory(a.batch, T, thread_count(), rc, mixed).activations;
   if (a.json) {
     auto side = [&](const Side& s, double tok_s, int64_t act) {
       return nlohmann::json{{"precision", precision_name(s.precision)},
@@ -131,7 +132,7 @@ void run_bench_precision(const PrecisionBenchArgs& a) {
     return;
   }
   fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {} | {} vs fp32, "
-             "{} steps each, interleaved, medians\n", cfg.describe(), a.batch, T, thread_count(),
+             "{} steps each, interleaved, medians\n", spec->describe(), a.batch, T, thread_count(),
              rc.name(), a.precision, a.steps);
   fmt::print("  {} path: {}\n", a.precision, path);
   for (const auto* s : {&f32, &half}) {

@@ -24,9 +24,8 @@
 #include "meshtrain/kernels/cpu/gemm_peak.h"
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/launch/launcher.h"
-#include "meshtrain/nn/gpt.h"
 #include "meshtrain/parallel/data_parallel.h"
-#include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/nn/model_registry.h"
 #include "meshtrain/parallel/make_gradient_sync.h"
 #include "meshtrain/train/train_step.h"
 #include "meshtrain/train/memory_model.h"
@@ -61,9 +60,10 @@ double median(std::vector<double> v) {
 }
 
 void run_bench_train(const BenchTrainArgs& a) {
-  GPTConfig cfg = gpt_preset(a.preset);
-  const int T = a.seq > 0 ? a.seq : cfg.seq_len;
-  if (T > cfg.seq_len) throw UsageError(fmt::format("--seq {} exceeds the model context {}", T, cfg.seq_len));
+  const std::shared_ptr<const ModelSpec> spec = model_preset(a.preset);
+  const int T = a.seq > 0 ? a.seq : spec->seq_len();
+  if (T > spec->seq_len())
+    throw UsageError(fmt::format("--seq {} exceeds the model context {}", T, spec->seq_len()));
   if (a.batch < 1 || a.steps < 1) throw UsageError("--batch and --steps must be >= 1");
   const Recompute recompute = recompute_from_config(a.recompute);
   set_thread_count(a.threads > 0 ? a.threads : default_thread_count());
@@ -86,7 +86,7 @@ void run_bench_train(const BenchTrainArgs& a) {
     so.dp.bucket_bytes = static_cast<size_t>(a.bucket_mb * (1 << 20));
     so.dp.first_bucket_bytes = static_cast<size_t>(a.first_bucket_mb * (1 << 20));
   }
-  parallel::SyncedModel synced = parallel::make_synced_model(comm, GPTSpec::make(cfg), so);
+  parallel::SyncedModel synced = parallel::make_synced_model(comm, spec, so);
   parallel::GradientSync& sync = *synced.sync;
   const bool dp = sync.comm() != nullptr;
   const int ranks = dp ? sync.comm()->size() : 1;
@@ -105,7 +105,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   int buckets = 0;
   float loss = 0;
   for (int s = 0; s < a.warmup + a.steps; ++s) {
-    for (auto& t : tok) t = static_cast<int32_t>(rng.below(cfg.vocab_size));
+    for (auto& t : tok) t = static_cast<int32_t>(rng.below(spec->vocab_size()));
     std::vector<int32_t> in(a.batch * T), tg(a.batch * T);
     for (int b = 0; b < a.batch; ++b)
       for (int t = 0; t < T; ++t) {
@@ -135,7 +135,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   // Aggregate over ranks: every rank processes batch x seq tokens per step.
   const double tokens = static_cast<double>(a.batch) * T * ranks;
   const double tok_s = tokens / med;
-  const double gflops = cfg.flops_per_token(T) * tok_s / 1e9;
+  const double gflops = spec->flops_per_token(T) * tok_s / 1e9;
   const double mfu = gflops / (peak_gflops * ranks);
   if (!lead) return;
   const MemStats ms = mem_stats();
@@ -183,7 +183,7 @@ void run_bench_train(const BenchTrainArgs& a) {
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {}{}\n", cfg.describe(),
+  fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {}{}\n", spec->describe(),
              a.batch, T, threads, recompute.name(), dp ? fmt::format(" per rank | {} ranks data-parallel ({})", ranks,
                                        sync.comm()->transport()) : "");
   fmt::print("  sgemm peak (same threads)  {:10.1f} GFLOP/s  ({}; openblas {:.1f}{})\n", peak_gflops,
@@ -203,7 +203,7 @@ void run_bench_train(const BenchTrainArgs& a) {
     fmt::print("  gradient allreduce / step  {:10.2f} ms exposed (waited after backward) of {:.2f} ms "
                "total in {} bucket(s)\n", median(exposed_s) * 1e3, median(comm_s) * 1e3, buckets);
   fmt::print("  model FLOPs                {:10.1f} GFLOP/s  ({:.1f} MFLOP/token = 6N + 6LCT)\n",
-             gflops, cfg.flops_per_token(T) / 1e6);
+             gflops, spec->flops_per_token(T) / 1e6);
   fmt::print("  MFU vs measured sgemm peak {:10.1f} %\n", mfu * 100);
   fmt::print("  memory predicted           {:10.1f} MB  (params {:.1f}, grads {:.1f}, optimizer {:.1f}, activations {:.1f})\n",
              pred.total_bytes() / 1e6, pred.params / 1e6, pred.grads / 1e6, pred.optimizer / 1e6,

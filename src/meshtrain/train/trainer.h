@@ -10,11 +10,10 @@
 // every checkpoint.every steps.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "meshtrain/comm/communicator.h"
-#include <memory>
-
 #include "meshtrain/nn/model.h"
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Interleaved Llama training-step benchmark: meshtrain vs PyTorch, same
+Llama-style model (tools/peers/bench_llama_torch.py: SDPA with grouped-query
+heads, fused AdamW), batch, context and thread count, in f32 and bf16
+(meshtrain: bf16 GEMM operands with f32 masters; PyTorch: autocast bf16 with
+f32 masters), alternating runs so machine noise hits both alike. Prints
+medians and ratios.
+
+  python3 bench/llama_vs_torch.py --preset llama-100m --batch 4 --seq 128 --threads 1 2 --rounds 3
+"""
+import argparse
+import os
+import statistics
+import sys
+
+from bench_util import cpu_model, isa_env, run_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="llama-100m")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
+    a = ap.parse_args()
+    shape = ["--preset", a.preset, "--batch", str(a.batch), "--seq", str(a.seq),
+             "--steps", str(a.steps), "--warmup", "2"]
+    results = {}
+    for r in range(a.rounds):
+        for t in a.threads:
+            for prec in a.precision:
+                cmd = [a.binary, "bench", "train"] + shape + ["--threads", str(t), "--json"]
+                if prec == "bf16":
+                    ours = run_json(cmd + ["--precision", "bf16"], t, isa_env(None, "ours"))
+                    ours_tok, mfu = ours["bf16"]["tokens_per_s"], None
+                else:
+                    ours = run_json(cmd, t, isa_env(None, "ours"))
+                    ours_tok, mfu = ours["tokens_per_s"], ours["mfu"]
+                peer = run_json([sys.executable, os.path.join(ROOT, "tools", "peers", "bench_llama_torch.py")]
+                                + shape + ["--threads", str(t), "--precision", prec, "--json"], t,
+                                isa_env(None, "peer"))
+                res = results.setdefault((t, prec), {"ours": [], "peer": [], "mfu": [], "torch": ""})
+                res["ours"].append(ours_tok)
+                res["peer"].append(peer["tokens_per_s"])
+                if mfu is not None:
+                    res["mfu"].append(mfu)
+                res["torch"] = peer["torch_version"]
+                print(f"round {r + 1} threads {t} {prec}: meshtrain {ours_tok:.0f} tok/s, "
+                      f"torch {peer['tokens_per_s']:.0f} tok/s", flush=True)
+    print()
+    print(f"{a.preset}, batch {a.batch} x {a.seq}, medians of {a.rounds} interleaved rounds "
+          f"({a.steps} timed steps each); {cpu_model()}")
+    print("| threads | precision | meshtrain tok/s | PyTorch tok/s | ratio | meshtrain MFU |")
+    print("|---|---|---|---|---|---|")
+    for (t, prec), res in results.items():
+        o, p = statistics.median(res["ours"]), statistics.median(res["peer"])
+        mfu = f"{statistics.median(res['mfu']) * 100:.1f}%" if res["mfu"] else "-"
+        print(f"| {t} | {prec} | {o:.0f} | {p:.0f} | {o / p:.2f}x | {mfu} |")
+    print(f"PyTorch {next(iter(results.values()))['torch']}")
+
+
+if __name__ == "__main__":
+    main()

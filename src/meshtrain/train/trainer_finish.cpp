@@ -1,0 +1,91 @@
+// TrainingRun's finish (train/training_run.h): the merged trace, each rank's
+// memory peaks beside the prediction, and the final model file.
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "meshtrain/core/memory.h"
+#include "meshtrain/io/model_file.h"
+#include "meshtrain/train/training_run.h"
+
+namespace meshtrain {
+
+namespace {
+
+// Every rank's peak bytes per memory category, gathered (collective).
+// Per rank: the category peaks, then the training's total peak and the
+// setup's (before training; ZeRO-3 holds the full parameters once there).
+constexpr size_t kPeakValues = kMemCategoryCount + 2;
+std::vector<std::vector<double>> gather_memory_peaks(comm::Communicator* comm, int world,
+                                                     int64_t setup_peak) {
+  const MemStats ms = mem_stats();
+  std::vector<double> mine(kPeakValues), all(kPeakValues * world);
+  for (size_t c = 0; c < kMemCategoryCount; ++c) mine[c] = static_cast<double>(ms.peak[c]);
+  mine[kMemCategoryCount] = static_cast<double>(ms.total_peak);
+  mine[kMemCategoryCount + 1] = static_cast<double>(setup_peak);
+  if (comm) {
+    // allgather takes the total count: kPeakValues values from each rank.
+    comm->allgather(mine.data(), all.data(), all.size(), DType::F64).wait();
+  } else {
+    all = mine;
+  }
+  std::vector<std::vector<double>> out(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r)
+    out[r].assign(all.begin() + r * kPeakValues, all.begin() + (r + 1) * kPeakValues);
+  return out;
+}
+
+}  // namespace
+
+TrainerSummary TrainingRun::finish() {
+  // The trace: each rank writes its file, then rank 0 merges them.
+  telemetry::set_global_tracer(nullptr);
+  if (tracer_->enabled()) {
+    tracer_->write();
+    if (comm_) comm_->barrier().wait();
+    if (lead_) {
+      const int n = telemetry::merge_trace_dir(opt_.run_dir);
+      say(fmt::format("trace: {}/trace.json ({} rank file(s); open in https://ui.perfetto.dev)",
+                      opt_.run_dir, n));
+    }
+  }
+  // Per-rank peaks per category during training, next to the formulas.
+  const std::vector<std::vector<double>> peaks = gather_memory_peaks(comm_, world_, setup_peak_);
+  sync_->gather_full_parameters();  // rank 0 saves the whole model
+  const TrainerSummary& sum = result_;
+  if (!lead_) return sum;
+  if (summary_.steps() > 0) fmt::print("{}", summary_.text());
+  save_model_safetensors(sum.model_path, *model_);
+  const MemStats ms = mem_stats();
+  const int64_t steps_run = total_steps_ - std::min(total_steps_, start_step_);
+  fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", steps_run,
+             ProgressDisplay::format_duration(sum.seconds), sum.tokens_per_s, sum.final_loss,
+             sum.final_val_loss >= 0 ? fmt::format("{:.4f}", sum.final_val_loss) : "-");
+  // The run's allocator peak also covers setup and, under ZeRO, gathering the
+  // whole model to save it; the table below splits training from setup.
+  fmt::print("memory (measured): allocator peak {:.1f} MB over the whole run (training predicted "
+             "{:.1f} MB, per category below), process peak RSS {:.1f} MB\n", ms.total_peak / 1e6,
+             predict_rank_memory(memory_plan(0)).total() / 1e6, process_peak_rss_bytes() / 1e6);
+  std::vector<RankMemory> predicted;
+  nlohmann::json mj = nlohmann::json::array();
+  for (int r = 0; r < world_; ++r) {
+    const MemoryPlan plan = memory_plan(r);
+    predicted.push_back(predict_rank_memory(plan));
+    nlohmann::json row = {{"rank", r}, {"zero_stage", plan.zero_stage}};
+    for (size_t c = 0; c < kMemCategoryCount; ++c)
+      row["peak"][std::string(mem_category_name(static_cast<MemCategory>(c)))] = peaks[r][c];
+    row["training_peak_total"] = peaks[r][kMemCategoryCount];
+    row["setup_peak_total"] = peaks[r][kMemCategoryCount + 1];
+    const RankMemory& pm = predicted.back();
+    row["predicted"] = {{"parameters", pm.params}, {"gradients", pm.grads},
+                        {"optimizer", pm.optimizer}, {"activations", pm.activations},
+                        {"comm", pm.comm}, {"workspace", pm.workspace}};
+    mj.push_back(row);
+  }
+  fmt::print("{}", memory_report_text(predicted, peaks));
+  std::ofstream(opt_.run_dir + "/memory.json") << mj.dump(2) << "\n";
+  fmt::print("model saved to {}\n", sum.model_path);
+  return sum;
+}
+
+}  // namespace meshtrain

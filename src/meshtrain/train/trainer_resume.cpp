@@ -1,0 +1,74 @@
+// TrainingRun's resume (train/training_run.h): the checkpoint to continue
+// from, chosen collectively, and the data loaders positioned after it.
+#include <fmt/format.h>
+
+#include "meshtrain/core/threads.h"
+#include "meshtrain/train/training_run.h"
+
+namespace meshtrain {
+
+void TrainingRun::resume() {
+  // Resume (every rank) before after_resume(), which then hands every rank
+  // the same restored weights: replicated ranks take rank 0's, ZeRO ranks
+  // each read only their own range of a checkpoint and gather the rest from
+  // the owners.
+  if (auto r = sync_->resume_range()) own_params_ = ckpt::ElemRange{r->begin, r->end};
+  resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(), comm_, global_batch_,
+                             own_params_);
+  start_step_ = resumed_ ? resumed_->step : 0;
+  if (resumed_) {
+    mixed_->load_state(resumed_->loss_scaler);  // fp16: continue at the saved scale
+    for (const std::string& why : resumed_->skipped) say(fmt::format("warning: {}", why));
+    say(fmt::format("resumed from {} at step {} (data epoch {} batch {}, optimizer step {})",
+                    resumed_->dir, resumed_->step, resumed_->position.epoch,
+                    resumed_->position.batch, stepper_->optimizer().steps_taken()));
+    if (!resumed_->data_note.empty()) say(fmt::format("warning: {}", resumed_->data_note));
+  } else if (opt_.checkpoint.resume == "auto" && !opt_.checkpoint.dir.empty()) {
+    say(fmt::format("no checkpoint to resume from in {}: starting at step 0", opt_.checkpoint.dir));
+  }
+  sync_->after_resume();
+  open_data();
+  describe();
+}
+
+void TrainingRun::open_data() {
+  data::LoaderOptions lo;
+  lo.pattern = opt_.train_pattern;
+  lo.batch = opt_.micro_batch;
+  lo.seq_len = T_;
+  lo.seed = opt_.seed;
+  lo.rank = mesh_.rank(parallel::Axis::DP);
+  lo.world_size = mesh_.size(parallel::Axis::DP);
+  if (resumed_) lo.start = resumed_->position;
+  train_.emplace(lo);
+  if (!opt_.val_pattern.empty()) {
+    data::LoaderOptions vo = lo;
+    vo.pattern = opt_.val_pattern;
+    vo.mode = data::LoaderMode::Eval;
+    vo.prefetch = 0;
+    vo.start = {};
+    val_.emplace(vo);
+  }
+}
+
+void TrainingRun::describe() const {
+  say(fmt::format("model: {}", spec_.describe()));
+  say(mixed_->describe());
+  say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
+                  "tokens/step, {} steps, {} thread(s) per rank", opt_.micro_batch, T_, world_,
+                  opt_.grad_accum, global_batch_, tokens_per_step_, opt_.steps, thread_count()));
+  if (opt_.zero_stage > 0 && world_ == 1)
+    say(fmt::format("zero.stage = {}: one rank has nothing to shard with; training as stage 0",
+                    opt_.zero_stage));
+  if (world_ > 1) say(sync_->describe());
+  say(fmt::format("data: {} windows in {} ({} batches/epoch)", train_->num_windows(),
+                  opt_.train_pattern, train_->batches_per_epoch()));
+  // Rank 0's share under the ZeRO stage (memory_report.h formulas).
+  const RankMemory rm = predict_rank_memory(memory_plan(0));
+  say(fmt::format("memory (predicted, per rank): {:.1f} MB = params {:.1f} + grads {:.1f} + "
+                  "optimizer {:.1f} + activations {:.1f} + comm {:.1f} + workspace {:.1f}",
+                  rm.total() / 1e6, rm.params / 1e6, rm.grads / 1e6, rm.optimizer / 1e6,
+                  rm.activations / 1e6, rm.comm / 1e6, rm.workspace / 1e6));
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,261 @@
+// TrainingRun's loop (train/training_run.h): one iteration per step - the
+// micro-batches, TrainStep, the step's telemetry, the time budget, evaluation,
+// checkpoints and samples - until the run's length.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "meshtrain/io/model_file.h"
+#include "meshtrain/kernels/cpu/gemm_peak.h"
+#include "meshtrain/launch/heartbeat.h"
+#include "meshtrain/nn/sampler.h"
+#include "meshtrain/telemetry/metrics_log.h"
+#include "meshtrain/telemetry/step_timer.h"
+#include "meshtrain/telemetry/tensorboard_writer.h"
+#include "meshtrain/train/time_budget.h"
+#include "meshtrain/train/training_run.h"
+
+namespace meshtrain {
+
+using telemetry::TraceScope;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Mean loss over the first `batches` global validation batches; with data
+// parallelism each rank evaluates its slice and the means are averaged.
+float evaluate(Model& model, data::DataLoader& val, int64_t batches, comm::Communicator* comm) {
+  TraceScope trace(telemetry::global_tracer(), "eval", "compute");
+  val.rewind();
+  double sum = 0.0;
+  int64_t n = std::min<int64_t>(batches, val.batches_per_epoch());
+  for (int64_t i = 0; i < n; ++i) {
+    data::Batch b = val.next();
+    sum += model.forward(MicroBatch{b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
+                                    static_cast<int>(b.inputs.dim(0)),
+                                    static_cast<int>(b.inputs.dim(1))});
+  }
+  if (n == 0) return -1.f;
+  const double mean = sum / n;
+  return static_cast<float>(comm ? comm->allreduce_scalar(mean, comm::ReduceOp::Avg) : mean);
+}
+
+// Each rank's busy time (step minus the communication it waited for), gathered
+// so rank 0 can name the slowest rank.
+telemetry::StragglerReport gather_busy_times(comm::Communicator& comm, double busy_s) {
+  std::vector<double> all(static_cast<size_t>(comm.size()));
+  // allgather takes the total count: one double from each rank.
+  comm.allgather(&busy_s, all.data(), all.size(), DType::F64).wait();
+  return telemetry::straggler_report(all);
+}
+
+// Test hook: stop every rank abruptly after this step (and its checkpoint),
+// as a killed job would, so resume tests can interrupt a run at a known step.
+int64_t crash_after_step() {
+  const char* s = std::getenv("MESHTRAIN_TEST_CRASH_AFTER_STEP");
+  return s && *s ? std::atoll(s) : 0;
+}
+
+}  // namespace
+
+void TrainingRun::loop() {
+  // Collective on every rank (the writer splits its own communicator).
+  auto checkpoints = std::make_unique<TrainingCheckpointer>(
+      opt_.checkpoint, comm_,
+      opt_.resolved_config_json.empty() ? nlohmann::json::object()
+                                       : nlohmann::json::parse(opt_.resolved_config_json),
+      world_, global_batch_);
+  // An async save's snapshot is copied while the next step's forward and
+  // backward run; the update, the first write to what it copies, waits for it.
+  stepper_->set_before_update([&checkpoints] { return checkpoints->wait_for_snapshot(); });
+  if (opt_.checkpoint.every > 0)
+    say(fmt::format("checkpoints: every {} steps to {} ({}, keep last {})", opt_.checkpoint.every,
+                    opt_.checkpoint.dir, opt_.checkpoint.async ? "async" : "sync",
+                    opt_.checkpoint.keep_last));
+
+  // MFU is quoted against the GEMM rate this rank's threads reach in the
+  // precision the GEMMs run in (measured once): the bf16 GEMM for bf16, so a
+  // bf16 run is not credited with beating fp32's peak; sgemm for fp32 and for
+  // fp16 (whose GEMMs are sgemms after widening on CPUs).
+  const double peak_flops = (opt_.precision == Precision::BF16 ? cpu::measure_bf16_gemm_gflops()
+                                                              : cpu::measure_sgemm_gflops()) * 1e9;
+  const double flops_per_token = spec_.flops_per_token(T_);
+
+  // Only rank 0 reports; the others stay quiet unless they fail. A resumed
+  // run appends to the metrics of the run it continues.
+  std::optional<MetricsLog> metrics;
+  std::optional<ProgressDisplay> progress;
+  std::optional<telemetry::TensorBoardWriter> tb;
+  if (lead_) {
+    metrics.emplace(opt_.run_dir + "/metrics.jsonl", /*append=*/resumed_.has_value());
+    tb.emplace(opt_.run_dir);
+    progress.emplace(stdout, static_cast<int>(std::max<int64_t>(1, opt_.log_every)));
+  }
+  auto note = [&](const std::string& line) {
+    if (progress) progress->note(line);
+  };
+  // The run's length: train.steps, or what train.max_minutes decides (kept
+  // from the checkpoint when resuming a budgeted run).
+  total_steps_ = opt_.steps;
+  TimeBudget budget(opt_.max_minutes, start_step_, opt_.eval_every, opt_.eval_batches);
+  if (budget.active() && resumed_ && resumed_->budgeted_steps > 0) {
+    total_steps_ = std::min(opt_.steps, resumed_->budgeted_steps);
+    budget = TimeBudget(0, 0, 0, 0);
+    say(fmt::format("time budget: keeping the saved run length of {} steps", total_steps_));
+  } else if (budget.active()) {
+    say(fmt::format("time budget: {:g} min; the number of steps (at most {}) is decided from "
+                    "the step time measured over steps {}-{}", opt_.max_minutes, opt_.steps,
+                    start_step_ + 2, start_step_ + 1 + TimeBudget::kTimedSteps));
+  }
+  stepper_->set_total_steps(total_steps_);
+  progress_state_.total_steps = total_steps_;
+  result_.resumed_step = start_step_;
+  // Peaks from here on are the training's (setup may hold full buffers once).
+  setup_peak_ = mem_stats().total_peak;
+  mem_reset_peaks();
+  t_start_ = now_s();
+  int64_t bad_steps = 0;
+  const int64_t crash_after = crash_after_step();
+  std::vector<data::Batch> batches(opt_.grad_accum);
+  for (int64_t step = start_step_; step < total_steps_; ++step) {
+    launch::heartbeat_step(step);  // the elastic launcher's liveness signal (launch/heartbeat.h)
+    const double t0 = now_s();
+    std::vector<MicroBatch> micro;
+    {
+      TraceScope trace(tracer_.get(), "data wait", "data");
+      for (int a = 0; a < opt_.grad_accum; ++a) {
+        batches[a] = train_->next();
+        micro.push_back({batches[a].inputs.data<int32_t>(), batches[a].targets.data<int32_t>(),
+                         opt_.micro_batch, T_});
+      }
+    }
+    const double t_data = now_s() - t0;
+    StepStats st = stepper_->run(micro, step);
+    const double dt = now_s() - t0;
+    // st.finite and st.loss are reduced over ranks: every rank decides alike.
+    if (st.overflow_skipped) {
+      // fp16: an overflow on some rank; every rank skipped and lowered the scale.
+      note(fmt::format("step {}: fp16 gradients overflowed at loss scale {:g}; update skipped, "
+                       "loss scale now {:g}", step + 1, st.loss_scale, mixed_->loss_scale()));
+    } else if (!st.finite) {
+      ++bad_steps;
+      note(fmt::format("step {}: loss {} / grad norm {} is not finite; update skipped",
+                                step + 1, st.loss, st.grad_norm));
+      MT_CHECK(bad_steps < opt_.max_bad_steps, "training diverged: {} consecutive steps with a "
+               "non-finite loss or gradient (last at step {}); lower train.lr or check the data",
+               bad_steps, step + 1);
+    } else {
+      bad_steps = 0;
+    }
+    telemetry::StepTelemetry t;
+    t.step = step + 1;
+    t.loss = st.loss;
+    t.lr = st.lr;
+    t.grad_norm = st.grad_norm;
+    t.skipped = !st.finite;
+    t.time.data_wait_s = t_data;
+    t.time.forward_s = st.forward_s;
+    t.time.backward_s = st.backward_s;
+    t.time.optimizer_s = st.optimizer_s;
+    t.time.comm_exposed_s = st.comm.exposed_s;
+    t.time.comm_total_s = st.comm.total_s;
+    t.time.step_s = dt;
+    t.tokens = tokens_per_step_;
+    t.samples = global_batch_;
+    t.devices = world_;
+    t.flops_per_token = flops_per_token;
+    t.peak_flops_per_device = peak_flops;
+    t.peak_mem_bytes = static_cast<double>(mem_stats().total_peak);
+    t.price_per_device_hour = opt_.price_per_device_hour;
+    if (comm_) t.straggler = gather_busy_times(*comm_, dt - st.comm.exposed_s);
+    if (budget.active()) {
+      std::string why;
+      if (auto n = budget.after_step(step + 1, dt, st.forward_s, now_s() - t_start_, total_steps_,
+                                     comm_, why)) {
+        total_steps_ = *n;
+        stepper_->set_total_steps(total_steps_);
+        checkpoints->set_budgeted_steps(total_steps_);
+        progress_state_.total_steps = total_steps_;
+      }
+      if (!why.empty()) note(why);
+    }
+    const bool last = step + 1 == total_steps_;
+    if (val_ && opt_.eval_every > 0 && ((step + 1) % opt_.eval_every == 0 || last)) {
+      t.val_loss = evaluate(*model_, *val_, opt_.eval_batches, comm_);
+      note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1, *t.val_loss,
+                       st.loss));
+    }
+    if (checkpoints->due(step + 1)) {
+      TraceScope trace(tracer_.get(), "checkpoint save", "io");
+      const double stall =
+          checkpoints->save(step + 1, *model_, stepper_->optimizer(), train_->position(), own_params_,
+                           mixed_->state());
+      note(fmt::format("step {:>6} | checkpoint {}/step_{:08d} ({}; training waited {:.1f} ms)",
+                       step + 1, opt_.checkpoint.dir, step + 1,
+                       opt_.checkpoint.async ? "writing in the background" : "written",
+                       stall * 1e3));
+    }
+    const bool save_due = opt_.save_every > 0 && (step + 1) % opt_.save_every == 0 && !last;
+    const bool sample_due =
+        opt_.sample_every > 0 && (step + 1) % opt_.sample_every == 0 && spec_.vocab_size() <= 256;
+    // ZeRO: rank 0 needs the whole, current model (collective on every rank).
+    if (save_due || sample_due) sync_->gather_full_parameters();
+    if (lead_ && save_due) save_model_safetensors(opt_.run_dir + "/model.safetensors", *model_);
+    if (lead_ && sample_due) {
+      // A short generation so a person sees what the model has learned so far.
+      SampleOptions so;
+      so.max_new_tokens = 120;
+      so.temperature = 0.8f;
+      so.top_k = 40;
+      Rng rng(opt_.seed + static_cast<uint64_t>(step));
+      std::vector<int32_t> prompt = {batches[0].inputs.data<int32_t>()[0]};
+      std::string text;
+      for (int32_t tok : generate(*model_, prompt, so, rng)) text.push_back(static_cast<char>(tok));
+      for (char& ch : text) if (ch == '\n' || ch == '\t') ch = ' ';
+      note(fmt::format("step {:>6} | sample: {}", step + 1, text));
+    }
+    if (save_due || sample_due) sync_->release_full_parameters();
+    if (lead_) {
+      nlohmann::json rec = t.to_json();
+      if (comm_) {
+        // Gradient reduction detail: first launch vs the last backward's length
+        // shows communication starting while backward still runs.
+        rec["comm_buckets"] = st.comm.buckets;
+        rec["comm_first_launch_ms"] = st.comm.first_launch_s * 1e3;
+        rec["last_backward_ms"] = st.comm.backward_s * 1e3;
+      }
+      if (st.update_wait_s > 0) rec["ckpt_snapshot_wait_ms"] = st.update_wait_s * 1e3;
+      metrics->write(rec);
+      tb->add_scalars(t.step, t.scalars());
+      summary_.add(t);
+      t.fill_progress(progress_state_);
+      progress_state_.elapsed_s = now_s() - t_start_;
+      progress->update(progress_state_);
+    }
+    result_.final_loss = st.loss;
+    if (t.val_loss) progress_state_.val_loss = static_cast<float>(*t.val_loss);
+    if (crash_after > 0 && step + 1 == crash_after) {
+      checkpoints->wait();
+      fmt::print(stderr, "MESHTRAIN_TEST_CRASH_AFTER_STEP: rank {} exits after step {}\n", rank_,
+                 step + 1);
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+  }
+  if (progress) progress->finish();
+  checkpoints->wait();  // every save complete (index written) before the run ends
+  // Replicas that drifted apart would be a bug; checked in debug mode.
+  if (opt_.dp.verify) sync_->verify_replicas();
+  const int64_t steps_run = total_steps_ - std::min(total_steps_, start_step_);
+  result_.steps = std::max(total_steps_, start_step_);
+  result_.seconds = now_s() - t_start_;
+  result_.tokens_per_s = steps_run > 0 ? static_cast<double>(tokens_per_step_) * steps_run / result_.seconds : 0;
+  result_.final_val_loss = progress_state_.val_loss;
+  result_.model_path = opt_.model_out.empty() ? opt_.run_dir + "/model.safetensors" : opt_.model_out;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,77 @@
+// One training run in four parts a reader can find by name (run_trainer in
+// trainer.cpp calls them in order):
+//   setup     trainer_setup.cpp    checks, mesh, tracer, the gradient-sync
+//                                  strategy and the model on its buffers,
+//                                  precision, initial weights, the step
+//   resume    trainer_resume.cpp   the checkpoint to continue from (collective),
+//                                  every rank on the same weights, the data
+//                                  loaders at the resumed position, what the
+//                                  run is (printed once)
+//   loop      training_loop.cpp    steps: data, TrainStep, telemetry, the time
+//                                  budget, evaluation, checkpoints, samples
+//   finish    trainer_finish.cpp   trace merge, per-rank memory peaks against
+//                                  the prediction, the final model file
+// Internal to train/: the state the parts share.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "meshtrain/data/data_loader.h"
+#include "meshtrain/parallel/make_gradient_sync.h"
+#include "meshtrain/parallel/mesh.h"
+#include "meshtrain/telemetry/progress.h"
+#include "meshtrain/telemetry/run_summary.h"
+#include "meshtrain/telemetry/trace_writer.h"
+#include "meshtrain/train/memory_model.h"
+#include "meshtrain/train/memory_report.h"
+#include "meshtrain/train/mixed_precision.h"
+#include "meshtrain/train/train_step.h"
+#include "meshtrain/train/trainer.h"
+
+namespace meshtrain {
+
+class TrainingRun {
+ public:
+  explicit TrainingRun(const TrainerOptions& opt);  // setup
+  ~TrainingRun();
+  void resume();
+  void loop();
+  TrainerSummary finish();
+
+ private:
+  // Prints on rank 0 only (the others stay quiet unless they fail).
+  void say(const std::string& line) const;
+  // The memory formulas' inputs for `rank` (memory_report.h).
+  MemoryPlan memory_plan(int rank) const;
+  void open_data();
+  void describe() const;
+
+  const TrainerOptions& opt_;
+  const ModelSpec& spec_;
+  int T_ = 0, world_ = 1, rank_ = 0;
+  bool lead_ = true;  // prints, writes metrics, saves the model
+  parallel::Mesh mesh_;
+  std::unique_ptr<telemetry::Tracer> tracer_;
+  parallel::SyncedModel synced_;
+  Model* model_ = nullptr;
+  parallel::GradientSync* sync_ = nullptr;
+  comm::Communicator* comm_ = nullptr;  // the data-parallel group; null with one rank
+  std::unique_ptr<MixedPrecision> mixed_;
+  std::unique_ptr<TrainStep> stepper_;
+  int64_t global_batch_ = 0, tokens_per_step_ = 0;
+  MemoryPrediction predicted_;
+  // resume()
+  std::optional<ResumePoint> resumed_;
+  std::optional<ckpt::ElemRange> own_params_;
+  int64_t start_step_ = 0;
+  std::optional<data::DataLoader> train_, val_;
+  // loop()
+  telemetry::RunSummary summary_;
+  ProgressState progress_state_;
+  TrainerSummary result_;
+  int64_t total_steps_ = 0, setup_peak_ = 0;
+  double t_start_ = 0;
+};
+
+}  // namespace meshtrain
