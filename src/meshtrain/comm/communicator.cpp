@@ -163,7 +163,7 @@ struct CommImpl {
     // No clock read on this path: the deadline starts at the first stalled
     // wait (OpContext::deadline) and the flight record uses the cycle counter.
     OpContext ctx = context([ws, this] { return fmt::format("{} on '{}'", ws->what(), name); });
-    if (auto* shm = transport->as_shm()) shm->note_op(t.op, t.seq);
+    transport->note_op(t.op, t.seq);
     const size_t slot = recorder.started(t.work);
     try {
       if (!broken.empty())
@@ -173,7 +173,7 @@ struct CommImpl {
       if (t.op == CollOp::Allreduce) test_delay();
       t.body(ctx);
       recorder.finished(slot, t.seq, true);
-      if (auto* shm = transport->as_shm()) shm->note_done();
+      transport->note_done();
       t.work->finish();
     } catch (const std::exception& e) {
       recorder.finished(slot, t.seq, false);
@@ -383,11 +383,9 @@ Communicator CommImpl::split_now(int color, int key, const OpContext& ctx) {
   std::vector<int32_t> all(5 * size());
   transport->allgather_small(mine, sizeof(mine), all.data(), ctx);
   int id = split_count++;
-#if MESHTRAIN_HAVE_MPI
-  std::unique_ptr<Transport> mpi_child;
-  if (transport->kind() == "mpi")
-    mpi_child = static_cast<MpiTransport*>(transport.get())->split(color, key);
-#endif
+  // Collective on every rank, colour or not (MPI_Comm_split); null when the
+  // transport leaves building the group to us.
+  std::unique_ptr<Transport> native_child = transport->split(color, key);
   if (color < 0) return Communicator();
   std::vector<std::pair<int, int>> members;  // (key, old rank)
   // Shared memory serves a group whose members share a node (emulated nodes
@@ -411,9 +409,7 @@ Communicator CommImpl::split_now(int color, int key, const OpContext& ctx) {
   child->node_id = node_id;
   child->host_id = host_id;
   child->pinned = pinned;
-#if MESHTRAIN_HAVE_MPI
-  if (mpi_child && !one_host) child->transport = std::move(mpi_child);
-#endif
+  if (native_child && !one_host) child->transport = std::move(native_child);
   if (!child->transport)
     child->transport = std::make_unique<ShmTransport>(new_rank, static_cast<int>(members.size()),
                                                       job_id, child->name, opts.timeout_s);
@@ -562,28 +558,13 @@ SharedBuffer Communicator::alloc_shared(size_t bytes) {
                          {CollOp::Barrier, nullptr, nullptr, bytes, DType::U8, ReduceOp::Sum, 0}, "",
                          fmt::format("{} bytes", bytes));
   auto result = std::make_shared<std::shared_ptr<SharedMapping>>();
-  t.body = [ip, bytes, result](const OpContext& ctx) {
-    if (auto* shm = ip->transport->as_shm()) {
-      *result = shm->alloc_shared(bytes, ctx);
-    } else {  // MPI: peers cannot map it; ordinary aligned memory
-      auto m = std::make_shared<SharedMapping>();
-      m->bytes = bytes;
-      size_t mapped = std::max<size_t>(shm::round_up(bytes, shm::kPage), shm::kPage);
-      m->private_memory = static_cast<char*>(std::aligned_alloc(shm::kPage, mapped));
-      MT_CHECK(m->private_memory, "out of memory allocating {} bytes", bytes);
-      std::memset(m->private_memory, 0, mapped);
-      m->local = m->private_memory;
-      *result = m;
-    }
-  };
+  t.body = [ip, bytes, result](const OpContext& ctx) { *result = ip->transport->alloc_shared(bytes, ctx); };
   ip->enqueue(std::move(t), SIZE_MAX).wait();
   return SharedBuffer(*result);
 }
 
 // ---------------------------------------------------------------- SharedBuffer
 
-void* SharedBuffer::data() const { return m_ ? m_->local : nullptr; }
-size_t SharedBuffer::bytes() const { return m_ ? m_->bytes : 0; }
 Tensor SharedBuffer::tensor(DType dtype, int64_t count, int64_t elem_offset) const {
   MT_CHECK(m_, "tensor() of an empty SharedBuffer");
   auto st = Storage::borrow(m_->local, m_->bytes);

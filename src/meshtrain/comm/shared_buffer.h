@@ -9,7 +9,15 @@
 
 namespace meshtrain::comm {
 
-struct SharedMapping;
+// The memory behind a SharedBuffer. A transport whose peers can map each
+// other's memory (shm) derives its own mapping; everywhere else it is this
+// rank's private, page-aligned, zeroed memory (private_mapping).
+struct SharedMapping {
+  virtual ~SharedMapping();
+  size_t bytes = 0;
+  void* local = nullptr;  // this rank's view
+};
+std::shared_ptr<SharedMapping> private_mapping(size_t bytes);
 
 class SharedBuffer {
  public:

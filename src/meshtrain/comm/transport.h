@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -15,7 +16,7 @@
 
 namespace meshtrain::comm {
 
-class ShmTransport;
+struct SharedMapping;
 
 // Who is asking and until when: every wait checks the deadline and names
 // the operation, its sequence number, its bytes and the missing peer.
@@ -79,7 +80,23 @@ class Transport {
   // Peers' view of this rank's progress, for the timeout report.
   virtual std::string peer_progress() const { return {}; }
 
-  virtual ShmTransport* as_shm() { return nullptr; }
+  // What the generic communicator asks of every transport, with defaults for
+  // transports that have nothing special to do, so it never needs to know
+  // which one it runs on:
+  //   note_op/note_done  progress markers peers read for the timeout report
+  //   alloc_shared       collective: memory peers can address directly
+  //                      (default: private memory; peers then copy through
+  //                      the transport as usual)
+  //   split              collective: the transport's own sub-group for this
+  //                      rank's colour (MPI: MPI_Comm_split), or null when
+  //                      the communicator should build one (shared memory)
+  // An asynchronous, stream-ordered backend (NCCL) implements exchange() and
+  // the collectives by enqueueing on its stream; the communicator's Work then
+  // completes when the stream's event does (work.h), not when the call returns.
+  virtual void note_op(CollOp op, uint64_t seq) {}
+  virtual void note_done() {}
+  virtual std::shared_ptr<SharedMapping> alloc_shared(size_t bytes, const OpContext& ctx);
+  virtual std::unique_ptr<Transport> split(int color, int key) { return nullptr; }
 
   // Convenience wrappers over exchange.
   void send(int peer, const void* data, size_t bytes, const OpContext& ctx) {

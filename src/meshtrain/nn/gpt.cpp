@@ -26,6 +26,7 @@ GPT::GPT(std::shared_ptr<const GPTSpec> spec, ModelBuffers buffers)
   ModelBuffers b = adopt_buffers(std::move(buffers), cfg_.num_params());
   param_buf_ = std::move(b.params);
   grad_buf_ = std::move(b.grads);
+  k_ = &kernels_for(param_buf_.device());
   params_ = GPTParams::view(cfg_, param_buf_);
   grads_ = GPTParams::view(cfg_, grad_buf_);
 }
@@ -116,7 +117,7 @@ const uint16_t* GPT::half_weight(const Tensor& p) const {
 void GPT::refresh_half_weights(int unit) {
   if (!is_mixed(precision_) || external_half_) return;
   auto round = [&](const Tensor& p) {
-    to_half(half_of(precision_), p.data<float>(), const_cast<uint16_t*>(half_weight(p)), p.numel());
+    k_->to_half(half_of(precision_), p.data<float>(), const_cast<uint16_t*>(half_weight(p)), p.numel());
   };
   // Only GEMM operands: wte (the tied classifier, and the token embedding
   // lookup) and each layer's matrices. Position embeddings, biases and
@@ -148,7 +149,7 @@ void GPT::zero_grad() { grad_buf_.zero_(); }
 void GPT::attention_core_forward(const GPTBlockActivations& s) {
   const int64_t C = cfg_.n_embd, NH = cfg_.n_head;
   GPTActivations& a = *acts_;
-  attention_forward(s.atty, s.att_lse, s.qkv, B_, T_, C, NH, a.workspace.data<float>(), a.nthreads);
+  k_->attention_forward(s.atty, s.att_lse, s.qkv, B_, T_, C, NH, a.workspace.data<float>(), a.nthreads);
 }
 
 void GPT::block_forward(int l, const float* residual, const GPTBlockActivations& s,
@@ -157,22 +158,22 @@ void GPT::block_forward(int l, const float* residual, const GPTBlockActivations&
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   const GPTLayerParams& p = params_.layers[l];
   if (is_mixed(precision_)) return block_forward_half(l, residual, s, residual3);
-  layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
+  k_->layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
                     p.ln1b.data<float>(), BT, C);
-  matmul_forward(s.qkv, s.ln1, p.qkvw.data<float>(), p.qkvb.data<float>(), BT, C, 3 * C);
+  k_->matmul_forward(s.qkv, s.ln1, p.qkvw.data<float>(), p.qkvb.data<float>(), BT, C, 3 * C, false);
   attention_core_forward(s);
   // residual2 = residual + atty @ Wproj^T + b (the add is fused into the GEMM)
-  copy(s.residual2, residual, BT * C);
-  matmul_forward(s.residual2, s.atty, p.attprojw.data<float>(), p.attprojb.data<float>(), BT, C,
+  k_->copy(s.residual2, residual, BT * C);
+  k_->matmul_forward(s.residual2, s.atty, p.attprojw.data<float>(), p.attprojb.data<float>(), BT, C,
                  C, /*accumulate=*/true);
-  layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, p.ln2w.data<float>(),
+  k_->layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, p.ln2w.data<float>(),
                     p.ln2b.data<float>(), BT, C);
-  matmul_forward(s.fch, s.ln2, p.fcw.data<float>(), p.fcb.data<float>(), BT, C, 4 * C);
-  gelu_forward(s.fch_gelu, s.fch, BT * 4 * C);
+  k_->matmul_forward(s.fch, s.ln2, p.fcw.data<float>(), p.fcb.data<float>(), BT, C, 4 * C, false);
+  k_->gelu_forward(s.fch_gelu, s.fch, BT * 4 * C);
   // Backward never reads a block's own output, so its recompute stops here.
   if (!residual3) return;
-  copy(residual3, s.residual2, BT * C);
-  matmul_forward(residual3, s.fch_gelu, p.fcprojw.data<float>(), p.fcprojb.data<float>(), BT,
+  k_->copy(residual3, s.residual2, BT * C);
+  k_->matmul_forward(residual3, s.fch_gelu, p.fcprojw.data<float>(), p.fcprojb.data<float>(), BT,
                  4 * C, C, /*accumulate=*/true);
 }
 
@@ -186,24 +187,24 @@ void GPT::block_forward_half(int l, const float* residual, const GPTBlockActivat
   const cpu::Half h = half_of(precision_);
   const GPTLayerParams& p = params_.layers[l];
   float* stage = acts_->dbt4c;
-  layernorm_forward(stage, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
+  k_->layernorm_forward(stage, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
                     p.ln1b.data<float>(), BT, C);
-  to_half(h, stage, s.ln1_h, BT * C);
-  matmul_forward_half(h, s.qkv, s.ln1_h, half_weight(p.qkvw), p.qkvb.data<float>(), BT, C, 3 * C);
+  k_->to_half(h, stage, s.ln1_h, BT * C);
+  k_->matmul_forward_half(h, s.qkv, s.ln1_h, half_weight(p.qkvw), p.qkvb.data<float>(), BT, C, 3 * C, false);
   attention_core_forward(s);
-  to_half(h, s.atty, acts_->atty_h, BT * C);
-  copy(s.residual2, residual, BT * C);
-  matmul_forward_half(h, s.residual2, acts_->atty_h, half_weight(p.attprojw),
+  k_->to_half(h, s.atty, acts_->atty_h, BT * C);
+  k_->copy(s.residual2, residual, BT * C);
+  k_->matmul_forward_half(h, s.residual2, acts_->atty_h, half_weight(p.attprojw),
                       p.attprojb.data<float>(), BT, C, C, /*accumulate=*/true);
-  layernorm_forward(stage, s.ln2_mean, s.ln2_rstd, s.residual2, p.ln2w.data<float>(),
+  k_->layernorm_forward(stage, s.ln2_mean, s.ln2_rstd, s.residual2, p.ln2w.data<float>(),
                     p.ln2b.data<float>(), BT, C);
-  to_half(h, stage, s.ln2_h, BT * C);
-  matmul_forward_half(h, s.fch, s.ln2_h, half_weight(p.fcw), p.fcb.data<float>(), BT, C, 4 * C);
-  gelu_forward(stage, s.fch, BT * 4 * C);
-  to_half(h, stage, s.fch_gelu_h, BT * 4 * C);
+  k_->to_half(h, stage, s.ln2_h, BT * C);
+  k_->matmul_forward_half(h, s.fch, s.ln2_h, half_weight(p.fcw), p.fcb.data<float>(), BT, C, 4 * C, false);
+  k_->gelu_forward(stage, s.fch, BT * 4 * C);
+  k_->to_half(h, stage, s.fch_gelu_h, BT * 4 * C);
   if (!residual3) return;
-  copy(residual3, s.residual2, BT * C);
-  matmul_forward_half(h, residual3, s.fch_gelu_h, half_weight(p.fcprojw), p.fcprojb.data<float>(),
+  k_->copy(residual3, s.residual2, BT * C);
+  k_->matmul_forward_half(h, residual3, s.fch_gelu_h, half_weight(p.fcprojw), p.fcprojb.data<float>(),
                       BT, 4 * C, C, /*accumulate=*/true);
 }
 
@@ -244,12 +245,12 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < BT; ++i) {
       float* o = enc + i * C;
-      from_half(h, wte_h + static_cast<int64_t>(inputs[i]) * C, o, C);
+      k_->from_half(h, wte_h + static_cast<int64_t>(inputs[i]) * C, o, C);
       const float* p = wpe + (i % T) * C;
       for (int64_t c = 0; c < C; ++c) o[c] += p[c];
     }
   } else {
-    encoder_forward(a.encoded, inputs, params_.wte.data<float>(), params_.wpe.data<float>(), B, T,
+    k_->encoder_forward(a.encoded, inputs, params_.wte.data<float>(), params_.wpe.data<float>(), B, T,
                     C);
   }
   use_params(ParamEvent::Done, 0, false);
@@ -265,21 +266,21 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
   use_params(ParamEvent::Need, L + 1, false);
   const bool mixed = is_mixed(precision_);
-  layernorm_forward(mixed ? a.dbt4c : a.lnf, a.lnf_mean, a.lnf_rstd, last,
+  k_->layernorm_forward(mixed ? a.dbt4c : a.lnf, a.lnf_mean, a.lnf_rstd, last,
                     params_.lnfw.data<float>(), params_.lnfb.data<float>(), BT, C);
-  if (mixed) to_half(half_of(precision_), a.dbt4c, a.lnf_h, BT * C);
+  if (mixed) k_->to_half(half_of(precision_), a.dbt4c, a.lnf_h, BT * C);
   use_params(ParamEvent::Need, 0, false);
   if (mixed) {  // wte's 16-bit copy is current since the embedding lookup
-    matmul_forward_half(half_of(precision_), a.logits, a.lnf_h, half_weight(params_.wte), nullptr,
-                        BT, C, Vp);
+    k_->matmul_forward_half(half_of(precision_), a.logits, a.lnf_h, half_weight(params_.wte), nullptr,
+                        BT, C, Vp, false);
   } else {
-    matmul_forward(a.logits, a.lnf, params_.wte.data<float>(), nullptr, BT, C, Vp);
+    k_->matmul_forward(a.logits, a.lnf, params_.wte.data<float>(), nullptr, BT, C, Vp, false);
   }
   use_params(ParamEvent::Done, 0, false);
   use_params(ParamEvent::Done, L + 1, false);
   if (!targets) return std::numeric_limits<float>::quiet_NaN();
 
-  const int64_t counted = softmax_cross_entropy_forward(a.losses, a.logits, targets, BT, V, Vp);
+  const int64_t counted = k_->softmax_cross_entropy_forward(a.losses, a.logits, targets, BT, V, Vp);
   MT_CHECK(counted > 0, "every target in the batch is ignored (< 0); nothing to learn from");
   double sum = 0.0;
   for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
@@ -305,7 +306,7 @@ void GPT::backward(float loss_scale) {
   // Classifier: logits -> dlogits in place, then through the tied embedding.
   use_params(ParamEvent::Need, 0, true);
   use_params(ParamEvent::Need, L + 1, true);
-  softmax_cross_entropy_backward(a.logits, targets, loss_scale / static_cast<float>(counted_), BT,
+  k_->softmax_cross_entropy_backward(a.logits, targets, loss_scale / static_cast<float>(counted_), BT,
                                  V, Vp);
   float* dlnf = a.dbtc;
   const bool mixed = is_mixed(precision_);
@@ -314,23 +315,23 @@ void GPT::backward(float loss_scale) {
   // after Done 0 (gpt.h): ZeRO-3 has freed the gathered wte before the whole
   // wte gradient is written. Same kernels and GEMMs as one matmul_backward.
   if (mixed)
-    matmul_backward_half(h, dlnf, nullptr, nullptr, a.logits, a.dout_h, a.lnf_h,
-                         half_weight(params_.wte), BT, C, Vp);
+    k_->matmul_backward_half(h, dlnf, nullptr, nullptr, a.logits, a.dout_h, a.lnf_h,
+                         half_weight(params_.wte), BT, C, Vp, false);
   else
-    matmul_backward(dlnf, nullptr, nullptr, a.logits, a.lnf, params_.wte.data<float>(), BT, C, Vp);
+    k_->matmul_backward(dlnf, nullptr, nullptr, a.logits, a.lnf, params_.wte.data<float>(), BT, C, Vp, false);
   use_params(ParamEvent::Done, 0, true);
   use_params(ParamEvent::GradBegin, 0, true);
   if (mixed)  // dlogits as rounded into dout_h above (rounded once)
-    matmul_backward_weight_half(h, grads_.wte.data<float>(), a.dout_h, a.lnf_h, BT, C, Vp);
+    k_->matmul_backward_weight_half(h, grads_.wte.data<float>(), a.dout_h, a.lnf_h, BT, C, Vp);
   else
-    matmul_backward(nullptr, grads_.wte.data<float>(), nullptr, a.logits, a.lnf, nullptr, BT, C,
-                    Vp);
+    k_->matmul_backward(nullptr, grads_.wte.data<float>(), nullptr, a.logits, a.lnf, nullptr, BT, C,
+                    Vp, false);
   use_params(ParamEvent::GradEnd, 0, true);
   // Residual-stream gradient starts at zero; layernorm backward accumulates.
   float* dres = a.dresidual;
   std::fill(dres, dres + BT * C, 0.f);
   const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
-  layernorm_backward(dres, grads_.lnfw.data<float>(), grads_.lnfb.data<float>(), dlnf, last,
+  k_->layernorm_backward(dres, grads_.lnfw.data<float>(), grads_.lnfb.data<float>(), dlnf, last,
                      params_.lnfw.data<float>(), a.lnf_mean, a.lnf_rstd, BT, C);
   use_params(ParamEvent::Done, L + 1, true);
   if (grad_ready_hook_) grad_ready_hook_(total - 2 * C, total);
@@ -373,22 +374,22 @@ void GPT::backward(float loss_scale) {
       continue;
     }
     // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-    matmul_backward(dbt4c, g.fcprojw.data<float>(), g.fcprojb.data<float>(), dres, fch_gelu,
-                    p.fcprojw.data<float>(), BT, 4 * C, C);
-    gelu_backward(dbt4c, fch, dbt4c, BT * 4 * C);
-    matmul_backward(dbtc, g.fcw.data<float>(), g.fcb.data<float>(), dbt4c, ln2,
-                    p.fcw.data<float>(), BT, C, 4 * C);
-    layernorm_backward(dres, g.ln2w.data<float>(), g.ln2b.data<float>(), dbtc, residual2,
+    k_->matmul_backward(dbt4c, g.fcprojw.data<float>(), g.fcprojb.data<float>(), dres, fch_gelu,
+                    p.fcprojw.data<float>(), BT, 4 * C, C, false);
+    k_->gelu_backward(dbt4c, fch, dbt4c, BT * 4 * C);
+    k_->matmul_backward(dbtc, g.fcw.data<float>(), g.fcb.data<float>(), dbt4c, ln2,
+                    p.fcw.data<float>(), BT, C, 4 * C, false);
+    k_->layernorm_backward(dres, g.ln2w.data<float>(), g.ln2b.data<float>(), dbtc, residual2,
                        p.ln2w.data<float>(), s.ln2_mean, s.ln2_rstd, BT, C);
     // Attention: residual2 = residual + attproj(attn(qkv(ln1(residual))))
-    matmul_backward(dbtc, g.attprojw.data<float>(), g.attprojb.data<float>(), dres, atty,
-                    p.attprojw.data<float>(), BT, C, C);
+    k_->matmul_backward(dbtc, g.attprojw.data<float>(), g.attprojb.data<float>(), dres, atty,
+                    p.attprojw.data<float>(), BT, C, C, false);
     float* dqkv = dbt4c;
-    attention_backward(dqkv, dbtc, qkv, atty, s.att_lse, B, T, C, NH,
+    k_->attention_backward(dqkv, dbtc, qkv, atty, s.att_lse, B, T, C, NH,
                        a.workspace.data<float>(), a.nthreads);
-    matmul_backward(dbtc, g.qkvw.data<float>(), g.qkvb.data<float>(), dqkv, ln1,
-                    p.qkvw.data<float>(), BT, C, 3 * C);
-    layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
+    k_->matmul_backward(dbtc, g.qkvw.data<float>(), g.qkvb.data<float>(), dqkv, ln1,
+                    p.qkvw.data<float>(), BT, C, 3 * C, false);
+    k_->layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
                        p.ln1w.data<float>(), s.ln1_mean, s.ln1_rstd, BT, C);
     use_params(ParamEvent::Done, 1 + l, true);
     if (grad_ready_hook_) {
@@ -396,7 +397,7 @@ void GPT::backward(float loss_scale) {
       grad_ready_hook_(b, e);
     }
   }
-  encoder_backward(grads_.wte.data<float>(), grads_.wpe.data<float>(), dres, inputs_copy_.data(),
+  k_->encoder_backward(grads_.wte.data<float>(), grads_.wpe.data<float>(), dres, inputs_copy_.data(),
                    B, T, C);
   if (grad_ready_hook_) {
     auto [b, e] = params_.layer_range(0);
@@ -421,22 +422,22 @@ void GPT::block_backward_half(int l, const float* residual, const GPTBlockActiva
   float* dres = a.dresidual;
   float* dbt4c = a.dbt4c;
   float* dbtc = a.dbtc;
-  matmul_backward_half(h, dbt4c, g.fcprojw.data<float>(), g.fcprojb.data<float>(), dres, a.dout_h,
-                       s.fch_gelu_h, half_weight(p.fcprojw), BT, 4 * C, C);
-  gelu_backward(dbt4c, s.fch, dbt4c, BT * 4 * C);
-  matmul_backward_half(h, dbtc, g.fcw.data<float>(), g.fcb.data<float>(), dbt4c, a.dout_h, s.ln2_h,
-                       half_weight(p.fcw), BT, C, 4 * C);
-  layernorm_backward(dres, g.ln2w.data<float>(), g.ln2b.data<float>(), dbtc, s.residual2,
+  k_->matmul_backward_half(h, dbt4c, g.fcprojw.data<float>(), g.fcprojb.data<float>(), dres, a.dout_h,
+                       s.fch_gelu_h, half_weight(p.fcprojw), BT, 4 * C, C, false);
+  k_->gelu_backward(dbt4c, s.fch, dbt4c, BT * 4 * C);
+  k_->matmul_backward_half(h, dbtc, g.fcw.data<float>(), g.fcb.data<float>(), dbt4c, a.dout_h, s.ln2_h,
+                       half_weight(p.fcw), BT, C, 4 * C, false);
+  k_->layernorm_backward(dres, g.ln2w.data<float>(), g.ln2b.data<float>(), dbtc, s.residual2,
                      p.ln2w.data<float>(), s.ln2_mean, s.ln2_rstd, BT, C);
-  to_half(h, s.atty, a.atty_h, BT * C);  // the attention output as its GEMM saw it
-  matmul_backward_half(h, dbtc, g.attprojw.data<float>(), g.attprojb.data<float>(), dres, a.dout_h,
-                       a.atty_h, half_weight(p.attprojw), BT, C, C);
+  k_->to_half(h, s.atty, a.atty_h, BT * C);  // the attention output as its GEMM saw it
+  k_->matmul_backward_half(h, dbtc, g.attprojw.data<float>(), g.attprojb.data<float>(), dres, a.dout_h,
+                       a.atty_h, half_weight(p.attprojw), BT, C, C, false);
   float* dqkv = dbt4c;
-  attention_backward(dqkv, dbtc, s.qkv, s.atty, s.att_lse, B_, T_, C, NH, a.workspace.data<float>(),
+  k_->attention_backward(dqkv, dbtc, s.qkv, s.atty, s.att_lse, B_, T_, C, NH, a.workspace.data<float>(),
                      a.nthreads);
-  matmul_backward_half(h, dbtc, g.qkvw.data<float>(), g.qkvb.data<float>(), dqkv, a.dout_h, s.ln1_h,
-                       half_weight(p.qkvw), BT, C, 3 * C);
-  layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
+  k_->matmul_backward_half(h, dbtc, g.qkvw.data<float>(), g.qkvb.data<float>(), dqkv, a.dout_h, s.ln1_h,
+                       half_weight(p.qkvw), BT, C, 3 * C, false);
+  k_->layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
                      p.ln1w.data<float>(), s.ln1_mean, s.ln1_rstd, BT, C);
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "meshtrain/core/tensor.h"
+#include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/nn/gpt_config.h"
 #include "meshtrain/nn/gpt_params.h"
 #include "meshtrain/nn/gpt_spec.h"
@@ -150,6 +151,7 @@ class GPT final : public Model {
   void refresh_half_weights(int unit);
   std::shared_ptr<const GPTSpec> spec_;
   GPTConfig cfg_;
+  const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Recompute recompute_;
   Precision precision_ = Precision::FP32;
   Tensor half_buf_;  // 16-bit compute copy of params() (mixed precision only)

@@ -26,6 +26,7 @@ Llama::Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers b)
   b = adopt_buffers(std::move(b), cfg_.num_params());
   params_ = std::move(b.params);
   grads_ = std::move(b.grads);
+  k_ = &kernels_for(params_.device());
   rope_ = rope_table(cfg_.seq_len, cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling);
 }
 
@@ -84,25 +85,25 @@ void Llama::refresh_half(int unit) {
   if (!is_mixed(precision_) || external_half_) return;
   for (const ParamInfo& p : spec_->layout().params)
     if (p.unit == unit && p.half_weight)
-      to_half(half_of(precision_), w(p.begin), const_cast<uint16_t*>(hw(p.begin)), p.numel());
+      k_->to_half(half_of(precision_), w(p.begin), const_cast<uint16_t*>(hw(p.begin)), p.numel());
 }
 
 void Llama::linear_forward(float* out, const float* inp, int64_t w_offset, int64_t N, int64_t C,
                            int64_t OC, bool accumulate) {
-  if (!is_mixed(precision_)) return matmul_forward(out, inp, w(w_offset), nullptr, N, C, OC, accumulate);
+  if (!is_mixed(precision_)) return k_->matmul_forward(out, inp, w(w_offset), nullptr, N, C, OC, accumulate);
   const Half h = half_of(precision_);
-  to_half(h, inp, acts_->in_h, N * C);
-  matmul_forward_half(h, out, acts_->in_h, hw(w_offset), nullptr, N, C, OC, accumulate);
+  k_->to_half(h, inp, acts_->in_h, N * C);
+  k_->matmul_forward_half(h, out, acts_->in_h, hw(w_offset), nullptr, N, C, OC, accumulate);
 }
 
 void Llama::linear_backward(float* dinp, int64_t w_offset, const float* dout, const float* inp,
                             int64_t N, int64_t C, int64_t OC) {
   if (!is_mixed(precision_))
-    return matmul_backward(dinp, g(w_offset), nullptr, dout, inp, w(w_offset), N, C, OC);
+    return k_->matmul_backward(dinp, g(w_offset), nullptr, dout, inp, w(w_offset), N, C, OC, false);
   const Half h = half_of(precision_);
-  to_half(h, inp, acts_->in_h, N * C);  // the same 16-bit values the forward GEMM saw
-  matmul_backward_half(h, dinp, g(w_offset), nullptr, dout, acts_->dout_h, acts_->in_h,
-                       hw(w_offset), N, C, OC);
+  k_->to_half(h, inp, acts_->in_h, N * C);  // the same 16-bit values the forward GEMM saw
+  k_->matmul_backward_half(h, dinp, g(w_offset), nullptr, dout, acts_->dout_h, acts_->in_h,
+                       hw(w_offset), N, C, OC, false);
 }
 
 void Llama::ensure_activations(int B, int T) {
@@ -167,7 +168,7 @@ void Llama::attention_core_forward(const LlamaBlockActivations& s) {
     expand_kv(s.qkv, a.qkv_full);
     qkv = a.qkv_full;
   }
-  attention_forward(s.atty, s.att_lse, qkv, B_, T_, C, cfg_.n_head, a.workspace.data<float>(),
+  k_->attention_forward(s.atty, s.att_lse, qkv, B_, T_, C, cfg_.n_head, a.workspace.data<float>(),
                     a.nthreads);
 }
 
@@ -175,18 +176,18 @@ void Llama::block_forward(int l, const float* input, const LlamaBlockActivations
   const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd, Q = cfg_.qkv_width();
   const int64_t H = cfg_.ffn_hidden;
   const LlamaSpec::LayerOffsets& o = spec_->layer(l);
-  rmsnorm_forward(s.ln1, s.ln1_rstd, input, w(o.ln1), N, C, cfg_.norm_eps);
+  k_->rmsnorm_forward(s.ln1, s.ln1_rstd, input, w(o.ln1), N, C, cfg_.norm_eps);
   linear_forward(s.qkv, s.ln1, o.qkv, N, C, Q);
-  rope_forward(s.qkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
-  rope_forward(s.qkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
+  k_->rope_forward(s.qkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
+  k_->rope_forward(s.qkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
   attention_core_forward(s);
-  copy(s.residual2, input, N * C);
+  k_->copy(s.residual2, input, N * C);
   linear_forward(s.residual2, s.atty, o.o, N, C, C, /*accumulate=*/true);
-  rmsnorm_forward(s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), N, C, cfg_.norm_eps);
+  k_->rmsnorm_forward(s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), N, C, cfg_.norm_eps);
   linear_forward(s.gate_up, s.ln2, o.gate_up, N, C, 2 * H);
-  swiglu_forward(s.act, s.gate_up, N, H);
+  k_->swiglu_forward(s.act, s.gate_up, N, H);
   if (!output) return;  // backward never reads a block's own output
-  copy(output, s.residual2, N * C);
+  k_->copy(output, s.residual2, N * C);
   linear_forward(output, s.act, o.down, N, H, C, /*accumulate=*/true);
 }
 
@@ -222,7 +223,7 @@ float Llama::forward(const MicroBatch& b) {
     const Half h = half_of(precision_);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i)
-      from_half(h, emb + static_cast<int64_t>(b.inputs[i]) * C, a.encoded + i * C, C);
+      k_->from_half(h, emb + static_cast<int64_t>(b.inputs[i]) * C, a.encoded + i * C, C);
   } else {
     const float* emb = w(spec_->embed_offset());
 #pragma omp parallel for schedule(static)
@@ -241,11 +242,11 @@ float Llama::forward(const MicroBatch& b) {
   use(ParamEvent::Need, L + 1, false);
   refresh_half(L + 1);
   const float* last = a.residual + (L - 1) * N * C;
-  rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), N, C, cfg_.norm_eps);
+  k_->rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), N, C, cfg_.norm_eps);
   linear_forward(a.logits, a.lnf, spec_->head_offset(), N, C, Vp);
   use(ParamEvent::Done, L + 1, false);
   if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
-  counted_ = softmax_cross_entropy_forward(a.losses, a.logits, b.targets, N, V, Vp);
+  counted_ = k_->softmax_cross_entropy_forward(a.losses, a.logits, b.targets, N, V, Vp);
   MT_CHECK(counted_ > 0, "every target in the batch is ignored (< 0); nothing to learn from");
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += a.losses[i];
@@ -260,24 +261,24 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   float* dres = a.dresidual;
   // MLP: out = residual2 + act Wdown^T, act = swiglu(ln2 Wgu^T), ln2 = RMSNorm(residual2).
   linear_backward(a.dact, o.down, dres, s.act, N, H, C);
-  swiglu_backward(a.dgate_up, a.dact, s.gate_up, N, H);
+  k_->swiglu_backward(a.dgate_up, a.dact, s.gate_up, N, H);
   linear_backward(a.dbtc, o.gate_up, a.dgate_up, s.ln2, N, C, 2 * H);
-  rmsnorm_backward(dres, g(o.ln2), a.dbtc, s.residual2, w(o.ln2), s.ln2_rstd, N, C);
+  k_->rmsnorm_backward(dres, g(o.ln2), a.dbtc, s.residual2, w(o.ln2), s.ln2_rstd, N, C);
   // Attention: residual2 = input + atty Wo^T.
   linear_backward(a.datty, o.o, dres, s.atty, N, C, C);
   if (cfg_.n_kv_head != cfg_.n_head) {
     expand_kv(s.qkv, a.qkv_full);  // the scratch may hold another block's
-    attention_backward(a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, C,
+    k_->attention_backward(a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, C,
                        cfg_.n_head, a.workspace.data<float>(), a.nthreads);
     fold_kv(a.dqkv_full, a.dqkv);
   } else {
-    attention_backward(a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, C, cfg_.n_head,
+    k_->attention_backward(a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, C, cfg_.n_head,
                        a.workspace.data<float>(), a.nthreads);
   }
-  rope_backward(a.dqkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
-  rope_backward(a.dqkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
+  k_->rope_backward(a.dqkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
+  k_->rope_backward(a.dqkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
   linear_backward(a.dbtc, o.qkv, a.dqkv, s.ln1, N, C, Q);
-  rmsnorm_backward(dres, g(o.ln1), a.dbtc, input, w(o.ln1), s.ln1_rstd, N, C);
+  k_->rmsnorm_backward(dres, g(o.ln1), a.dbtc, input, w(o.ln1), s.ln1_rstd, N, C);
 }
 
 void Llama::backward(float loss_scale) {
@@ -291,12 +292,12 @@ void Llama::backward(float loss_scale) {
   const int L = cfg_.n_layer;
   // Head: logits -> dlogits in place, through lm_head and the final norm.
   use(ParamEvent::Need, L + 1, true);
-  softmax_cross_entropy_backward(a.logits, targets_.data(), loss_scale / static_cast<float>(counted_),
+  k_->softmax_cross_entropy_backward(a.logits, targets_.data(), loss_scale / static_cast<float>(counted_),
                                  N, V, Vp);
   linear_backward(a.dbtc, spec_->head_offset(), a.logits, a.lnf, N, C, Vp);
   std::memset(a.dresidual, 0, sizeof(float) * N * C);
   const float* last = a.residual + (L - 1) * N * C;
-  rmsnorm_backward(a.dresidual, g(spec_->norm_offset()), a.dbtc, last, w(spec_->norm_offset()),
+  k_->rmsnorm_backward(a.dresidual, g(spec_->norm_offset()), a.dbtc, last, w(spec_->norm_offset()),
                    a.lnf_rstd, N, C);
   use(ParamEvent::Done, L + 1, true);
   ready(L + 1);

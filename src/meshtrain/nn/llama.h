@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "meshtrain/kernels/cpu/rope.h"
+#include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/model.h"
 
@@ -81,6 +82,7 @@ class Llama final : public Model {
 
   std::shared_ptr<const LlamaSpec> spec_;
   LlamaConfig cfg_;
+  const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Tensor params_, grads_;
   Recompute recompute_;
   Precision precision_ = Precision::FP32;

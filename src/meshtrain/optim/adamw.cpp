@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "meshtrain/kernels/cpu/adamw.h"
+#include "meshtrain/kernels/kernel_table.h"
 
 namespace meshtrain {
 
@@ -36,7 +36,9 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   for (const auto& s : segments_) {
     h.weight_decay = s.decay ? cfg_.weight_decay : 0.0f;
     const int64_t o = s.begin - begin_;
-    cpu::adamw_step(params + s.begin, grads + s.begin, m + o, v + o, s.end - s.begin, h);
+    // The step runs where the optimizer state lives (kernels/kernel_table.h).
+    kernels_for(m_.device()).adamw_step(params + s.begin, grads + s.begin, m + o, v + o,
+                                        s.end - s.begin, h);
   }
 }
 

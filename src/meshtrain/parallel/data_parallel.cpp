@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "meshtrain/core/error.h"
-#include "meshtrain/kernels/cpu/convert.h"
+#include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/nn/model.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
@@ -150,7 +150,7 @@ void DataParallel::launch_through(int64_t frontier) {
     launched_at_.push_back(steady_now_s());
     if (wire_) {
       uint16_t* w = wire_.as<uint16_t>() + b.begin;
-      cpu::to_half(cpu::Half::BF16, g, w, b.count());
+      kernels_for(model_->grad_buffer().device()).to_half(cpu::Half::BF16, g, w, b.count());
       works_.push_back(comm_.allreduce(w, static_cast<size_t>(b.count()), DType::BF16, comm::ReduceOp::Avg));
     } else {
       works_.push_back(comm_.allreduce(g, static_cast<size_t>(b.count()), DType::F32, comm::ReduceOp::Avg));
@@ -178,7 +178,8 @@ void DataParallel::finish_gradients() {
   works_.clear();
   comm::wait_all(works);
   if (wire_)  // the reduced bf16 gradients back into the f32 buffer
-    cpu::from_half(cpu::Half::BF16, wire_.as<uint16_t>(), model_->grad_buffer().data<float>(), num_params_);
+    kernels_for(model_->grad_buffer().device())
+        .from_half(cpu::Half::BF16, wire_.as<uint16_t>(), model_->grad_buffer().data<float>(), num_params_);
   const double t1 = steady_now_s();
   // The engine runs buckets in issue order, so bucket i ran from
   // max(its launch, bucket i-1's completion) to its own completion.

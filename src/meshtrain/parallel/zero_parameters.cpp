@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "meshtrain/core/error.h"
-#include "meshtrain/kernels/cpu/convert.h"
+#include "meshtrain/kernels/kernel_table.h"
 
 namespace meshtrain::parallel {
 
@@ -100,8 +100,9 @@ void ZeroParameters::release_foreign_masters() {
 void ZeroParameters::round_own_range() {
   if (!mixed()) return;
   const ElemSpan own = layout_.own();
-  cpu::to_half(half_.dtype == DType::F16 ? cpu::Half::F16 : cpu::Half::BF16, params_ + own.begin,
-          half_.data + own.begin, own.count());
+  // The reserved buffers are host memory (reserved_buffer.h).
+  kernels_for(Device::cpu()).to_half(half_.dtype == DType::F16 ? cpu::Half::F16 : cpu::Half::BF16,
+                                     params_ + own.begin, half_.data + own.begin, own.count());
 }
 
 ZeroParameters::~ZeroParameters() {

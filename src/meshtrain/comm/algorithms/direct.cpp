@@ -342,7 +342,9 @@ void reduce_to_root(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
 }  // namespace
 
 void run_direct(AlgoEnv& env, const CollArgs& a) {
-  ShmTransport* t = env.transport.as_shm();
+  // This algorithm is the shm transport's own (it reduces in the peers'
+  // mapped scratch), so it asks for that transport by type.
+  auto* t = dynamic_cast<ShmTransport*>(&env.transport);
   MT_CHECK(t, "algorithm 'direct' needs the shm transport, not {}", env.transport.kind());
   const OpContext& ctx = env.ctx;
   switch (a.op) {

@@ -197,7 +197,7 @@ void MpiTransport::allgather_small(const void* mine, size_t bytes, void* all, co
   mpi::wait(req, ctx);
 }
 
-std::unique_ptr<MpiTransport> MpiTransport::split(int color, int key) {
+std::unique_ptr<Transport> MpiTransport::split(int color, int key) {
   MPI_Comm child;
   {
     auto lock = mpi::guard();

@@ -43,7 +43,7 @@ class MpiTransport final : public Transport {
   void barrier(const OpContext& ctx) override;
   void allgather_small(const void* mine, size_t bytes, void* all, const OpContext& ctx) override;
   // Collective over this communicator; nullptr for color < 0.
-  std::unique_ptr<MpiTransport> split(int color, int key);
+  std::unique_ptr<Transport> split(int color, int key) override;
   MPI_Comm comm() const { return comm_; }
 
  private:

@@ -30,7 +30,7 @@ struct ShmTransport::Registry {
   std::map<int64_t, Entry> buffers;
 };
 
-SharedMapping::~SharedMapping() {
+ShmMapping::~ShmMapping() {
   if (on_free) on_free(id);
   std::free(private_memory);
 }
@@ -378,7 +378,7 @@ char* ShmTransport::resolve(int r, const DataRef& ref, int scratch_index) const 
 }
 
 std::shared_ptr<SharedMapping> ShmTransport::alloc_shared(size_t bytes, const OpContext& ctx) {
-  auto m = std::make_shared<SharedMapping>();
+  auto m = std::make_shared<ShmMapping>();
   m->id = next_buffer_id_++;
   m->bytes = bytes;
   size_t mapped = std::max<size_t>(round_up(bytes, kPage), kPage);

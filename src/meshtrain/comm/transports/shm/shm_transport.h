@@ -10,15 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/comm/shared_buffer.h"
 #include "meshtrain/comm/transport.h"
 #include "meshtrain/comm/transports/shm/exchange_tuner.h"
 #include "meshtrain/comm/transports/shm/shm_layout.h"
 #include "meshtrain/comm/transports/shm/shm_segment.h"
 
 namespace meshtrain::comm {
-
-// Peers' mappings of one collectively allocated shared buffer.
-struct SharedMapping;
 
 class ShmTransport final : public Transport {
  public:
@@ -36,7 +34,6 @@ class ShmTransport final : public Transport {
   void allgather_small(const void* mine, size_t bytes, void* all, const OpContext& ctx) override;
   void abort(const std::string& reason) override;
   std::string peer_progress() const override;
-  ShmTransport* as_shm() override { return this; }
 
   // ---- used by the direct algorithm ----
   // Arrive at the next barrier step and wait for every peer to reach it.
@@ -56,11 +53,11 @@ class ShmTransport final : public Transport {
   std::optional<shm::DataRef> find_shared(const void* p, size_t bytes) const;
   char* resolve(int rank, const shm::DataRef& ref, int scratch_index) const;
   // Records which op is running (read by peers' timeout reports).
-  void note_op(CollOp op, uint64_t seq);
-  void note_done();
+  void note_op(CollOp op, uint64_t seq) override;
+  void note_done() override;
 
   // Collective: every rank maps every peer's `bytes` of shared memory.
-  std::shared_ptr<SharedMapping> alloc_shared(size_t bytes, const OpContext& ctx);
+  std::shared_ptr<SharedMapping> alloc_shared(size_t bytes, const OpContext& ctx) override;
 
   // The buffer index the next direct chunk may write, syncing first if a
   // peer could still be reading it (see direct.cpp).
@@ -101,15 +98,15 @@ class ShmTransport final : public Transport {
   ExchangeTuner exchange_[static_cast<size_t>(ExchangeUse::Count)];
 };
 
-struct SharedMapping {
+// A buffer every rank of the group has mapped (SharedMapping::local is this
+// rank's segment).
+struct ShmMapping final : SharedMapping {
   int64_t id = 0;
-  size_t bytes = 0;
   std::vector<ShmSegment> segments;  // segments[r] = rank r's buffer
   std::vector<char*> bases;
-  void* local = nullptr;
   char* private_memory = nullptr;  // size 1
   std::function<void(int64_t)> on_free;
-  ~SharedMapping();
+  ~ShmMapping() override;
 };
 
 }  // namespace meshtrain::comm

@@ -1,0 +1,41 @@
+#include "meshtrain/comm/shared_buffer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "meshtrain/comm/transport.h"
+#include "meshtrain/core/error.h"
+
+namespace meshtrain::comm {
+
+SharedMapping::~SharedMapping() = default;
+
+namespace {
+struct PrivateMapping final : SharedMapping {
+  ~PrivateMapping() override { std::free(local); }
+};
+}  // namespace
+
+std::shared_ptr<SharedMapping> private_mapping(size_t bytes) {
+  const size_t page = static_cast<size_t>(std::max(4096L, sysconf(_SC_PAGESIZE)));
+  const size_t mapped = std::max(page, (bytes + page - 1) / page * page);
+  auto m = std::make_shared<PrivateMapping>();
+  m->bytes = bytes;
+  m->local = std::aligned_alloc(page, mapped);
+  MT_CHECK(m->local, "out of memory allocating {} bytes", bytes);
+  std::memset(m->local, 0, mapped);
+  return m;
+}
+
+// Transports whose peers cannot map this memory hand out private memory.
+std::shared_ptr<SharedMapping> Transport::alloc_shared(size_t bytes, const OpContext&) {
+  return private_mapping(bytes);
+}
+
+void* SharedBuffer::data() const { return m_ ? m_->local : nullptr; }
+size_t SharedBuffer::bytes() const { return m_ ? m_->bytes : 0; }
+
+}  // namespace meshtrain::comm
