@@ -3,12 +3,16 @@
 // model, algorithm selection and the shm exchange-mode tuner.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "meshtrain/comm/algorithms/algorithm.h"
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/comm/transport_registry.h"
 #include "meshtrain/comm/cost_model.h"
 #include "meshtrain/comm/reduce.h"
 #include "meshtrain/comm/transports/shm/exchange_tuner.h"
@@ -184,4 +188,24 @@ TEST(comm, exchange_tuner_obeys_the_environment) {
     EXPECT_NE(std::string(e.what()).find("auto, cache or stream"), std::string::npos) << e.what();
   }
   unsetenv("MESHTRAIN_SHM_EXCHANGE");
+}
+
+// Transports come from the registry by name (comm/transport_registry.h); an
+// unknown one is a usage error naming the known backends.
+TEST(comm, transport_registry_makes_known_backends_and_names_them_otherwise) {
+  std::vector<std::string> names;
+  for (const auto& b : meshtrain::comm::transport_backends()) names.push_back(b.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "shm"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "mpi"), names.end());
+  auto t = meshtrain::comm::make_transport(
+      "shm", {0, 1, "registry-test-" + std::to_string(getpid()), "w0", 5.0});
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->kind(), "shm");
+  EXPECT_EQ(t->size(), 1);
+  try {
+    meshtrain::comm::make_transport("nccl", {});
+    ADD_FAILURE() << "an unknown transport was made";
+  } catch (const meshtrain::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("known: shm, mpi"), std::string::npos) << e.what();
+  }
 }

@@ -16,7 +16,8 @@
 #include "meshtrain/comm/algorithms/algorithm.h"
 #include "meshtrain/comm/flight_recorder.h"
 #include "meshtrain/comm/reduce.h"
-#include "meshtrain/comm/transports/shm/shm_transport.h"
+#include "meshtrain/comm/transport_registry.h"
+#include "meshtrain/comm/transports/shm/shm_segment.h"  // random_job_id
 #if MESHTRAIN_HAVE_MPI
 #include "meshtrain/comm/transports/mpi/mpi_transport.h"
 #endif
@@ -334,7 +335,7 @@ Communicator Communicator::create_local(int rank, int size, const std::string& j
   auto impl = new_impl(opts);
   impl->job_id = sanitize_job_id(job_id);
   impl->name = fmt::format("w{}", g_world_counter++);
-  impl->transport = std::make_unique<ShmTransport>(rank, size, impl->job_id, impl->name, opts.timeout_s);
+  impl->transport = make_transport("shm", {rank, size, impl->job_id, impl->name, opts.timeout_s});
   impl->node_id = opts.node_size > 0 ? rank / opts.node_size : 0;
   impl->host_id = 0;
   gather_placement(*impl);
@@ -356,10 +357,8 @@ Communicator Communicator::from_env(const CommOptions& opts) {
     bool use_shm = opts.transport == "shm" || (opts.transport == "auto" && one_host);
     MT_CHECK(!(opts.transport == "shm" && !one_host),
              "transport 'shm' needs all ranks on one machine; these {} ranks span several", size);
-    if (use_shm)
-      impl->transport = std::make_unique<ShmTransport>(rank, size, impl->job_id, impl->name, opts.timeout_s);
-    else
-      impl->transport = std::make_unique<MpiTransport>(mpi::dup_world());
+    impl->transport = make_transport(use_shm ? "shm" : "mpi",
+                                     {rank, size, impl->job_id, impl->name, opts.timeout_s});
     gather_placement(*impl);
     return Communicator(impl);
   }
@@ -371,7 +370,7 @@ Communicator Communicator::from_env(const CommOptions& opts) {
   auto impl = new_impl(opts);
   impl->job_id = sanitize_job_id(w.job_id.empty() && w.size == 1 ? "solo" + std::to_string(getpid()) : w.job_id);
   impl->name = fmt::format("w{}", g_world_counter++);
-  impl->transport = std::make_unique<ShmTransport>(w.rank, w.size, impl->job_id, impl->name, opts.timeout_s);
+  impl->transport = make_transport("shm", {w.rank, w.size, impl->job_id, impl->name, opts.timeout_s});
   impl->node_id = opts.node_size > 0 ? w.rank / opts.node_size : w.rank / std::max(1, w.local_size);
   impl->host_id = w.rank / std::max(1, w.local_size);
   gather_placement(*impl);
@@ -411,8 +410,8 @@ Communicator CommImpl::split_now(int color, int key, const OpContext& ctx) {
   child->pinned = pinned;
   if (native_child && !one_host) child->transport = std::move(native_child);
   if (!child->transport)
-    child->transport = std::make_unique<ShmTransport>(new_rank, static_cast<int>(members.size()),
-                                                      job_id, child->name, opts.timeout_s);
+    child->transport = make_transport("shm", {new_rank, static_cast<int>(members.size()), job_id,
+                                              child->name, opts.timeout_s});
   gather_placement(*child);
   return Communicator(child);
 }
