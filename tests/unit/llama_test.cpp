@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "fixture_compare.h"
 #include "meshtrain/core/memory.h"
@@ -272,4 +274,43 @@ TEST(llama_precision, bf16_and_fp16_track_fp32_and_memory_is_predicted) {
       EXPECT_GT(dot / std::sqrt(na * nb + 1e-30), 0.99) << info.name;
     }
   }
+}
+
+// A malformed config.json is an Error naming the file, never a crash or a
+// foreign exception; garbage is not mistaken for a Llama directory.
+TEST(llama_hf, malformed_config_json_is_a_clear_error) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "llama_bad_config";
+  fs::create_directories(dir);
+  auto write = [&](const std::string& text) { std::ofstream(dir / "config.json") << text; };
+  write("[1, 2, 3]");
+  EXPECT_FALSE(is_hf_llama(dir.string()));
+  write(R"({"model_type": null})");
+  EXPECT_FALSE(is_hf_llama(dir.string()));
+  for (const char* text :
+       {R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 0,
+            "hidden_size": 16, "intermediate_size": 8, "max_position_embeddings": 8,
+            "vocab_size": 10, "head_dim": 4})",
+        R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+            "hidden_size": 16, "intermediate_size": 8, "max_position_embeddings": 8,
+            "vocab_size": 10, "rope_theta": "big"})",
+        R"({"model_type": "llama", "num_hidden_layers": "two"})"}) {
+    write(text);
+    EXPECT_TRUE(is_hf_llama(dir.string()));
+    try {
+      read_hf_llama_config(dir.string());
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A setting only the checkpoint records (rope scaling) makes it another model.
+TEST(llama, description_difference_sees_fields_only_the_checkpoint_has) {
+  LlamaConfig scaled = llama_preset("llama-tiny");
+  scaled.rope_scaling = {8.0, 1.0, 4.0, 16};
+  const std::string d = model_description_difference(LlamaSpec::make(scaled)->to_json(),
+                                                     model_preset("llama-tiny")->to_json());
+  EXPECT_NE(d.find("rope_scaling"), std::string::npos) << d;
 }

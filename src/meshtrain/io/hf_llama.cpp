@@ -47,7 +47,11 @@ std::map<std::string, std::string> weight_files(const std::string& path) {
     MT_CHECK(idx.contains("weight_map") && idx["weight_map"].is_object(),
              "{}: no weight_map", (p / "model.safetensors.index.json").string());
     std::set<std::string> names;
-    for (const auto& [name, file] : idx["weight_map"].items()) names.insert(file.get<std::string>());
+    for (const auto& [name, file] : idx["weight_map"].items()) {
+      MT_CHECK(file.is_string(), "{}: weight_map[{}] is not a file name",
+               (p / "model.safetensors.index.json").string(), name);
+      names.insert(file.get<std::string>());
+    }
     for (const auto& f : names) files.push_back(p / f);
   } else {
     files.push_back(p / "model.safetensors");
@@ -66,19 +70,38 @@ bool is_hf_llama(const std::string& path) {
   if (!fs::exists(cfg)) return false;
   try {
     const json j = read_json(cfg);
-    if (j.value("model_type", "") == "llama") return true;
-    for (const auto& a : j.value("architectures", json::array()))
-      if (a.is_string() && a.get<std::string>().find("Llama") != std::string::npos) return true;
+    if (!j.is_object()) return false;
+    const json type = j.value("model_type", json());
+    if (type.is_string() && type.get<std::string>() == "llama") return true;
+    const json archs = j.value("architectures", json());
+    if (archs.is_array())
+      for (const auto& a : archs)
+        if (a.is_string() && a.get<std::string>().find("Llama") != std::string::npos) return true;
   } catch (const Error&) {
+  } catch (const json::exception&) {
   }
   return false;
 }
+
+namespace {
+LlamaConfig parse_hf_llama_config(const json& j, const fs::path& p);
+}  // namespace
 
 LlamaConfig read_hf_llama_config(const std::string& path) {
   const fs::path p = model_dir(path) / "config.json";
   MT_CHECK(fs::exists(p), "{}: a Hugging Face Llama checkpoint needs its config.json beside the "
            "weights", p.string());
   const json j = read_json(p);
+  MT_CHECK(j.is_object(), "{}: not a JSON object", p.string());
+  try {
+    return parse_hf_llama_config(j, p);
+  } catch (const json::exception& e) {  // a field of the wrong type
+    fail("{}: {}", p.string(), e.what());
+  }
+}
+
+namespace {
+LlamaConfig parse_hf_llama_config(const json& j, const fs::path& p) {
   auto get_int = [&](const char* key) {
     MT_CHECK(j.contains(key) && j[key].is_number_integer(), "{}: needs an integer \"{}\"",
              p.string(), key);
@@ -94,7 +117,9 @@ LlamaConfig read_hf_llama_config(const std::string& path) {
   LlamaConfig c;
   c.n_layer = get_int("num_hidden_layers");
   c.n_head = get_int("num_attention_heads");
-  c.n_kv_head = j.contains("num_key_value_heads") ? get_int("num_key_value_heads") : c.n_head;
+  c.n_kv_head = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                    ? get_int("num_key_value_heads")
+                    : c.n_head;
   c.n_embd = get_int("hidden_size");
   c.ffn_hidden = get_int("intermediate_size");
   c.seq_len = get_int("max_position_embeddings");
@@ -107,10 +132,7 @@ LlamaConfig read_hf_llama_config(const std::string& path) {
   c.rope_theta = j.contains("rope_theta") ? j["rope_theta"].get<double>()
                                           : rope.value("rope_theta", 10000.0);
   c.norm_eps = j.value("rms_norm_eps", 1e-6f);
-  if (j.contains("head_dim") && j["head_dim"].is_number_integer())
-    MT_CHECK(j["head_dim"].get<int>() == c.n_embd / c.n_head, "{}: head_dim {} is not "
-             "hidden_size / num_attention_heads = {}", p.string(), j["head_dim"].get<int>(),
-             c.n_embd / c.n_head);
+
   const std::string rope_type = rope.value("rope_type", rope.value("type", std::string("default")));
   if (rope_type != "default") {
     const json& s = rope;
@@ -120,9 +142,17 @@ LlamaConfig read_hf_llama_config(const std::string& path) {
                       s.value("high_freq_factor", 4.0),
                       s.value("original_max_position_embeddings", 8192)};
   }
-  c.validate();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", p.string(), e.what());
+  }
+  if (j.contains("head_dim") && j["head_dim"].is_number_integer())
+    MT_CHECK(j["head_dim"].get<int>() == c.head_dim(), "{}: head_dim {} is not hidden_size / "
+             "num_attention_heads = {}", p.string(), j["head_dim"].get<int>(), c.head_dim());
   return c;
 }
+}  // namespace
 
 void load_hf_llama_weights(const std::string& path, const Tensor& params, const LlamaConfig& cfg) {
   const auto spec = LlamaSpec::make(cfg);

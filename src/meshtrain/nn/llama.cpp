@@ -318,8 +318,9 @@ void Llama::backward(float loss_scale) {
     use(ParamEvent::Done, 1 + l, true);
     ready(1 + l);
   }
-  // Embedding lookup: rows of the batch's tokens, in position order (deterministic).
-  use(ParamEvent::Need, 0, true);
+  // Embedding lookup: rows of the batch's tokens, in position order
+  // (deterministic). It reads no parameters, so there is no Need/Done (ZeRO-3
+  // does not gather the embedding for it); the grad-ready hook reports it.
   float* demb = g(spec_->embed_offset());
   for (int64_t i = 0; i < N; ++i) {
     float* row = demb + static_cast<int64_t>(inputs_[i]) * C;
@@ -327,7 +328,6 @@ void Llama::backward(float loss_scale) {
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) row[c] += d[c];
   }
-  use(ParamEvent::Done, 0, true);
   ready(0);
 }
 

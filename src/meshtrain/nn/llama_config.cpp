@@ -39,6 +39,13 @@ void LlamaConfig::validate() const {
        fmt::format("vocab_size {} / padded_vocab {} inconsistent", vocab_size, padded_vocab));
   need(rope_theta > 0, fmt::format("rope_theta must be positive (got {})", rope_theta));
   need(norm_eps > 0, fmt::format("norm_eps must be positive (got {})", norm_eps));
+  if (rope_scaling.factor != 0)
+    need(rope_scaling.factor > 0 && rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
+             rope_scaling.low_freq_factor > 0 && rope_scaling.original_max_positions > 0,
+         fmt::format("rope scaling needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
+                     "original_max_positions > 0 (got {}, {}, {}, {})", rope_scaling.factor,
+                     rope_scaling.high_freq_factor, rope_scaling.low_freq_factor,
+                     rope_scaling.original_max_positions));
 }
 
 std::string LlamaConfig::describe() const {

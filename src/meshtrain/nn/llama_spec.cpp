@@ -45,7 +45,9 @@ LlamaSpec::LlamaSpec(const LlamaConfig& cfg) : cfg_(cfg) {
   layout_.numel = at;
   auto use = [&](bool need, int u, bool bwd) { layout_.order.push_back({need, u, bwd}); };
   for (int u = 0; u <= L + 1; ++u) use(true, u, false), use(false, u, false);
-  for (int u = L + 1; u >= 0; --u) use(true, u, true), use(false, u, true);
+  // Backward: the head, then the layers; the embedding's backward reads no
+  // parameters (llama.cpp), so it has no Need/Done.
+  for (int u = L + 1; u >= 1; --u) use(true, u, true), use(false, u, true);
   layout_.validate();
   MT_CHECK(layout_.numel == cfg_.num_params(), "llama layout has {} elements, the config {}",
            layout_.numel, cfg_.num_params());
@@ -95,10 +97,15 @@ LlamaConfig LlamaSpec::config_from_json(const nlohmann::json& j, const std::stri
   if (j.contains("rope_scaling")) {
     const auto& s = j["rope_scaling"];
     MT_CHECK(s.is_object(), "{}: rope_scaling must be an object", where);
-    c.rope_scaling.factor = s.value("factor", 0.0);
-    c.rope_scaling.low_freq_factor = s.value("low_freq_factor", 1.0);
-    c.rope_scaling.high_freq_factor = s.value("high_freq_factor", 4.0);
-    c.rope_scaling.original_max_positions = s.value("original_max_positions", 8192);
+    auto num = [&](const char* key, double dflt) {
+      if (!s.contains(key)) return dflt;
+      MT_CHECK(s[key].is_number(), "{}: rope_scaling.{} must be a number", where, key);
+      return s[key].get<double>();
+    };
+    c.rope_scaling.factor = num("factor", 0.0);
+    c.rope_scaling.low_freq_factor = num("low_freq_factor", 1.0);
+    c.rope_scaling.high_freq_factor = num("high_freq_factor", 4.0);
+    c.rope_scaling.original_max_positions = static_cast<int>(num("original_max_positions", 8192));
   }
   c.validate();
   return c;

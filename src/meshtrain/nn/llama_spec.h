@@ -10,7 +10,9 @@
 //     mlp.{gate_proj (H, C), up_proj (H, C)}.weight (adjacent: one GEMM),
 //     mlp.down_proj.weight (C, H)
 //   model.norm.weight (C), lm_head.weight (Vp, C)             unit L + 1
-// Parameter hooks: forward Need/Done 0, 1..L, L+1; backward L+1, L..1, 0.
+// Parameter hooks: forward Need/Done 0, 1..L, L+1; backward L+1, L..1 (the
+// embedding's backward reads no parameters and is reported by the grad-ready
+// hook only).
 #pragma once
 #include <memory>
 

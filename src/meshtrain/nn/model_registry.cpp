@@ -53,19 +53,29 @@ std::shared_ptr<const ModelSpec> model_spec_from_json(const nlohmann::json& j,
 std::shared_ptr<const ModelSpec> model_preset(const std::string& name) {
   for (const std::string& n : llama_preset_names())
     if (n == name) return LlamaSpec::make(llama_preset(name));
-  return GPTSpec::make(gpt_preset(name));
+  for (const std::string& n : gpt_preset_names())
+    if (n == name) return GPTSpec::make(gpt_preset(name));
+  fail("unknown model preset '{}' (gpt: {}; llama: {})", name, fmt::join(gpt_preset_names(), ", "),
+       fmt::join(llama_preset_names(), ", "));
 }
 
 std::string model_description_difference(const nlohmann::json& saved, const nlohmann::json& want) {
   if (family_of(saved) != family_of(want))
     return fmt::format("family {} (checkpoint) vs {} (model)", family_of(saved), family_of(want));
+  // Every field either side has: a setting only the checkpoint records (e.g.
+  // rope scaling) is a difference too.
   std::string d;
-  for (const auto& [key, value] : want.items()) {
+  auto field = [](const nlohmann::json& j, const std::string& key) {
+    return j.contains(key) ? j[key].dump() : std::string("(absent)");
+  };
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : want.items()) keys.push_back(key);
+  for (const auto& [key, value] : saved.items())
+    if (!want.contains(key)) keys.push_back(key);
+  for (const std::string& key : keys) {
     if (key == "family") continue;
-    const std::string mine = saved.contains(key) ? saved[key].dump() : "(absent)";
-    if (mine != value.dump())
-      d += fmt::format("{}{} {} (checkpoint) vs {} (model)", d.empty() ? "" : ", ", key, mine,
-                       value.dump());
+    const std::string a = field(saved, key), b = field(want, key);
+    if (a != b) d += fmt::format("{}{} {} (checkpoint) vs {} (model)", d.empty() ? "" : ", ", key, a, b);
   }
   return d;
 }

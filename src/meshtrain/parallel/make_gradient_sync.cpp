@@ -11,6 +11,16 @@ SyncedModel::~SyncedModel() {
   sync.reset();
 }
 
+SyncedModel& SyncedModel::operator=(SyncedModel&& o) noexcept {
+  if (this == &o) return *this;
+  if (sync && model) sync->detach();
+  model.reset();
+  sync.reset();
+  sync = std::move(o.sync);
+  model = std::move(o.model);
+  return *this;
+}
+
 SyncedModel make_synced_model(const comm::Communicator& dp_comm,
                               std::shared_ptr<const ModelSpec> spec,
                               const GradientSyncOptions& opt) {

@@ -27,7 +27,8 @@ struct SyncedModel {
   std::unique_ptr<Model> model;
   SyncedModel() = default;
   SyncedModel(SyncedModel&&) = default;
-  SyncedModel& operator=(SyncedModel&&) = default;
+  // Releases the held pair in order (detach, model, strategy), then takes `o`'s.
+  SyncedModel& operator=(SyncedModel&& o) noexcept;
   ~SyncedModel();
 };
 

@@ -140,7 +140,11 @@ void Zero::begin_backward(bool last) {
     return;
   }
   grads_->begin_backward();
-  if (last) backward_start_ = steady_now_s();
+  if (last) {
+    backward_start_ = steady_now_s();
+    last_watched_ = grads_->watched();
+    last_reductions_ = grads_->reductions();
+  }
 }
 
 double Zero::end_backward(bool last) {
@@ -157,8 +161,10 @@ double Zero::end_backward(bool last) {
     timing_ = {};
     timing_.backward_s = t0 - backward_start_;
     timing_.exposed_s = waited;
-    timing_.buckets = static_cast<int>(grads_->reductions());
-    timing_.first_launch_s = grads_->first_launch_s() - backward_start_;
+    timing_.buckets = static_cast<int>(grads_->reductions() - last_reductions_);
+    timing_.first_launch_s = grads_->watched() > last_watched_
+                                 ? grads_->launched_at(last_watched_) - backward_start_
+                                 : 0;
     timing_.total_s = grads_->busy_seconds();
   }
   return waited;

@@ -130,6 +130,10 @@ class Zero final : public GradientSync {
   std::unique_ptr<ZeroParameters> params_;
   CommTiming timing_;
   double backward_start_ = 0;
+  // Where the step's last backward began in ZeroGradients' counts, so the
+  // timing reports that backward's reductions as DataParallel does.
+  size_t last_watched_ = 0;
+  int64_t last_reductions_ = 0;
 };
 
 }  // namespace meshtrain::parallel

@@ -77,7 +77,9 @@ class ZeroGradients {
   // This step's reductions: when the first was launched (steady clock, 0 =
   // none), and the time the progress engine spent on them (waits for every
   // one to be stamped; call after end_backward()).
-  double first_launch_s() const { return launched_at_.empty() ? 0 : launched_at_.front(); }
+  // Reduces watched so far this step (each owner piece counts), and when the i-th launched.
+  size_t watched() const { return launched_at_.size(); }
+  double launched_at(size_t i) const { return launched_at_.at(i); }
   double busy_seconds();
   // The own range's averaged gradients (layout.own().count() elements).
   float* shard() const { return shard_.data<float>(); }

@@ -250,7 +250,7 @@ void ZeroParameters::after_update() {
   if (!sharded()) {
     for (int u = 0; u < n; ++u) launch(u);  // forward order: embeddings first
   } else {
-    launch(0);  // the next forward starts with the embeddings
+    launch(order_.empty() ? 0 : order_.front().unit);  // the next forward's first unit
   }
 }
 

@@ -87,8 +87,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   tokens_per_step_ = global_batch_ * T_;
 }
 
-// Never leave a dangling global tracer behind (an error unwinding included).
-TrainingRun::~TrainingRun() { telemetry::set_global_tracer(nullptr); }
+TrainingRun::~TrainingRun() = default;  // clear_tracer_ drops the global tracer pointer
 
 void TrainingRun::say(const std::string& line) const {
   if (lead_) fmt::print("{}\n", line);

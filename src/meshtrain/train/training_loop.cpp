@@ -248,6 +248,7 @@ void TrainingRun::loop() {
   }
   if (progress) progress->finish();
   checkpoints->wait();  // every save complete (index written) before the run ends
+  stepper_->set_before_update(nullptr);  // the checkpointer goes with this scope
   // Replicas that drifted apart would be a bug; checked in debug mode.
   if (opt_.dp.verify) sync_->verify_replicas();
   const int64_t steps_run = total_steps_ - std::min(total_steps_, start_step_);

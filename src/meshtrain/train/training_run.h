@@ -53,6 +53,12 @@ class TrainingRun {
   bool lead_ = true;  // prints, writes metrics, saves the model
   parallel::Mesh mesh_;
   std::unique_ptr<telemetry::Tracer> tracer_;
+  // Clears the global tracer pointer when the run goes, also when setup
+  // throws (a constructor that throws runs no destructor of its own class,
+  // but its members' destructors do run).
+  struct ClearGlobalTracer {
+    ~ClearGlobalTracer() { telemetry::set_global_tracer(nullptr); }
+  } clear_tracer_;
   parallel::SyncedModel synced_;
   Model* model_ = nullptr;
   parallel::GradientSync* sync_ = nullptr;
