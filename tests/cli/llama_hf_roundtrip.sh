@@ -2,7 +2,8 @@
 # A Hugging Face Llama directory (the llama-tiny fixture) imports as a step-0
 # checkpoint, trains from there on 2 ranks with ZeRO-3 (init_from the
 # directory), and exports back with `ckpt export --format hf`: importing the
-# export gives the same checkpoint bytes, and transformers loads the
+# export gives the same checkpoint bytes, the run's own model file is
+# init_from and importable too, and transformers loads the
 # export and reproduces the reference logits (tools/check_llama_export.py;
 # that part is skipped, with exit 77, without torch and transformers).
 set -uo pipefail
@@ -40,6 +41,16 @@ grep -q "loaded weights from $FIX" "$TMP/train" || { cat "$TMP/train"; fail "did
 grep -q "ZeRO stage 3" "$TMP/train" || fail "not ZeRO-3"
 "$BIN" ckpt export "$TMP/ft" --to "$TMP/ft_hf" >/dev/null 2>&1 || fail "export of the fine-tuned checkpoint"
 cmp -s "$TMP/hf/model.safetensors" "$TMP/ft_hf/model.safetensors" && fail "fine-tuning changed nothing"
+
+# The model file the run wrote (meshtrain's own format for any family) is
+# init_from and ckpt import too.
+"$BIN" ckpt import "$TMP/run/model.safetensors" --out "$TMP/ck3" >/dev/null 2>&1 || fail "import of the run's model file"
+"$BIN" ckpt inspect "$TMP/ck3" | grep -q "Llama L2 H4 KV2 C16" || fail "the run's model file is not the llama"
+"$BIN" train --set init_from="$TMP/run/model.safetensors" --set model.preset= \
+  --set data.train="$TMP/data/train_*.bin" --set train.steps=1 --set train.micro_batch=2 \
+  --set train.eval_every=0 --set train.threads=1 --set telemetry.dir="$TMP/run2" >"$TMP/train2" 2>&1 \
+  || { cat "$TMP/train2"; fail "init_from the run's model file failed"; }
+grep -q "model: Llama" "$TMP/train2" || fail "init_from the model file did not build the llama"
 
 if ! python3 -c "import torch, transformers, safetensors" 2>/dev/null; then
   echo "skipped: python3 cannot import torch, transformers and safetensors (the transformers check)"

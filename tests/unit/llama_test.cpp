@@ -19,6 +19,7 @@
 #include "meshtrain/core/memory.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/io/hf_llama.h"
+#include "meshtrain/io/model_file.h"
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/nn/llama.h"
 #include "meshtrain/nn/model_registry.h"
@@ -313,4 +314,28 @@ TEST(llama, description_difference_sees_fields_only_the_checkpoint_has) {
   const std::string d = model_description_difference(LlamaSpec::make(scaled)->to_json(),
                                                      model_preset("llama-tiny")->to_json());
   EXPECT_NE(d.find("rope_scaling"), std::string::npos) << d;
+}
+
+// The model file a run writes (io/model_file.h) reads back to the same model
+// and weights; a model of another shape is refused naming the tensor.
+TEST(llama, model_file_round_trips_and_refuses_another_shape) {
+  const std::string path = ::testing::TempDir() + "/llama_model_file.safetensors";
+  auto model = reference_model();
+  save_model_safetensors(path, *model);
+  ASSERT_TRUE(is_model_file(path));
+  const auto spec = read_model_file_spec(path);
+  EXPECT_EQ(model_description_difference(spec->to_json(), model->spec().to_json()), "");
+  Tensor back = Tensor::zeros({spec->num_params()}, DType::F32);
+  load_model_file(path, *spec, back);
+  EXPECT_EQ(std::memcmp(back.raw(), model->param_buffer().raw(), back.nbytes()), 0);
+  LlamaConfig other = llama_preset("llama-tiny");
+  other.ffn_hidden = 24;
+  const auto other_spec = LlamaSpec::make(other);
+  Tensor wrong = Tensor::zeros({other_spec->num_params()}, DType::F32);
+  try {
+    load_model_file(path, *other_spec, wrong);
+    ADD_FAILURE() << "another shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gate_proj"), std::string::npos) << e.what();
+  }
 }

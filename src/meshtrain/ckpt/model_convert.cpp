@@ -59,7 +59,12 @@ std::string import_model_file(const std::string& model_path, const std::string& 
   std::shared_ptr<const ModelSpec> spec;
   Tensor flat;
   std::string format;
-  if (is_hf_llama(model_path)) {
+  if (is_model_file(model_path)) {  // any family, written by meshtrain
+    spec = read_model_file_spec(model_path);
+    flat = Tensor::zeros({spec->num_params()}, DType::F32);
+    load_model_file(model_path, *spec, flat);
+    format = "meshtrain-model";
+  } else if (is_hf_llama(model_path)) {
     const LlamaConfig cfg = read_hf_llama_config(model_path);
     spec = LlamaSpec::make(cfg);
     flat = Tensor::zeros({spec->num_params()}, DType::F32);
@@ -138,10 +143,17 @@ std::string load_init_weights(const std::string& path, Model& model) {
     reader.read(kParams, {0, spec.num_params()}, model.param_buffer().raw());
     return dir;
   }
+  if (is_model_file(path)) {
+    const auto saved = read_model_file_spec(path);
+    const std::string diff = model_description_difference(saved->to_json(), spec.to_json());
+    MT_CHECK(diff.empty(), "init_from {} is another model: {}", path, diff);
+    load_model_file(path, spec, model.param_buffer());
+    return path;
+  }
   if (spec.family() == LlamaSpec::kFamily) {
     MT_CHECK(is_hf_llama(path), "init_from {}: a llama model starts from a Hugging Face Llama "
-             "checkpoint (a directory with config.json and model.safetensors) or a meshtrain "
-             "checkpoint directory", path);
+             "checkpoint (a directory with config.json and model.safetensors), a model file "
+             "meshtrain wrote, or a meshtrain checkpoint directory", path);
     load_hf_llama_weights(path, model.param_buffer(),
                           LlamaSpec::config_from_json(spec.to_json(), path));
     return path;

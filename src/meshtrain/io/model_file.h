@@ -12,6 +12,14 @@ namespace meshtrain {
 
 // Written atomically. The model's parameters must be whole on this rank.
 void save_model_safetensors(const std::string& path, const Model& model);
+
+// Reading the "meshtrain-model" form back (init_from, ckpt import):
+// whether `path` is one, the model it describes, and its weights into a flat
+// f32 buffer laid out for that spec (every tensor by name and shape; a
+// missing, extra or misshapen tensor is an Error naming it).
+bool is_model_file(const std::string& path);
+std::shared_ptr<const ModelSpec> read_model_file_spec(const std::string& path);
+void load_model_file(const std::string& path, const ModelSpec& spec, const Tensor& params);
 // The same from a spec and its flat f32 parameter buffer.
 void save_model_safetensors(const std::string& path, const ModelSpec& spec, const Tensor& params);
 

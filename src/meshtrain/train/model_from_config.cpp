@@ -5,6 +5,7 @@
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/io/hf_llama.h"
+#include "meshtrain/io/model_file.h"
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/model_registry.h"
@@ -58,10 +59,12 @@ std::shared_ptr<const ModelSpec> gpt_from_config(const TrainConfig& c) {
 
 std::shared_ptr<const ModelSpec> llama_from_config(const TrainConfig& c) {
   LlamaConfig l;
-  if (!c.init_from.empty() && !ckpt::is_checkpoint_path(c.init_from)) {
+  if (!c.init_from.empty() && is_model_file(c.init_from)) {
+    l = LlamaSpec::config_from_json(read_model_file_spec(c.init_from)->to_json(), c.init_from);
+  } else if (!c.init_from.empty() && !ckpt::is_checkpoint_path(c.init_from)) {
     MT_CHECK(is_hf_llama(c.init_from), "init_from {}: a llama model starts from a Hugging Face "
-             "Llama checkpoint (config.json + model.safetensors) or a meshtrain checkpoint "
-             "directory", c.init_from);
+             "Llama checkpoint (config.json + model.safetensors), a model file meshtrain wrote, "
+             "or a meshtrain checkpoint directory", c.init_from);
     l = read_hf_llama_config(c.init_from);
   } else if (!c.init_from.empty()) {
     const ckpt::CheckpointIndex index =
@@ -102,6 +105,8 @@ std::shared_ptr<const ModelSpec> model_from_config(const TrainConfig& c) {
   std::string family = c.model.family;
   if (family.empty()) family = checkpoint_family(c.init_from);
   if (family.empty() && !c.init_from.empty() && is_hf_llama(c.init_from)) family = "llama";
+  if (family.empty() && !c.init_from.empty() && is_model_file(c.init_from))
+    family = read_model_file_spec(c.init_from)->family();
   if (family.empty()) family = is_llama_preset(c.model.preset) ? "llama" : "gpt";
   if (family == "llama") return llama_from_config(c);
   MT_CHECK(family == "gpt", "model.family = \"{}\": expected gpt or llama", family);
