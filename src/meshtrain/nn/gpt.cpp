@@ -78,8 +78,7 @@ int64_t GPT::workspace_bytes(const GPTConfig& cfg, int T, int nthreads) {
 }
 
 void GPT::set_recompute(const Recompute& recompute) {
-  MT_CHECK(recompute.mode != Recompute::Mode::EveryK || recompute.every >= 1,
-           "recompute every:K needs K >= 1 (got {})", recompute.every);
+  check_recompute(recompute);
   if (recompute == recompute_) return;
   recompute_ = recompute;
   // The layout depends on the policy: drop it, and with it the last forward.
@@ -88,55 +87,34 @@ void GPT::set_recompute(const Recompute& recompute) {
 }
 
 void GPT::set_precision(Precision p) {
-  if (p == precision_) return;
-  precision_ = p;
-  half_buf_ = is_mixed(p) ? Tensor::zeros({cfg_.num_params()}, p == Precision::BF16 ? DType::BF16
-                                                                                 : DType::F16,
-                                          MemCategory::Parameters)
-                          : Tensor();
-  external_half_ = false;
+  if (!half_.set_precision(p, cfg_.num_params())) return;
   // The activation layout depends on the precision: drop it and the last forward.
   acts_.reset();
   have_targets_ = false;
 }
 
 void GPT::use_external_half_copy(Tensor buffer) {
-  MT_CHECK(is_mixed(precision_), "use_external_half_copy() needs a mixed precision, not {}",
-           precision_name(precision_));
-  MT_CHECK(buffer.numel() == cfg_.num_params() && buffer.dtype() == half_buf_.dtype(),
-           "external 16-bit copy: {} elements of the wrong dtype, expected {} {}", buffer.numel(),
-           cfg_.num_params(), precision_name(precision_));
-  half_buf_ = std::move(buffer);
-  external_half_ = true;
+  half_.use_external(std::move(buffer), cfg_.num_params());
 }
 
 const uint16_t* GPT::half_weight(const Tensor& p) const {
-  return half_buf_.data<uint16_t>() + (p.offset() - params_.flat.offset());
+  return half_.at(p.offset() - params_.flat.offset());
 }
 
+// Only GEMM operands are rounded (the layout's half_weight): wte (the tied
+// classifier, and the token embedding lookup) and each layer's matrices.
+// Position embeddings, biases and LayerNorm parameters are read in f32.
 void GPT::refresh_half_weights(int unit) {
-  if (!is_mixed(precision_) || external_half_) return;
-  auto round = [&](const Tensor& p) {
-    k_->to_half(half_of(precision_), p.data<float>(), const_cast<uint16_t*>(half_weight(p)), p.numel());
-  };
-  // Only GEMM operands: wte (the tied classifier, and the token embedding
-  // lookup) and each layer's matrices. Position embeddings, biases and
-  // LayerNorm parameters are read in f32.
-  if (unit == 0) {
-    round(params_.wte);
-  } else if (unit <= cfg_.n_layer) {
-    const GPTLayerParams& l = params_.layers[unit - 1];
-    for (const Tensor* t : {&l.qkvw, &l.attprojw, &l.fcw, &l.fcprojw}) round(*t);
-  }
+  half_.refresh(spec_->layout(), unit, param_buf_.data<float>(), *k_);
 }
 
 void GPT::ensure_activations(int B, int T) {
   const int nt = thread_count();
   if (acts_ && acts_->B == B && acts_->T == T && acts_->nthreads == nt &&
-      acts_->recompute == recompute_ && acts_->precision == precision_)
+      acts_->recompute == recompute_ && acts_->precision == half_.precision())
     return;
   acts_.reset();  // free first so peak memory holds one layout
-  acts_ = std::make_unique<GPTActivations>(cfg_, B, T, nt, recompute_, precision_);
+  acts_ = std::make_unique<GPTActivations>(cfg_, B, T, nt, recompute_, half_.precision());
 }
 
 const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
@@ -157,7 +135,7 @@ void GPT::block_forward(int l, const float* residual, const GPTBlockActivations&
   const int64_t C = cfg_.n_embd;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   const GPTLayerParams& p = params_.layers[l];
-  if (is_mixed(precision_)) return block_forward_half(l, residual, s, residual3);
+  if (half_.mixed()) return block_forward_half(l, residual, s, residual3);
   k_->layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
                     p.ln1b.data<float>(), BT, C);
   k_->matmul_forward(s.qkv, s.ln1, p.qkvw.data<float>(), p.qkvb.data<float>(), BT, C, 3 * C, false);
@@ -184,7 +162,7 @@ void GPT::block_forward_half(int l, const float* residual, const GPTBlockActivat
                              float* residual3) {
   const int64_t C = cfg_.n_embd;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
-  const cpu::Half h = half_of(precision_);
+  const cpu::Half h = half_.format();
   const GPTLayerParams& p = params_.layers[l];
   float* stage = acts_->dbt4c;
   k_->layernorm_forward(stage, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
@@ -234,11 +212,11 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 
   const int L = cfg_.n_layer;
   use_params(ParamEvent::Need, 0, false);
-  if (is_mixed(precision_)) {
+  if (half_.mixed()) {
     // The token embedding is read from the 16-bit copy (rounded like every
     // other weight the model computes with), so ZeRO needs no f32 wte.
     refresh_half_weights(0);
-    const cpu::Half h = half_of(precision_);
+    const cpu::Half h = half_.format();
     const uint16_t* wte_h = half_weight(params_.wte);
     const float* wpe = params_.wpe.data<float>();
     float* enc = a.encoded;
@@ -265,13 +243,13 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   }
   const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
   use_params(ParamEvent::Need, L + 1, false);
-  const bool mixed = is_mixed(precision_);
+  const bool mixed = half_.mixed();
   k_->layernorm_forward(mixed ? a.dbt4c : a.lnf, a.lnf_mean, a.lnf_rstd, last,
                     params_.lnfw.data<float>(), params_.lnfb.data<float>(), BT, C);
-  if (mixed) k_->to_half(half_of(precision_), a.dbt4c, a.lnf_h, BT * C);
+  if (mixed) k_->to_half(half_.format(), a.dbt4c, a.lnf_h, BT * C);
   use_params(ParamEvent::Need, 0, false);
   if (mixed) {  // wte's 16-bit copy is current since the embedding lookup
-    k_->matmul_forward_half(half_of(precision_), a.logits, a.lnf_h, half_weight(params_.wte), nullptr,
+    k_->matmul_forward_half(half_.format(), a.logits, a.lnf_h, half_weight(params_.wte), nullptr,
                         BT, C, Vp, false);
   } else {
     k_->matmul_forward(a.logits, a.lnf, params_.wte.data<float>(), nullptr, BT, C, Vp, false);
@@ -309,8 +287,8 @@ void GPT::backward(float loss_scale) {
   k_->softmax_cross_entropy_backward(a.logits, targets, loss_scale / static_cast<float>(counted_), BT,
                                  V, Vp);
   float* dlnf = a.dbtc;
-  const bool mixed = is_mixed(precision_);
-  const cpu::Half h = half_of(precision_);
+  const bool mixed = half_.mixed();
+  const cpu::Half h = half_.format();
   // dlnf = dlogits wte needs wte; dwte += dlogits^T lnf does not, so it comes
   // after Done 0 (gpt.h): ZeRO-3 has freed the gathered wte before the whole
   // wte gradient is written. Same kernels and GEMMs as one matmul_backward.
@@ -417,7 +395,7 @@ void GPT::block_backward_half(int l, const float* residual, const GPTBlockActiva
   GPTActivations& a = *acts_;
   const int64_t C = cfg_.n_embd, NH = cfg_.n_head;
   const int64_t BT = static_cast<int64_t>(B_) * T_;
-  const cpu::Half h = half_of(precision_);
+  const cpu::Half h = half_.format();
   const GPTLayerParams& p = params_.layers[l];
   float* dres = a.dresidual;
   float* dbt4c = a.dbt4c;

@@ -11,6 +11,7 @@
 #include "meshtrain/nn/gpt_config.h"
 #include "meshtrain/nn/gpt_params.h"
 #include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/nn/half_weights.h"
 #include "meshtrain/nn/model.h"
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
@@ -117,7 +118,7 @@ class GPT final : public Model {
   // softmax, loss, GELU, attention and all gradient accumulation stay f32.
   // Takes effect at the next forward.
   void set_precision(Precision p) override;
-  Precision precision() const override { return precision_; }
+  Precision precision() const override { return half_.precision(); }
   // Mixed precision under ZeRO (parallel/zero.h): the 16-bit copy lives in
   // `buffer` (num_params() elements of the 16-bit dtype) and is kept current
   // by the caller (gathered from the ranks that own the f32 master shards),
@@ -125,7 +126,7 @@ class GPT final : public Model {
   // parameters that are not GEMM weights (wpe, biases, LayerNorm). Call
   // after set_precision() with a mixed precision.
   void use_external_half_copy(Tensor buffer) override;
-  bool external_half_copy() const override { return external_half_; }
+  bool external_half_copy() const override { return half_.external(); }
 
   // Bytes the activation buffers take for (B, T) under a policy: exactly what
   // the allocator counts as MemCategory::Activations for this model.
@@ -153,9 +154,7 @@ class GPT final : public Model {
   GPTConfig cfg_;
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Recompute recompute_;
-  Precision precision_ = Precision::FP32;
-  Tensor half_buf_;  // 16-bit compute copy of params() (mixed precision only)
-  bool external_half_ = false;  // half_buf_ kept current by ZeRO
+  HalfWeights half_;  // mixed precision's 16-bit compute copy (own, or ZeRO's)
   Tensor param_buf_, grad_buf_;
   GPTParams params_, grads_;
   std::unique_ptr<GPTActivations> acts_;

@@ -51,56 +51,36 @@ void Llama::init_weights(uint64_t seed) {
 }
 
 void Llama::set_recompute(const Recompute& recompute) {
-  MT_CHECK(recompute.mode != Recompute::Mode::EveryK || recompute.every >= 1,
-           "recompute every:K needs K >= 1 (got {})", recompute.every);
+  check_recompute(recompute);
   if (recompute == recompute_) return;
   recompute_ = recompute;
-  acts_.reset();
+  acts_.reset();  // the activation layout depends on the policy
   have_targets_ = false;
 }
 
 void Llama::set_precision(Precision p) {
-  if (p == precision_) return;
-  precision_ = p;
-  half_ = is_mixed(p) ? Tensor::zeros({cfg_.num_params()}, p == Precision::BF16 ? DType::BF16
-                                                                             : DType::F16,
-                                      MemCategory::Parameters)
-                      : Tensor();
-  external_half_ = false;
+  if (!half_.set_precision(p, cfg_.num_params())) return;
   acts_.reset();  // the activation layout depends on the precision
   have_targets_ = false;
 }
 
 void Llama::use_external_half_copy(Tensor buffer) {
-  MT_CHECK(is_mixed(precision_), "use_external_half_copy() needs a mixed precision, not {}",
-           precision_name(precision_));
-  MT_CHECK(buffer.numel() == cfg_.num_params() && buffer.dtype() == half_.dtype(),
-           "external 16-bit copy: {} elements of the wrong dtype, expected {} {}", buffer.numel(),
-           cfg_.num_params(), precision_name(precision_));
-  half_ = std::move(buffer);
-  external_half_ = true;
-}
-
-void Llama::refresh_half(int unit) {
-  if (!is_mixed(precision_) || external_half_) return;
-  for (const ParamInfo& p : spec_->layout().params)
-    if (p.unit == unit && p.half_weight)
-      k_->to_half(half_of(precision_), w(p.begin), const_cast<uint16_t*>(hw(p.begin)), p.numel());
+  half_.use_external(std::move(buffer), cfg_.num_params());
 }
 
 void Llama::linear_forward(float* out, const float* inp, int64_t w_offset, int64_t N, int64_t C,
                            int64_t OC, bool accumulate) {
-  if (!is_mixed(precision_)) return k_->matmul_forward(out, inp, w(w_offset), nullptr, N, C, OC, accumulate);
-  const Half h = half_of(precision_);
+  if (!half_.mixed()) return k_->matmul_forward(out, inp, w(w_offset), nullptr, N, C, OC, accumulate);
+  const Half h = half_.format();
   k_->to_half(h, inp, acts_->in_h, N * C);
   k_->matmul_forward_half(h, out, acts_->in_h, hw(w_offset), nullptr, N, C, OC, accumulate);
 }
 
 void Llama::linear_backward(float* dinp, int64_t w_offset, const float* dout, const float* inp,
                             int64_t N, int64_t C, int64_t OC) {
-  if (!is_mixed(precision_))
+  if (!half_.mixed())
     return k_->matmul_backward(dinp, g(w_offset), nullptr, dout, inp, w(w_offset), N, C, OC, false);
-  const Half h = half_of(precision_);
+  const Half h = half_.format();
   k_->to_half(h, inp, acts_->in_h, N * C);  // the same 16-bit values the forward GEMM saw
   k_->matmul_backward_half(h, dinp, g(w_offset), nullptr, dout, acts_->dout_h, acts_->in_h,
                        hw(w_offset), N, C, OC, false);
@@ -109,10 +89,10 @@ void Llama::linear_backward(float* dinp, int64_t w_offset, const float* dout, co
 void Llama::ensure_activations(int B, int T) {
   const int nt = thread_count();
   if (acts_ && acts_->B == B && acts_->T == T && acts_->nthreads == nt &&
-      acts_->recompute == recompute_ && acts_->precision == precision_)
+      acts_->recompute == recompute_ && acts_->precision == half_.precision())
     return;
   acts_.reset();  // free first so peak memory holds one layout
-  acts_ = std::make_unique<LlamaActivations>(cfg_, B, T, nt, recompute_, precision_);
+  acts_ = std::make_unique<LlamaActivations>(cfg_, B, T, nt, recompute_, half_.precision());
 }
 
 const float* Llama::logits() const { return acts_ ? acts_->logits : nullptr; }
@@ -215,12 +195,12 @@ float Llama::forward(const MicroBatch& b) {
   const int L = cfg_.n_layer;
 
   use(ParamEvent::Need, 0, false);
-  refresh_half(0);
-  if (is_mixed(precision_)) {
+  half_.refresh(spec_->layout(), 0, w(0), *k_);
+  if (half_.mixed()) {
     // Read from the 16-bit copy, rounded like every weight the model computes
     // with (so ZeRO needs no f32 embedding).
     const uint16_t* emb = hw(spec_->embed_offset());
-    const Half h = half_of(precision_);
+    const Half h = half_.format();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i)
       k_->from_half(h, emb + static_cast<int64_t>(b.inputs[i]) * C, a.encoded + i * C, C);
@@ -234,13 +214,13 @@ float Llama::forward(const MicroBatch& b) {
   for (int l = 0; l < L; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
     use(ParamEvent::Need, 1 + l, false);
-    refresh_half(1 + l);
+    half_.refresh(spec_->layout(), 1 + l, w(0), *k_);
     const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * N * C;
     block_forward(l, input, a.blocks[l], a.residual + l * N * C);
     use(ParamEvent::Done, 1 + l, false);
   }
   use(ParamEvent::Need, L + 1, false);
-  refresh_half(L + 1);
+  half_.refresh(spec_->layout(), L + 1, w(0), *k_);
   const float* last = a.residual + (L - 1) * N * C;
   k_->rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), N, C, cfg_.norm_eps);
   linear_forward(a.logits, a.lnf, spec_->head_offset(), N, C, Vp);

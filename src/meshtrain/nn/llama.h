@@ -17,6 +17,7 @@
 
 #include "meshtrain/kernels/cpu/rope.h"
 #include "meshtrain/kernels/kernel_table.h"
+#include "meshtrain/nn/half_weights.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/model.h"
 
@@ -49,9 +50,9 @@ class Llama final : public Model {
   void set_recompute(const Recompute& recompute) override;
   const Recompute& recompute() const override { return recompute_; }
   void set_precision(Precision p) override;
-  Precision precision() const override { return precision_; }
+  Precision precision() const override { return half_.precision(); }
   void use_external_half_copy(Tensor buffer) override;
-  bool external_half_copy() const override { return external_half_; }
+  bool external_half_copy() const override { return half_.external(); }
 
  private:
   void ensure_activations(int B, int T);
@@ -68,9 +69,7 @@ class Llama final : public Model {
   // dinp (N, C) = dout @ W (may be null); dW += dout^T @ inp.
   void linear_backward(float* dinp, int64_t w_offset, const float* dout, const float* inp,
                        int64_t N, int64_t C, int64_t OC);
-  // Mixed precision: rounds `unit`'s 16-bit parameters from the f32 masters.
-  void refresh_half(int unit);
-  const uint16_t* hw(int64_t offset) const { return half_.data<uint16_t>() + offset; }
+  const uint16_t* hw(int64_t offset) const { return half_.at(offset); }
   // Block l from `input`; with `output`, also its output (backward's recompute passes null).
   void block_forward(int l, const float* input, const LlamaBlockActivations& s, float* output);
   void attention_core_forward(const LlamaBlockActivations& s);
@@ -85,9 +84,7 @@ class Llama final : public Model {
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Tensor params_, grads_;
   Recompute recompute_;
-  Precision precision_ = Precision::FP32;
-  Tensor half_;                 // 16-bit copy of the parameters (mixed precision)
-  bool external_half_ = false;  // half_ kept current by ZeRO
+  HalfWeights half_;  // mixed precision's 16-bit copy
   cpu::RopeTable rope_;
   std::unique_ptr<LlamaActivations> acts_;
   int B_ = 0, T_ = 0;

@@ -1,0 +1,41 @@
+// Mixed precision's 16-bit compute copy of a model's parameters, the same
+// for every family: the model's own buffer (rounded from the f32 masters at
+// each unit's forward Need), or an external one that ZeRO keeps current.
+// Which parameters it holds is the layout's ParamInfo::half_weight.
+#pragma once
+#include <cstdint>
+
+#include "meshtrain/core/tensor.h"
+#include "meshtrain/kernels/kernel_table.h"
+#include "meshtrain/nn/model.h"
+#include "meshtrain/nn/precision.h"
+
+namespace meshtrain {
+
+class HalfWeights {
+ public:
+  // Returns whether the precision changed (the model then drops its
+  // activation layout, which depends on it). A mixed precision allocates an
+  // own copy of `numel` 16-bit values (MemCategory::Parameters).
+  bool set_precision(Precision p, int64_t numel);
+  // The copy lives in `buffer` and is kept current by the caller.
+  void use_external(Tensor buffer, int64_t numel);
+  Precision precision() const { return precision_; }
+  bool mixed() const { return is_mixed(precision_); }
+  bool external() const { return external_; }
+  cpu::Half format() const { return half_of(precision_); }
+  // The 16-bit value of flat element `offset`.
+  const uint16_t* at(int64_t offset) const { return buf_.data<uint16_t>() + offset; }
+  // Rounds `unit`'s half_weight parameters from `params` (own copy only).
+  void refresh(const ParamLayout& layout, int unit, const float* params, const KernelTable& k);
+
+ private:
+  Precision precision_ = Precision::FP32;
+  Tensor buf_;
+  bool external_ = false;
+};
+
+// recompute every:K needs K >= 1.
+void check_recompute(const Recompute& recompute);
+
+}  // namespace meshtrain
