@@ -6,10 +6,7 @@
 # `deterministic: true`. The control without deterministic mode shows that the
 # calibration change does change the bits there.
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 40000 >/dev/null
 # Calibrations under which ring, or tree, is the cheapest allreduce.

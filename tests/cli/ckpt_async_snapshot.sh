@@ -8,10 +8,7 @@
 # (the update is the only writer of parameters and optimizer state in each).
 # The metrics show the step-4 update waiting for the delayed copy.
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 40000 >/dev/null
 ARGS=(--set model.preset=tiny --set model.vocab_size=256 --set data.train="$TMP/data/train_*.bin"

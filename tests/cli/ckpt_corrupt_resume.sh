@@ -5,10 +5,7 @@
 # the problem, the run resumes from the previous complete checkpoint (step 8)
 # and ends with the uninterrupted run's model. (A flipped byte: train_resume.sh.)
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 40000 >/dev/null
 ARGS=(--set model.preset=tiny --set model.vocab_size=256 --set data.train="$TMP/data/train_*.bin"

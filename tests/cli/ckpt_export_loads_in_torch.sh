@@ -3,11 +3,7 @@
 # GPT-2 (tools/check_export_in_torch.py). Needs python3 with torch and
 # safetensors: without them the test is reported as skipped (exit 77).
 set -uo pipefail
-BIN=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 if ! python3 -c "import torch, safetensors" 2>/dev/null; then
   echo "skipped: python3 cannot import torch and safetensors (pip install torch safetensors)"
   exit 77

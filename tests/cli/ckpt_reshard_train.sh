@@ -6,10 +6,7 @@
 # positions are exact: the same {epoch, batch} at the resume and in the
 # step-16 checkpoint of every run.
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 40000 >/dev/null
 ARGS=(--set model.preset=tiny --set model.vocab_size=256 --set data.train="$TMP/data/train_*.bin"

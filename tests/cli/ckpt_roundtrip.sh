@@ -4,11 +4,7 @@
 # a torn or corrupt checkpoint makes inspect fail naming the problem; wrong
 # flags exit 2. (That PyTorch loads the hf export: ckpt_export_loads_in_torch.sh.)
 set -uo pipefail
-BIN=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 FIX="$SRC/tests/fixtures/gpt_tiny_hf.safetensors"
 
 "$BIN" ckpt import "$FIX" --out "$TMP/a" --n-head 2 >"$TMP/log" 2>&1 || { cat "$TMP/log"; fail "import failed"; }

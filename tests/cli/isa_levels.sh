@@ -8,11 +8,7 @@ set -euo pipefail
 # This script picks the levels itself and must see the CPU's own level, also
 # when the whole suite runs under a MESHTRAIN_ISA cap.
 unset MESHTRAIN_ISA MESHTRAIN_ISA_LIBS_CAPPED OPENBLAS_CORETYPE ONEDNN_MAX_CPU_ISA
-BIN=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" --version >"$TMP/v" 2>&1 || { cat "$TMP/v"; fail "--version"; }
 cat "$TMP/v"

@@ -7,11 +7,7 @@
 # export and reproduces the reference logits (tools/check_llama_export.py;
 # that part is skipped, with exit 77, without torch and transformers).
 set -uo pipefail
-BIN=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 FIX="$SRC/tests/fixtures/llama_tiny_hf"
 
 "$BIN" ckpt import "$FIX" --out "$TMP/ck" >"$TMP/log" 2>&1 || { cat "$TMP/log"; fail "import failed"; }

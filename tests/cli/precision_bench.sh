@@ -4,10 +4,7 @@
 # (fp32 and bf16/fp16 side by side), human and JSON output; bad values are
 # usage errors.
 set -uo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" bench gemm --preset tiny --batch 2 --reps 1 >"$TMP/gemm" 2>&1 || { cat "$TMP/gemm"; fail "bench gemm failed"; }
 grep -qE "bf16 GEMM: oneDNN .* avx512_bf16|fallback: fp32 sgemm" "$TMP/gemm" || { cat "$TMP/gemm"; fail "no GEMM path named"; }

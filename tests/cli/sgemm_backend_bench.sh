@@ -4,10 +4,7 @@
 # `bench train --json` lists the timed shapes and quotes MFU against the faster
 # backend's peak, whatever the policy. A bad value is a clear error.
 set -uo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 # char-2L at batch 8 x 64: the linear layers' GEMMs are above auto's 16 MFLOP floor.
 SHAPE=(--preset char-2L --batch 8 --seq 64)
 

@@ -2,10 +2,7 @@
 # Bad input to `meshtrain train` and `sample` gets a clear message and exit
 # code (1 for bad data/config, 2 for bad usage), never a crash.
 set -uo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 # expect CODE PATTERN -- command...
 expect() {

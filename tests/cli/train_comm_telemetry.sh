@@ -5,11 +5,7 @@
 # total is the time the reductions ran, the exposed part what training
 # waited for).
 set -euo pipefail
-BIN=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 "$BIN" data synth --out "$TMP/data" --tokens 40000 >/dev/null
 for stage in 0 1 2 3; do
   "$BIN" train --set model.preset=tiny --set model.vocab_size=256 \

@@ -4,10 +4,7 @@
 # the same weights exported to a model file; a step directory and a root (its
 # newest complete checkpoint) both work; wrong inputs are clear errors.
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 40000 >/dev/null
 ARGS=(--set model.vocab_size=256 --set data.train="$TMP/data/train_*.bin" --set train.warmup=2

@@ -5,10 +5,7 @@
 # recompute = none, also data-parallel on 2 ranks; `bench train --recompute`
 # measures exactly the predicted activation bytes, shrinking with the mode.
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 30000 >/dev/null
 train() {  # $1 = recompute mode, $2 = run dir

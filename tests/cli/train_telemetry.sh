@@ -4,11 +4,7 @@
 # merged trace.json with both ranks' layer and bucket-allreduce events, prints
 # the end-of-run summary, and `meshtrain report` reads the run.
 set -euo pipefail
-BIN=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 60000 >/dev/null
 "$BIN" train --set model.preset=tiny --set model.vocab_size=256 \

@@ -4,11 +4,7 @@
 # Needs the tensorboard Python package: without it the test is reported as
 # skipped (exit 77).
 set -euo pipefail
-BIN=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 if ! python3 -c "import tensorboard" 2>/dev/null; then
   echo "skipped: python3 cannot import tensorboard (pip install tensorboard)"
   exit 77

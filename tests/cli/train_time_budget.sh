@@ -4,10 +4,7 @@
 # checkpoint keeps the decided length, so the resumed run ends at the same
 # step; a negative budget is a clear usage error.
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 60000 >/dev/null
 ARGS=(--set model.preset=tiny --set model.vocab_size=256 --set data.train="$TMP/data/train_*.bin"

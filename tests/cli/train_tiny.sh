@@ -3,10 +3,7 @@
 # (progress, metrics, resolved config, model file), then sample from the model
 # and fine-tune from it with init_from.
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 60000 >/dev/null
 "$BIN" train --set model.preset=tiny --set model.vocab_size=256 --set data.train="$TMP/data/train_*.bin" \

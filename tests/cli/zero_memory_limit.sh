@@ -4,10 +4,7 @@
 # each ZeRO stage would need; the stage it names as fitting then trains and
 # prints the per-rank memory report (measured peaks next to the formulas).
 set -euo pipefail
-BIN=$1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 "$BIN" data synth --out "$TMP/data" --tokens 20000 >/dev/null
 # char-2L widened to 8 layers: 1.6M parameters, 26 MB of fp32 model states with AdamW.
