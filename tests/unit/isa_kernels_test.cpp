@@ -25,6 +25,8 @@
 #include "meshtrain/kernels/cpu/encoder.h"
 #include "meshtrain/kernels/cpu/gelu.h"
 #include "meshtrain/kernels/cpu/layernorm.h"
+#include "meshtrain/kernels/cpu/rmsnorm.h"
+#include "meshtrain/kernels/cpu/swiglu.h"
 #include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/kernels/cpu/reduce.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
@@ -148,6 +150,36 @@ ISA_TEST(layernorm_matches_scalar) {
     };
     auto [ref, got] = at_both<Floats>(level, run);
     expect_close(ref, got, 2e-5, "layernorm forward/backward");
+  }
+}
+
+ISA_TEST(rmsnorm_matches_scalar) {
+  for (int64_t C : {7, 16, 33, 384}) {
+    const int64_t N = 37;
+    const Floats x = randn(N * C, 12, 2.f), w = randn(C, 13), dy = randn(N * C, 14);
+    auto [ref, got] = at_both<Floats>(level, [&] {
+      Floats y(N * C), rstd(N), dx(N * C, 0.5f), dw(C, 0.25f);
+      rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+      rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+      for (auto* v : {&rstd, &dx, &dw}) y.insert(y.end(), v->begin(), v->end());
+      return y;
+    });
+    expect_close(ref, got, 2e-5, "rmsnorm forward/backward");
+  }
+}
+
+ISA_TEST(swiglu_matches_scalar) {
+  for (int64_t H : {5, 16, 129}) {
+    const int64_t N = 11;
+    const Floats gu = randn(N * 2 * H, 15, 3.f), dy = randn(N * H, 16);
+    auto [ref, got] = at_both<Floats>(level, [&] {
+      Floats y(N * H), dgu(N * 2 * H);
+      swiglu_forward(y.data(), gu.data(), N, H);
+      swiglu_backward(dgu.data(), dy.data(), gu.data(), N, H);
+      y.insert(y.end(), dgu.begin(), dgu.end());
+      return y;
+    });
+    expect_close(ref, got, 1e-6, "swiglu forward/backward");
   }
 }
 
