@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
-targets=(comm_unit_test comm_collectives_mp_test comm_failures_mp_test comm_exit_race_mp_test)
+targets=(comm_unit_test comm_collectives_mp_test comm_p2p_mp_test comm_failures_mp_test comm_exit_race_mp_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHTRAIN_TSAN=ON \
   -DMESHTRAIN_WITH_MPI=OFF >/dev/null
 cmake --build build-tsan -j"$JOBS" --target "${targets[@]}"

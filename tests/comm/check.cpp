@@ -149,4 +149,83 @@ std::vector<std::string> check_matrix(Communicator& c, bool big) {
   return failures;
 }
 
+std::string check_p2p_lanes(Communicator& c) {
+  const int r = c.rank();
+  std::string e;
+  // Larger than a shm channel holds (8 x 64 KiB), so a send completes only
+  // once the receiver reads it.
+  const size_t big = 300000;
+  std::vector<int32_t> out(big), in(big, -1);
+  for (size_t i = 0; i < big; ++i) out[i] = static_cast<int32_t>(i * 3 + static_cast<size_t>(r));
+
+  // 1. Rank 0's allreduce needs rank 1, which first waits for rank 0's send,
+  //    issued after the allreduce: the send must not queue behind it.
+  std::vector<float> grads(1 << 18, 1.0f);  // 1 MiB: runs on the engine, not inline
+  if (r == 0) {
+    Work ar = c.allreduce(grads.data(), grads.size(), DType::F32);
+    c.send(out.data(), big, DType::I32, 1).wait();
+    ar.wait();
+  } else if (r == 1) {
+    c.recv(in.data(), big, DType::I32, 0).wait();
+    c.allreduce(grads.data(), grads.size(), DType::F32).wait();
+    if (in[big - 1] != out[big - 1] - 1) e += "send behind a collective: wrong data; ";
+  } else {
+    c.allreduce(grads.data(), grads.size(), DType::F32).wait();
+  }
+  if (grads[7] != static_cast<float>(c.size())) e += "allreduce beside p2p: wrong sum; ";
+
+  // 2. Rank 0 sends big to 1 and receives from 2; rank 2 waits for rank 0's
+  //    acknowledgement before telling rank 1 to receive. One queue for all
+  //    of rank 0's peers would deadlock here.
+  int32_t token = 0;
+  if (r == 0) {
+    Work s = c.send(out.data(), big, DType::I32, 1);
+    c.recv(&token, 1, DType::I32, 2).wait();
+    c.send(&token, 1, DType::I32, 2).wait();
+    s.wait();
+    if (token != 42) e += "cross-peer: wrong token; ";
+  } else if (r == 1) {
+    c.recv(&token, 1, DType::I32, 2).wait();
+    c.recv(in.data(), big, DType::I32, 0).wait();
+    if (in[5] != out[5] - 1) e += "cross-peer: wrong data; ";
+  } else if (r == 2) {
+    token = 42;
+    c.send(&token, 1, DType::I32, 0).wait();
+    c.recv(&token, 1, DType::I32, 0).wait();
+    c.send(&token, 1, DType::I32, 1).wait();
+  }
+
+  // 3. Ranks 0 and 1 both send first: sends never run on the caller.
+  if (r <= 1) {
+    const int peer = 1 - r;
+    Work s = c.send(out.data(), big, DType::I32, peer);
+    Work v = c.recv(in.data(), big, DType::I32, peer);
+    s.wait();
+    v.wait();
+    if (in[big / 2] != static_cast<int32_t>((big / 2) * 3 + static_cast<size_t>(peer)))
+      e += "simultaneous sends: wrong data; ";
+  }
+
+  // 4. Many messages to one peer arrive in the order they were sent.
+  if (r <= 1) {
+    const int peer = 1 - r, count = 64;
+    std::vector<int32_t> got(count, -1);
+    std::vector<int32_t> values(count);
+    for (int k = 0; k < count; ++k) values[k] = k;
+    std::vector<Work> works;
+    for (int i = 0; i < count; ++i) {
+      works.push_back(c.send(&values[i], 1, DType::I32, peer));
+      works.push_back(c.recv(&got[i], 1, DType::I32, peer));
+    }
+    wait_all(works);
+    for (int i = 0; i < count; ++i)
+      if (got[i] != i) {
+        e += fmt::format("message {} arrived as {}; ", i, got[i]);
+        break;
+      }
+  }
+  c.barrier().wait();
+  return e;
+}
+
 }  // namespace meshtrain::comm::testing

@@ -76,4 +76,11 @@ std::string check_collective(Communicator& c, CollOp op, const std::string& algo
 // `big` adds a few multi-chunk sizes; returns the failures.
 std::vector<std::string> check_matrix(Communicator& c, bool big);
 
+// Point-to-point on its own lanes (needs >= 3 ranks; ranks above 2 only join
+// the collective): a send issued behind a collective that cannot finish
+// until the receiver has the message; a send to one peer that cannot finish
+// before a receive from another; two ranks that both send a large message
+// first; and per-peer FIFO order of many messages. "" or what went wrong.
+std::string check_p2p_lanes(Communicator& c);
+
 }  // namespace meshtrain::comm::testing

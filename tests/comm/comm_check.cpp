@@ -1,6 +1,6 @@
 // comm_check: run the collective check matrix on the world this process
 // belongs to (meshtrain launch, mpirun or Slurm) and exit non-zero on any
-// wrong element. Flags: --big (multi-chunk sizes), --transport shm|mpi.
+// wrong element (and, on 3+ ranks, the point-to-point lane checks). Flags: --big (multi-chunk sizes), --transport shm|mpi.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
     auto sub = testing::check_collective(half, CollOp::Allreduce, "auto", meshtrain::DType::F32,
                                          ReduceOp::Sum, 1001);
     if (!sub.empty()) failures.push_back(sub);
+    // Point-to-point on its own lanes on this transport too.
+    if (c.size() >= 3)
+      if (auto p2p = testing::check_p2p_lanes(c); !p2p.empty()) failures.push_back(p2p);
     double total = c.allreduce_scalar(static_cast<double>(failures.size()));
     std::printf("comm_check rank %d/%d transport %s: %zu local failures, %g in total\n", c.rank(),
                 c.size(), std::string(c.transport()).c_str(), failures.size(), total);

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "meshtrain/comm/transport.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain::comm {
@@ -28,11 +27,6 @@ std::shared_ptr<SharedMapping> private_mapping(size_t bytes) {
   MT_CHECK(m->local, "out of memory allocating {} bytes", bytes);
   std::memset(m->local, 0, mapped);
   return m;
-}
-
-// Transports whose peers cannot map this memory hand out private memory.
-std::shared_ptr<SharedMapping> Transport::alloc_shared(size_t bytes, const OpContext&) {
-  return private_mapping(bytes);
 }
 
 void* SharedBuffer::data() const { return m_ ? m_->local : nullptr; }

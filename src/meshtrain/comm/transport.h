@@ -98,6 +98,22 @@ class Transport {
   virtual std::shared_ptr<SharedMapping> alloc_shared(size_t bytes, const OpContext& ctx);
   virtual std::unique_ptr<Transport> split(int color, int key) { return nullptr; }
 
+  // The transport's own collective implementation, offered to the selector
+  // beside the generic algorithms (shm: "direct", which reduces in peers'
+  // mapped memory; MPI: "mpi", the library's collectives). A transport
+  // without one keeps the defaults.
+  virtual std::string_view native_algorithm() const { return {}; }
+  virtual bool native_supports(CollOp op) const { return false; }
+  virtual void run_native(const CollArgs& args, const OpContext& ctx);
+
+  // Point-to-point lane: a view of this transport whose messages travel on
+  // channels of their own, so a send or receive never waits behind (or
+  // interleaves with) a collective's messages. exchange() on it may run
+  // concurrently for different (peer, direction) pairs, one thread each;
+  // the communicator keeps one ordered queue per pair. Null: point-to-point
+  // shares the collectives' channels and queue.
+  virtual Transport* p2p_lane() { return nullptr; }
+
   // Convenience wrappers over exchange.
   void send(int peer, const void* data, size_t bytes, const OpContext& ctx) {
     SendSpec s{peer, data, bytes};

@@ -4,9 +4,14 @@ namespace meshtrain::comm {
 
 namespace {
 
+// Native algorithms belong to one transport (transport.h: run_native).
 bool direct_supports(CollOp op, std::string_view kind) {
   return kind == "shm" && op != CollOp::Send && op != CollOp::Recv;
 }
+bool mpi_supports(CollOp op, std::string_view kind) {
+  return kind == "mpi" && op != CollOp::Send && op != CollOp::Recv;
+}
+void run_native(AlgoEnv& env, const CollArgs& a) { env.transport.run_native(a, env.ctx); }
 bool ring_supports(CollOp op, std::string_view) {
   return op == CollOp::Allreduce || op == CollOp::ReduceScatter || op == CollOp::Allgather ||
          op == CollOp::Broadcast || op == CollOp::Reduce;
@@ -19,18 +24,13 @@ bool pairwise_supports(CollOp op, std::string_view) {
   return op == CollOp::Alltoall || op == CollOp::Barrier;
 }
 bool hier_supports(CollOp op, std::string_view) { return op == CollOp::Allreduce; }
-#if MESHTRAIN_HAVE_MPI
-bool mpi_supports(CollOp op, std::string_view kind) {
-  return kind == "mpi" && op != CollOp::Send && op != CollOp::Recv;
-}
-#endif
 
 }  // namespace
 
 const std::vector<Algorithm>& all_algorithms() {
   static const std::vector<Algorithm> list = {
       {"direct", "shm only: peers read each other's mapped buffers (RS+AG, one phase when small)",
-       direct_supports, run_direct},
+       direct_supports, run_native},
       {"ring", "reduce-scatter + allgather around a ring, chunked, pipelined through FIFOs",
        ring_supports, run_ring},
       {"tree", "binomial tree reduce + broadcast, pipelined in segments", tree_supports, run_tree},
@@ -42,7 +42,7 @@ const std::vector<Algorithm>& all_algorithms() {
        hier_supports, run_hierarchical},
 #if MESHTRAIN_HAVE_MPI
       {"mpi", "the MPI library's own collectives (MPI_Iallreduce, ...)", mpi_supports,
-       run_mpi_native},
+       run_native},
 #endif
   };
   return list;

@@ -33,16 +33,13 @@ const std::vector<Algorithm>& all_algorithms();
 // nullptr when no algorithm has this name.
 const Algorithm* find_algorithm(std::string_view name);
 
-// Per-algorithm entry points (one file each).
-void run_direct(AlgoEnv& env, const CollArgs& a);
+// Per-algorithm entry points (one file each). The transports' native
+// algorithms ("direct" on shm, "mpi" on MPI) live with their transports.
 void run_ring(AlgoEnv& env, const CollArgs& a);
 void run_tree(AlgoEnv& env, const CollArgs& a);
 void run_halving_doubling(AlgoEnv& env, const CollArgs& a);
 void run_pairwise(AlgoEnv& env, const CollArgs& a);
 void run_hierarchical(AlgoEnv& env, const CollArgs& a);
-#if MESHTRAIN_HAVE_MPI
-void run_mpi_native(AlgoEnv& env, const CollArgs& a);
-#endif
 
 // Helpers shared by the point-to-point algorithms.
 inline char* byte_ptr(void* p, size_t elems, DType t) {

@@ -132,16 +132,22 @@ void wait(MPI_Request& req, const OpContext& ctx, int peer) {
 
 }  // namespace mpi
 
-MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
+MpiTransport::MpiTransport(MPI_Comm comm) : MpiTransport(comm, 0, true) {}
+
+MpiTransport::MpiTransport(MPI_Comm comm, int tag, bool owns) : comm_(comm), tag_(tag), owns_(owns) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  if (tag_ == 0) p2p_ = std::make_unique<MpiTransport>(comm_, 1, false);
 }
 
 MpiTransport::~MpiTransport() {
+  p2p_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (owns_ && !finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
+
+Transport* MpiTransport::p2p_lane() { return p2p_.get(); }
 
 void MpiTransport::exchange(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
                             const OpContext& ctx) {
@@ -161,14 +167,14 @@ void MpiTransport::exchange(std::span<const SendSpec> sends, std::span<const Rec
       }
       reqs.emplace_back();
       peers.push_back(r.peer);
-      MPI_Irecv(dst, static_cast<int>(r.bytes), MPI_BYTE, r.peer, 0, comm_, &reqs.back());
+      MPI_Irecv(dst, static_cast<int>(r.bytes), MPI_BYTE, r.peer, tag_, comm_, &reqs.back());
     }
     for (const SendSpec& s : sends) {
       if (!s.bytes) continue;
       MT_CHECK(s.bytes <= INT_MAX, "{}: message of {} bytes is too large for MPI", ctx.what(), s.bytes);
       reqs.emplace_back();
       peers.push_back(s.peer);
-      MPI_Isend(s.data, static_cast<int>(s.bytes), MPI_BYTE, s.peer, 0, comm_, &reqs.back());
+      MPI_Isend(s.data, static_cast<int>(s.bytes), MPI_BYTE, s.peer, tag_, comm_, &reqs.back());
     }
   }
   for (size_t i = 0; i < reqs.size(); ++i) mpi::wait(reqs[i], ctx, peers[i]);

@@ -34,6 +34,9 @@ void wait(MPI_Request& req, const OpContext& ctx, int peer = -1);
 class MpiTransport final : public Transport {
  public:
   explicit MpiTransport(MPI_Comm comm);  // takes ownership
+  // A lane over the same communicator whose messages carry their own tag
+  // (point-to-point: never matched against a collective's messages).
+  MpiTransport(MPI_Comm comm, int tag, bool owns);
   ~MpiTransport() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -44,11 +47,18 @@ class MpiTransport final : public Transport {
   void allgather_small(const void* mine, size_t bytes, void* all, const OpContext& ctx) override;
   // Collective over this communicator; nullptr for color < 0.
   std::unique_ptr<Transport> split(int color, int key) override;
+  std::string_view native_algorithm() const override { return "mpi"; }
+  bool native_supports(CollOp op) const override;
+  void run_native(const CollArgs& args, const OpContext& ctx) override;  // mpi_collectives.cpp
+  Transport* p2p_lane() override;
   MPI_Comm comm() const { return comm_; }
 
  private:
   MPI_Comm comm_;
+  int tag_ = 0;
+  bool owns_ = true;
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<MpiTransport> p2p_;
 };
 
 }  // namespace meshtrain::comm

@@ -10,10 +10,12 @@ namespace meshtrain::comm::shm {
 
 constexpr size_t kLine = 64;
 constexpr size_t kPage = 4096;
-// FIFO channel per ordered pair: slots big enough to amortise the handshake,
+// FIFO channel per ordered pair and lane (0: collectives, 1: point-to-point,
+// so a pipeline's sends never interleave with a collective's): slots big enough to amortise the handshake,
 // few enough that a ring of 8 stays in the LLC.
 constexpr size_t kSlotBytes = 64 * 1024;
 constexpr size_t kSlots = 8;
+constexpr int kLanes = 2;
 // Per-rank staging for one-phase small collectives and control allgathers,
 // double-buffered by barrier-step parity.
 constexpr size_t kSmallBytes = 64 * 1024;
@@ -68,7 +70,8 @@ struct ChannelHeader {
 struct Layout {
   int n = 1;
   size_t chunk_bytes = kDefaultChunkBytes;
-  size_t control_bytes = 0, small_off = 0, chan_off = 0, chan_bytes = 0, scratch_off = 0;
+  size_t control_bytes = 0, small_off = 0, chan_bytes = 0, scratch_off = 0;
+  size_t chan_off[kLanes] = {0, 0};
   size_t rank_bytes = 0, global_bytes = 0, total = 0;
 
   static Layout make(int n, size_t chunk_bytes) {
@@ -78,9 +81,12 @@ struct Layout {
     l.global_bytes = kPage;
     l.control_bytes = round_up(sizeof(RankControl), kPage);
     l.small_off = l.control_bytes;
-    l.chan_off = l.small_off + 2 * kSmallBytes;
     l.chan_bytes = kPage + kSlots * kSlotBytes;
-    l.scratch_off = l.chan_off + static_cast<size_t>(n) * l.chan_bytes;
+    l.chan_off[0] = l.small_off + 2 * kSmallBytes;
+    for (int lane = 1; lane < kLanes; ++lane)
+      l.chan_off[lane] = l.chan_off[lane - 1] + static_cast<size_t>(n) * l.chan_bytes;
+    // Pages of a lane nobody uses are never touched, so cost no memory.
+    l.scratch_off = l.chan_off[kLanes - 1] + static_cast<size_t>(n) * l.chan_bytes;
     l.rank_bytes = round_up(l.scratch_off + kScratchBuffers * chunk_bytes, kPage);
     l.total = l.global_bytes + static_cast<size_t>(n) * l.rank_bytes;
     return l;

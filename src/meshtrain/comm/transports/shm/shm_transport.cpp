@@ -66,6 +66,29 @@ size_t chunk_bytes_from_env() {
 
 }  // namespace
 
+// The point-to-point view: the same segment, its own channels and cursors.
+class ShmTransport::P2pLane final : public Transport {
+ public:
+  explicit P2pLane(ShmTransport& t) : t_(t) {}
+  int rank() const override { return t_.rank_; }
+  int size() const override { return t_.size_; }
+  std::string_view kind() const override { return "shm"; }
+  void exchange(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
+                const OpContext& ctx) override {
+    t_.exchange_on(t_.lanes_[1], sends, recvs, ctx);
+  }
+  void barrier(const OpContext& ctx) override { no_collectives(ctx); }
+  void allgather_small(const void*, size_t, void*, const OpContext& ctx) override { no_collectives(ctx); }
+  void abort(const std::string& reason) override { t_.abort(reason); }
+  std::string peer_progress() const override { return t_.peer_progress(); }
+
+ private:
+  [[noreturn]] static void no_collectives(const OpContext& ctx) {
+    fail("{}: the point-to-point lane carries only sends and receives", ctx.what());
+  }
+  ShmTransport& t_;
+};
+
 ShmTransport::ShmTransport(int rank, int size, const std::string& job_id,
                            const std::string& comm_name, double timeout_s)
     : rank_(rank), size_(size), job_id_(job_id), comm_name_(comm_name),
@@ -75,8 +98,12 @@ ShmTransport::ShmTransport(int rank, int size, const std::string& job_id,
   // Spinning pays only when every rank has a core; oversubscribed ranks yield at once.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   spin_limit_ = size <= cores ? 20000 : 64;
-  sent_.assign(size, 0);
-  received_.assign(size, 0);
+  for (int lane = 0; lane < kLanes; ++lane) {
+    lanes_[lane].index = lane;
+    lanes_[lane].sent.assign(size, 0);
+    lanes_[lane].received.assign(size, 0);
+  }
+  p2p_ = std::make_unique<P2pLane>(*this);
   std::string joining = fmt::format("joining communicator '{}' ({} ranks)", comm_name, size);
   OpContext ctx{[joining] { return joining; }, timeout_s};
   ctx.deadline();  // joining counts from now
@@ -113,13 +140,14 @@ char* ShmTransport::small_slot(int r, uint64_t parity) const {
 char* ShmTransport::scratch(int r, int index) const {
   return region(r) + layout_.scratch_off + static_cast<size_t>(index) * layout_.chunk_bytes;
 }
-ChannelHeader& ShmTransport::channel(int receiver, int sender) const {
-  return *reinterpret_cast<ChannelHeader*>(region(receiver) + layout_.chan_off +
+ChannelHeader& ShmTransport::channel(int lane, int receiver, int sender) const {
+  return *reinterpret_cast<ChannelHeader*>(region(receiver) + layout_.chan_off[lane] +
                                            static_cast<size_t>(sender) * layout_.chan_bytes);
 }
-char* ShmTransport::channel_slots(int receiver, int sender) const {
-  return reinterpret_cast<char*>(&channel(receiver, sender)) + kPage;
+char* ShmTransport::channel_slots(int lane, int receiver, int sender) const {
+  return reinterpret_cast<char*>(&channel(lane, receiver, sender)) + kPage;
 }
+
 
 void ShmTransport::note_op(CollOp op, uint64_t seq) {
   RankControl& c = control(rank_);
@@ -273,8 +301,10 @@ void ShmTransport::allgather_small(const void* mine, size_t bytes, void* all, co
     std::memcpy(static_cast<char*>(all) + r * bytes, small_slot(r, parity), bytes);
 }
 
-void ShmTransport::exchange(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
-                            const OpContext& ctx) {
+void ShmTransport::exchange_on(Lane& lane, std::span<const SendSpec> sends,
+                               std::span<const RecvSpec> recvs, const OpContext& ctx) {
+  std::vector<uint64_t>& sent_ = lane.sent;
+  std::vector<uint64_t>& received_ = lane.received;
   std::vector<size_t> sdone(sends.size(), 0), rdone(recvs.size(), 0);
   int spins = 0;
   Clock::time_point last_check{};  // set by idle() once spinning is over
@@ -294,8 +324,8 @@ void ShmTransport::exchange(std::span<const SendSpec> sends, std::span<const Rec
       const SendSpec& s = sends[i];
       if (sdone[i] == s.bytes) continue;
       if (s.peer == rank_) fail("{}: send to self", ctx.what());
-      ChannelHeader& ch = channel(s.peer, rank_);
-      char* slots = channel_slots(s.peer, rank_);
+      ChannelHeader& ch = channel(lane.index, s.peer, rank_);
+      char* slots = channel_slots(lane.index, s.peer, rank_);
       while (sdone[i] < s.bytes) {
         if (sent_[s.peer] - ch.tail.value.load(std::memory_order_acquire) >= kSlots) break;
         size_t n = std::min(kSlotBytes, s.bytes - sdone[i]);
@@ -313,8 +343,8 @@ void ShmTransport::exchange(std::span<const SendSpec> sends, std::span<const Rec
     for (size_t i = 0; i < recvs.size(); ++i) {
       const RecvSpec& r = recvs[i];
       if (rdone[i] == r.bytes) continue;
-      ChannelHeader& ch = channel(rank_, r.peer);
-      char* slots = channel_slots(rank_, r.peer);
+      ChannelHeader& ch = channel(lane.index, rank_, r.peer);
+      char* slots = channel_slots(lane.index, rank_, r.peer);
       while (rdone[i] < r.bytes) {
         if (ch.head.value.load(std::memory_order_acquire) <= received_[r.peer]) break;
         size_t n = std::min(kSlotBytes, r.bytes - rdone[i]);

@@ -29,8 +29,15 @@ class ShmTransport final : public Transport {
   int size() const override { return size_; }
   std::string_view kind() const override { return "shm"; }
   void exchange(std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
-                const OpContext& ctx) override;
+                const OpContext& ctx) override {
+    exchange_on(lanes_[0], sends, recvs, ctx);
+  }
   void barrier(const OpContext& ctx) override { sync(ctx); }
+  // Native collectives: the direct algorithm (shm_direct.cpp).
+  std::string_view native_algorithm() const override { return "direct"; }
+  bool native_supports(CollOp op) const override;
+  void run_native(const CollArgs& args, const OpContext& ctx) override;
+  Transport* p2p_lane() override { return p2p_.get(); }
   void allgather_small(const void* mine, size_t bytes, void* all, const OpContext& ctx) override;
   void abort(const std::string& reason) override;
   std::string peer_progress() const override;
@@ -67,9 +74,18 @@ class ShmTransport final : public Transport {
   ExchangeTuner& exchange(ExchangeUse use) { return exchange_[static_cast<size_t>(use)]; }
 
  private:
+  // One lane's channels and this rank's FIFO cursors per peer. A cursor is
+  // touched only by the thread exchanging with that peer in that direction.
+  struct Lane {
+    int index = 0;
+    std::vector<uint64_t> sent, received;
+  };
+  class P2pLane;
+  void exchange_on(Lane& lane, std::span<const SendSpec> sends, std::span<const RecvSpec> recvs,
+                   const OpContext& ctx);
   char* region(int rank) const;
-  shm::ChannelHeader& channel(int receiver, int sender) const;
-  char* channel_slots(int receiver, int sender) const;
+  shm::ChannelHeader& channel(int lane, int receiver, int sender) const;
+  char* channel_slots(int lane, int receiver, int sender) const;
   // Why idle() stopped waiting. A peer that exited (or a deadline that passed)
   // is only a failure if what we wait for is still missing: a peer may publish
   // its part and exit between our last look and the liveness check, so the
@@ -89,7 +105,8 @@ class ShmTransport final : public Transport {
   char* base_ = nullptr;
   uint64_t step_ = 0;
   int spin_limit_ = 64;
-  std::vector<uint64_t> sent_, received_;  // FIFO cursors per peer
+  Lane lanes_[shm::kLanes];
+  std::unique_ptr<Transport> p2p_;
   uint64_t scratch_step_[shm::kScratchBuffers] = {0, 0, 0};
   int scratch_next_ = 0;
   int64_t next_buffer_id_ = 0;

@@ -1,4 +1,4 @@
-// Direct shared-memory collectives: every rank's data is in mapped memory
+// The shm transport's native collectives (algorithm "direct"): every rank's data is in mapped memory
 // that peers read in place, so bytes cross the memory bus as few times as
 // possible (the (3n-1)S scheme of docs/COMM.md when buffers are shared).
 //
@@ -15,7 +15,6 @@
 #include <cstring>
 #include <vector>
 
-#include "meshtrain/comm/algorithms/algorithm.h"
 #include "meshtrain/comm/reduce.h"
 #include "meshtrain/comm/stream_copy.h"
 #include "meshtrain/comm/transports/shm/shm_transport.h"
@@ -341,12 +340,12 @@ void reduce_to_root(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
 
 }  // namespace
 
-void run_direct(AlgoEnv& env, const CollArgs& a) {
-  // This algorithm is the shm transport's own (it reduces in the peers'
-  // mapped scratch), so it asks for that transport by type.
-  auto* t = dynamic_cast<ShmTransport*>(&env.transport);
-  MT_CHECK(t, "algorithm 'direct' needs the shm transport, not {}", env.transport.kind());
-  const OpContext& ctx = env.ctx;
+bool ShmTransport::native_supports(CollOp op) const {
+  return op != CollOp::Send && op != CollOp::Recv;
+}
+
+void ShmTransport::run_native(const CollArgs& a, const OpContext& ctx) {
+  ShmTransport* t = this;
   switch (a.op) {
     case CollOp::Allreduce:
       if (a.count == 0) return;

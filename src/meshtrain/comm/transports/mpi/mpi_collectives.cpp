@@ -1,21 +1,22 @@
-// Algorithm `mpi`: the MPI library's own collectives (non-blocking forms,
+// The MPI transport's native collectives (algorithm "mpi"): the MPI library's own collectives (non-blocking forms,
 // polled against the deadline). The reference we benchmark against, and the
 // fallback across nodes.
 #include <climits>
 #include <cstring>
 #include <vector>
 
-#include "meshtrain/comm/algorithms/algorithm.h"
 #include "meshtrain/comm/transports/mpi/mpi_transport.h"
 
 namespace meshtrain::comm {
 
-void run_mpi_native(AlgoEnv& env, const CollArgs& a) {
-  auto* t = dynamic_cast<MpiTransport*>(&env.transport);
-  MT_CHECK(t, "algorithm 'mpi' needs the mpi transport, not {}", env.transport.kind());
-  MPI_Comm comm = t->comm();
-  const int n = t->size(), r = t->rank();
-  MT_CHECK(a.count <= static_cast<size_t>(INT_MAX), "{}: count {} too large for MPI", env.ctx.what(), a.count);
+bool MpiTransport::native_supports(CollOp op) const {
+  return op != CollOp::Send && op != CollOp::Recv;
+}
+
+void MpiTransport::run_native(const CollArgs& a, const OpContext& ctx) {
+  MPI_Comm comm = comm_;
+  const int n = size_, r = rank_;
+  MT_CHECK(a.count <= static_cast<size_t>(INT_MAX), "{}: count {} too large for MPI", ctx.what(), a.count);
   const int count = static_cast<int>(a.count);
   MPI_Datatype dt = mpi::datatype(a.dtype);
   MPI_Op op = mpi::reduce_op(a.redop, a.dtype);
@@ -64,7 +65,7 @@ void run_mpi_native(AlgoEnv& env, const CollArgs& a) {
         fail("algorithm 'mpi' cannot run {}", coll_op_name(a.op));
     }
   }
-  mpi::wait(req, env.ctx);
+  mpi::wait(req, ctx);
 }
 
 }  // namespace meshtrain::comm

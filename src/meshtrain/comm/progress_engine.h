@@ -1,0 +1,83 @@
+// An ordered lane of work for a communicator: jobs run one at a time, in the
+// order they were submitted, on a thread of the lane's own (started on first
+// use). A job submitted while the lane is idle may instead run on the caller
+// (small collectives: no thread hand-off on the latency path).
+//
+// A communicator has one engine for its collectives and one per (peer,
+// direction) for point-to-point, so a pipeline's send never waits behind a
+// collective and a receive never waits behind a send.
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace meshtrain::comm {
+
+template <class Job>
+class ProgressEngine {
+ public:
+  explicit ProgressEngine(std::function<void(Job&)> run) : run_(std::move(run)) {}
+  ProgressEngine(const ProgressEngine&) = delete;
+  ProgressEngine& operator=(const ProgressEngine&) = delete;
+  // Runs what is queued, then stops the thread.
+  ~ProgressEngine() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void submit(Job job, bool may_run_inline) {
+    std::unique_lock lock(mu_);
+    if (may_run_inline && queue_.empty() && !busy_) {
+      busy_ = true;
+      lock.unlock();
+      run_(job);
+      lock.lock();
+      busy_ = false;
+      cv_.notify_all();
+      return;
+    }
+    queue_.push_back(std::move(job));
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    lock.unlock();
+    cv_.notify_all();
+  }
+
+  // Blocks until every job submitted so far has run.
+  void drain() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return (stop_ && queue_.empty()) || (!queue_.empty() && !busy_); });
+      if (queue_.empty()) return;
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      run_(job);
+      lock.lock();
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  std::function<void(Job&)> run_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace meshtrain::comm
