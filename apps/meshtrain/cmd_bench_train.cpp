@@ -27,6 +27,8 @@
 #include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/nn/model_registry.h"
 #include "meshtrain/parallel/make_gradient_sync.h"
+#include "meshtrain/parallel/mesh.h"
+#include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/train/train_step.h"
 #include "meshtrain/train/memory_model.h"
 #include "bench_precision.h"
@@ -40,6 +42,7 @@ struct BenchTrainArgs {
   int batch = 8, seq = 0, threads = 0, steps = 10, warmup = 2;
   bool json = false;
   int nproc = 0;
+  int tp = 1;  // tensor-parallel ranks per group (the rest data-parallel)
   double bucket_mb = 25, first_bucket_mb = 1;
   std::string recompute = "none";
   std::string precision = "fp32";  // bf16 | fp16: compared with fp32 (bench_precision.h)
@@ -86,12 +89,20 @@ void run_bench_train(const BenchTrainArgs& a) {
     so.dp.bucket_bytes = static_cast<size_t>(a.bucket_mb * (1 << 20));
     so.dp.first_bucket_bytes = static_cast<size_t>(a.first_bucket_mb * (1 << 20));
   }
-  parallel::SyncedModel synced = parallel::make_synced_model(comm, spec, so);
+  const int world_size = std::max(1, world.size);
+  if (a.tp < 1 || world_size % a.tp != 0)
+    throw UsageError(fmt::format("--tp {} must divide the {} rank(s)", a.tp, world_size));
+  // dp x tp, tp innermost (as `meshtrain train`): each rank its shard.
+  parallel::Mesh mesh(comm, {world_size / a.tp, a.tp, 1});
+  const std::shared_ptr<const ModelSpec> shard =
+      a.tp > 1 ? spec->sharded(ModelShard{mesh.rank(parallel::Axis::TP), a.tp}) : spec;
+  parallel::SyncedModel synced = parallel::make_synced_model(mesh.comm(parallel::Axis::DP), shard, so);
   parallel::GradientSync& sync = *synced.sync;
   const bool dp = sync.comm() != nullptr;
-  const int ranks = dp ? sync.comm()->size() : 1;
-  const bool lead = !dp || sync.comm()->rank() == 0;
+  const int ranks = dp ? sync.comm()->size() : 1;  // data-parallel ranks
+  const bool lead = world.rank == 0;
   Model& model = *synced.model;
+  if (a.tp > 1) model.set_tensor_parallel_group(parallel::make_tp_group(mesh.comm(parallel::Axis::TP)));
   model.set_recompute(recompute);
   model.init_weights(1);
   sync.after_resume();  // rank 0's weights on every rank
@@ -99,7 +110,9 @@ void run_bench_train(const BenchTrainArgs& a) {
   sched.max_lr = 3e-4f;
   sched.kind = "constant";
   TrainStep stepper(model, sync, AdamWConfig{}, sched, 1.0f);
-  Rng rng(1234 + static_cast<uint64_t>(world.rank));  // each rank its own tokens
+  if (a.tp > 1) stepper.set_tensor_parallel(&mesh.comm(parallel::Axis::TP));
+  // Each data-parallel rank its own tokens; a tp group shares them.
+  Rng rng(1234 + static_cast<uint64_t>(mesh.rank(parallel::Axis::DP)));
   std::vector<int32_t> tok(static_cast<size_t>(a.batch) * (T + 1));
   std::vector<double> step_s, fwd_s, bwd_s, opt_s, cpu_s, exposed_s, comm_s;
   int buckets = 0;
@@ -132,11 +145,17 @@ void run_bench_train(const BenchTrainArgs& a) {
   peak.onednn_gflops = std::max(peak.onednn_gflops, peak2.onednn_gflops);
   const double peak_gflops = peak.best();
   const double med = median(step_s);
-  // Aggregate over ranks: every rank processes batch x seq tokens per step.
+  // Aggregate over data-parallel ranks: each processes batch x seq tokens per
+  // step (a tp group together).
   const double tokens = static_cast<double>(a.batch) * T * ranks;
   const double tok_s = tokens / med;
   const double gflops = spec->flops_per_token(T) * tok_s / 1e9;
-  const double mfu = gflops / (peak_gflops * ranks);
+  const double mfu = gflops / (peak_gflops * ranks * a.tp);
+  // Parameters, gradients and optimizer state this rank holds (its shard).
+  const int64_t model_state_bytes =
+      mem_stats().peak[static_cast<size_t>(MemCategory::Parameters)] +
+      mem_stats().peak[static_cast<size_t>(MemCategory::Gradients)] +
+      mem_stats().peak[static_cast<size_t>(MemCategory::OptimizerState)];
   if (!lead) return;
   const MemStats ms = mem_stats();
   const MemoryPrediction pred = predict_training_memory(model.spec(), a.batch, T, threads, recompute);
@@ -174,8 +193,10 @@ void run_bench_train(const BenchTrainArgs& a) {
     j["sgemm_timed_shapes"] = shapes.size();
     j["sgemm_onednn_shapes"] = onednn_shapes;
     j["sgemm_shapes"] = shapes;
+    j["tp"] = a.tp;
+    j["model_state_mb"] = model_state_bytes / 1e6;
+    if (dp || a.tp > 1) j["nproc"] = ranks * a.tp;
     if (dp) {
-      j["nproc"] = ranks;
       j["comm_buckets"] = buckets;
       j["comm_exposed_ms"] = median(exposed_s) * 1e3;
       j["comm_total_ms"] = median(comm_s) * 1e3;
@@ -183,9 +204,12 @@ void run_bench_train(const BenchTrainArgs& a) {
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {}{}\n", spec->describe(),
+  fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {}{}{}\n", spec->describe(),
              a.batch, T, threads, recompute.name(), dp ? fmt::format(" per rank | {} ranks data-parallel ({})", ranks,
-                                       sync.comm()->transport()) : "");
+                                       sync.comm()->transport()) : "",
+             a.tp > 1 ? fmt::format(" | tp {}", a.tp) : "");
+  fmt::print("  model state (this rank)    {:10.1f} MB  (parameters, gradients, optimizer)\n",
+             model_state_bytes / 1e6);
   fmt::print("  sgemm peak (same threads)  {:10.1f} GFLOP/s  ({}; openblas {:.1f}{})\n", peak_gflops,
              peak.best_backend(), peak.openblas_gflops,
              peak.onednn_gflops > 0 ? fmt::format(", onednn {:.1f}", peak.onednn_gflops) : "");
@@ -226,6 +250,8 @@ void register_bench_train(CLI::App& bench) {
   c->add_option("--warmup", args->warmup, "Untimed warm-up steps")->capture_default_str();
   c->add_flag("--json", args->json, "Print one JSON object");
   c->add_option("--nproc", args->nproc, "Launch N ranks training data-parallel (aggregate tokens/s)");
+  c->add_option("--tp", args->tp, "Tensor-parallel ranks per group (--nproc a multiple of it; llama presets)")
+      ->capture_default_str();
   c->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size (MiB)")->capture_default_str();
   c->add_option("--first-bucket-mb", args->first_bucket_mb, "First gradient bucket (MiB)")
       ->capture_default_str();
@@ -254,7 +280,7 @@ void register_bench_train(CLI::App& bench) {
                     "--steps", std::to_string(args->steps), "--warmup", std::to_string(args->warmup),
                     "--bucket-mb", fmt::format("{}", args->bucket_mb),
                     "--first-bucket-mb", fmt::format("{}", args->first_bucket_mb),
-                    "--recompute", args->recompute};
+                    "--recompute", args->recompute, "--tp", std::to_string(args->tp)};
       if (args->json) lo.command.push_back("--json");
       const launch::LaunchResult r = launch::run_local(lo);
       if (r.exit_code != 0) throw Error(fmt::format("bench failed: {}", r.message));

@@ -42,19 +42,28 @@ void refuse_unavailable(const TrainConfig& c) {
     if (cond) throw Error(what + " is not available in this build yet; remove the setting "
                                  "to train");
   };
-  refuse(c.parallel.tp != 1 || c.parallel.pp != 1,
-         fmt::format("parallel.tp = {} x parallel.pp = {} (data parallelism only)", c.parallel.tp,
-                     c.parallel.pp));
+  refuse(c.parallel.pp != 1,
+         fmt::format("parallel.pp = {} (data and tensor parallelism are)", c.parallel.pp));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));
 }
 
-// parallel.dp must match the ranks the job has ("auto" = all of them).
+// parallel.tp must divide the ranks the job has; parallel.dp must be the
+// rest ("auto" = all of it).
 void check_dp(const TrainConfig& c, int world) {
-  if (c.parallel.dp == 0 || c.parallel.dp == world) return;
-  throw Error(fmt::format("parallel.dp = {} but the job has {} rank(s); run with --nproc {} (or "
-                          "mpirun -np {}), or set parallel.dp = \"auto\"", c.parallel.dp, world,
-                          c.parallel.dp, c.parallel.dp));
+  const int tp = c.parallel.tp;
+  MT_CHECK(tp >= 1 && world % tp == 0, "parallel.tp = {} must divide the {} rank(s) of the job "
+           "(run with --nproc a multiple of {})", tp, world, tp);
+  const int dp = world / tp;
+  if (c.parallel.dp == 0 || c.parallel.dp == dp) return;
+  if (tp == 1)
+    throw Error(fmt::format("parallel.dp = {} but the job has {} rank(s); run with --nproc {} (or "
+                            "mpirun -np {}), or set parallel.dp = \"auto\"", c.parallel.dp, world,
+                            c.parallel.dp, c.parallel.dp));
+  throw Error(fmt::format("parallel.dp = {} x parallel.tp = {} needs {} rank(s) but the job has {}; "
+                          "run with --nproc {} (or mpirun -np {}), or set parallel.dp = \"auto\"",
+                          c.parallel.dp, tp, c.parallel.dp * tp, world, c.parallel.dp * tp,
+                          c.parallel.dp * tp));
 }
 
 bool inside_job(const comm::WorldInfo& w) { return w.source != "none"; }
@@ -66,13 +75,14 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
   const int threads = c.train.threads > 0 ? c.train.threads
                                           : static_cast<int>(std::max(1L, cores / std::max(1, ranks)));
   const int T = spec->seq_len();
+  const int tp = c.parallel.tp, dp = ranks / tp;
   MemoryPlan plan;
-  plan.model = std::move(spec);
+  plan.model = tp > 1 ? spec->sharded(ModelShard{0, tp}) : std::move(spec);  // shards are equal
   plan.B = c.train.micro_batch;
   plan.T = T;
   plan.threads = threads;
-  plan.world = ranks;
-  plan.zero_stage = ranks > 1 ? c.zero.stage : 0;
+  plan.world = dp;
+  plan.zero_stage = dp > 1 ? c.zero.stage : 0;
   plan.persist_threshold = c.zero.persist_threshold;
   const Precision precision = precision_from_name(c.precision);
   plan.base = predict_training_memory(*plan.model, plan.B, T, threads, recompute_from_config(c.recompute),
@@ -144,6 +154,7 @@ void run_train(const TrainArgs& a) {
     // Fail here, once, rather than in every rank: the model shape and the
     // memory limit (rank 0 holds the largest ZeRO shard).
     const std::shared_ptr<const ModelSpec> spec = model_from_config(c);
+    if (c.parallel.tp > 1) (void)spec->sharded(ModelShard{0, c.parallel.tp});  // tp fits the shape
     if (c.memory.limit_mb > 0) check_memory_limit_of(c, spec, ranks);
     launch_ranks(a, c);
     return;
@@ -203,6 +214,7 @@ void run_train(const TrainArgs& a) {
   o.dp.verify = parallel::DataParallelOptions::from_env().verify;
   o.dp.grad_dtype = dtype_from_name(c.comm.grad_dtype);
   o.zero_stage = c.zero.stage;
+  o.tp = c.parallel.tp;
   o.zero_persist_threshold = c.zero.persist_threshold;
   o.memory_limit_bytes = c.memory.limit_mb * 1e6;
   o.trace = c.telemetry.trace;

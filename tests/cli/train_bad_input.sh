@@ -46,7 +46,10 @@ expect 1 "outside the vocabulary" -- "$BIN" train "${COMMON[@]}" --set model.pre
 "$BIN" train "${COMMON[@]}" >/dev/null 2>&1 || fail "setup training failed"
 expect 1 "disagree" -- "$BIN" train "${COMMON[@]}" --set model.preset="" \
   --set "init_from=$TMP/run/model.safetensors" --set model.seq_len=64
-expect 1 "not available" -- "$BIN" train "${COMMON[@]}" --set parallel.tp=2
+expect 1 "not available" -- "$BIN" train "${COMMON[@]}" --set parallel.pp=2
+# Tensor parallelism exists (for the llama family): the GPT preset says it has none.
+expect 1 "model family 'gpt' has no tensor or pipeline parallelism yet" -- "$BIN" train "${COMMON[@]}" --set parallel.tp=2 --nproc 2
+expect 1 "parallel.tp = 2 must divide the 1 rank(s)" -- "$BIN" train "${COMMON[@]}" --set model.preset=llama-tiny --set parallel.tp=2
 # Every ZeRO stage reduces in bf16 (tests/unit/zero_bf16_grads_mp_test.cpp); a wire format
 # that does not exist is named.
 expect 1 "comm.grad_dtype must be one of f32, bf16" -- "$BIN" train "${COMMON[@]}" \

@@ -15,6 +15,8 @@
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/kernels/cpu/swiglu.h"
 #include "meshtrain/nn/llama_activations.h"
+#include "meshtrain/nn/shard_slicing.h"
+#include "meshtrain/nn/vocab_parallel_loss.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain {
@@ -22,8 +24,8 @@ namespace meshtrain {
 using namespace cpu;
 
 Llama::Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers b)
-    : spec_(std::move(spec)), cfg_(spec_->config()) {
-  b = adopt_buffers(std::move(b), cfg_.num_params());
+    : spec_(std::move(spec)), cfg_(spec_->config()), dims_(spec_->dims()) {
+  b = adopt_buffers(std::move(b), spec_->layout().numel);
   params_ = std::move(b.params);
   grads_ = std::move(b.grads);
   k_ = &kernels_for(params_.device());
@@ -32,22 +34,62 @@ Llama::Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers b)
 
 Llama::~Llama() = default;
 
-void Llama::init_weights(uint64_t seed) {
+namespace {
+
+// The whole model's initial weights into p (spec's layout).
+void init_full(const LlamaSpec& spec, float* p, uint64_t seed) {
+  const LlamaConfig& cfg = spec.config();
   Rng rng(seed);
-  params_.zero_();
-  float* p = params_.data<float>();
-  const int64_t C = cfg_.n_embd;
-  for (const ParamInfo& info : spec_->layout().params) {
+  const int64_t C = cfg.n_embd;
+  for (const ParamInfo& info : spec.layout().params) {
     int64_t n = info.numel();
     if (info.shape.size() < 2) {  // RMSNorm gains
       for (int64_t i = 0; i < n; ++i) p[info.begin + i] = 1.f;
       continue;
     }
     // Embedding and head: only the real vocabulary's rows.
-    if (info.begin == spec_->embed_offset() || info.begin == spec_->head_offset())
-      n = static_cast<int64_t>(cfg_.vocab_size) * C;
+    if (info.begin == spec.embed_offset() || info.begin == spec.head_offset())
+      n = static_cast<int64_t>(cfg.vocab_size) * C;
     for (int64_t i = 0; i < n; ++i) p[info.begin + i] = 0.02f * rng.normal();
   }
+}
+
+}  // namespace
+
+void Llama::init_weights(uint64_t seed) {
+  params_.zero_();
+  if (dims_.tp_size == 1) return init_full(*spec_, params_.data<float>(), seed);
+  // A shard starts as its slices of the whole model's initial weights, so
+  // any tp trains exactly like tp = 1.
+  auto full = LlamaSpec::make(cfg_);
+  std::vector<float> whole(static_cast<size_t>(full->layout().numel), 0.f);
+  init_full(*full, whole.data(), seed);
+  copy_logical_to_shard(full->layout(), spec_->layout(), dims_.tp_rank, whole.data(),
+                        params_.data<float>());
+}
+
+void Llama::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) {
+  if (group)
+    MT_CHECK(group->size() == dims_.tp_size && group->rank() == dims_.tp_rank,
+             "tp group is rank {} of {}, the model shard is tp rank {} of {}", group->rank(),
+             group->size(), dims_.tp_rank, dims_.tp_size);
+  tp_ = std::move(group);
+}
+
+void Llama::row_parallel_forward(float* out, const float* residual, const float* inp,
+                                 int64_t w_offset, int64_t N, int64_t K) {
+  const int64_t C = dims_.C;
+  if (dims_.tp_size == 1 || dims_.tp_rank == 0) {
+    k_->copy(out, residual, N * C);  // the residual is added once, by tp rank 0
+    linear_forward(out, inp, w_offset, N, K, C, /*accumulate=*/true);
+  } else {
+    linear_forward(out, inp, w_offset, N, K, C);
+  }
+  if (dims_.tp_size > 1) tp_->allreduce_sum(out, N * C);
+}
+
+void Llama::reduce_input_grad(float* dinp, int64_t count) {
+  if (dims_.tp_size > 1) tp_->allreduce_sum(dinp, count);
 }
 
 void Llama::set_recompute(const Recompute& recompute) {
@@ -59,13 +101,13 @@ void Llama::set_recompute(const Recompute& recompute) {
 }
 
 void Llama::set_precision(Precision p) {
-  if (!half_.set_precision(p, cfg_.num_params())) return;
+  if (!half_.set_precision(p, spec_->layout().numel)) return;
   acts_.reset();  // the activation layout depends on the precision
   have_targets_ = false;
 }
 
 void Llama::use_external_half_copy(Tensor buffer) {
-  half_.use_external(std::move(buffer), cfg_.num_params());
+  half_.use_external(std::move(buffer), spec_->layout().numel);
 }
 
 void Llama::linear_forward(float* out, const float* inp, int64_t w_offset, int64_t N, int64_t C,
@@ -92,7 +134,7 @@ void Llama::ensure_activations(int B, int T) {
       acts_->recompute == recompute_ && acts_->precision == half_.precision())
     return;
   acts_.reset();  // free first so peak memory holds one layout
-  acts_ = std::make_unique<LlamaActivations>(cfg_, B, T, nt, recompute_, half_.precision());
+  acts_ = std::make_unique<LlamaActivations>(dims_, B, T, nt, recompute_, half_.precision());
 }
 
 const float* Llama::logits() const { return acts_ ? acts_->logits : nullptr; }
@@ -104,14 +146,14 @@ void Llama::ready(int unit) {
 }
 
 void Llama::expand_kv(const float* qkv, float* full) const {
-  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd, Q = cfg_.qkv_width();
-  const int64_t hd = cfg_.head_dim(), KV = cfg_.kv_dim(), rep = cfg_.n_head / cfg_.n_kv_head;
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.A, Q = dims_.Q;
+  const int64_t hd = dims_.hd, KV = dims_.KV, rep = dims_.NH / dims_.NKV;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* src = qkv + i * Q;
     float* dst = full + i * 3 * C;
     std::memcpy(dst, src, sizeof(float) * C);
-    for (int64_t h = 0; h < cfg_.n_head; ++h) {
+    for (int64_t h = 0; h < dims_.NH; ++h) {
       const int64_t kvh = h / rep;
       std::memcpy(dst + C + h * hd, src + C + kvh * hd, sizeof(float) * hd);
       std::memcpy(dst + 2 * C + h * hd, src + C + KV + kvh * hd, sizeof(float) * hd);
@@ -120,8 +162,8 @@ void Llama::expand_kv(const float* qkv, float* full) const {
 }
 
 void Llama::fold_kv(const float* dfull, float* dqkv) const {
-  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd, Q = cfg_.qkv_width();
-  const int64_t hd = cfg_.head_dim(), KV = cfg_.kv_dim(), rep = cfg_.n_head / cfg_.n_kv_head;
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.A, Q = dims_.Q;
+  const int64_t hd = dims_.hd, KV = dims_.KV, rep = dims_.NH / dims_.NKV;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* src = dfull + i * 3 * C;
@@ -129,7 +171,7 @@ void Llama::fold_kv(const float* dfull, float* dqkv) const {
     std::memcpy(dst, src, sizeof(float) * C);
     std::memset(dst + C, 0, sizeof(float) * 2 * KV);
     // Query heads in group order, so each shared head sums in a fixed order.
-    for (int64_t h = 0; h < cfg_.n_head; ++h) {
+    for (int64_t h = 0; h < dims_.NH; ++h) {
       const int64_t kvh = h / rep;
       float* dk = dst + C + kvh * hd;
       float* dv = dst + C + KV + kvh * hd;
@@ -142,33 +184,30 @@ void Llama::fold_kv(const float* dfull, float* dqkv) const {
 
 void Llama::attention_core_forward(const LlamaBlockActivations& s) {
   LlamaActivations& a = *acts_;
-  const int64_t C = cfg_.n_embd;
   const float* qkv = s.qkv;
-  if (cfg_.n_kv_head != cfg_.n_head) {
+  if (dims_.gqa()) {
     expand_kv(s.qkv, a.qkv_full);
     qkv = a.qkv_full;
   }
-  k_->attention_forward(s.atty, s.att_lse, qkv, B_, T_, C, cfg_.n_head, a.workspace.data<float>(),
+  k_->attention_forward(s.atty, s.att_lse, qkv, B_, T_, dims_.A, dims_.NH, a.workspace.data<float>(),
                     a.nthreads);
 }
 
 void Llama::block_forward(int l, const float* input, const LlamaBlockActivations& s, float* output) {
-  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd, Q = cfg_.qkv_width();
-  const int64_t H = cfg_.ffn_hidden;
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.C, Q = dims_.Q, A = dims_.A;
+  const int64_t H = dims_.H;
   const LlamaSpec::LayerOffsets& o = spec_->layer(l);
   k_->rmsnorm_forward(s.ln1, s.ln1_rstd, input, w(o.ln1), N, C, cfg_.norm_eps);
   linear_forward(s.qkv, s.ln1, o.qkv, N, C, Q);
-  k_->rope_forward(s.qkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
-  k_->rope_forward(s.qkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
+  k_->rope_forward(s.qkv, B_, T_, static_cast<int>(dims_.NH), static_cast<int>(dims_.hd), Q, rope_);
+  k_->rope_forward(s.qkv + A, B_, T_, static_cast<int>(dims_.NKV), static_cast<int>(dims_.hd), Q, rope_);
   attention_core_forward(s);
-  k_->copy(s.residual2, input, N * C);
-  linear_forward(s.residual2, s.atty, o.o, N, C, C, /*accumulate=*/true);
+  row_parallel_forward(s.residual2, input, s.atty, o.o, N, A);
   k_->rmsnorm_forward(s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), N, C, cfg_.norm_eps);
   linear_forward(s.gate_up, s.ln2, o.gate_up, N, C, 2 * H);
   k_->swiglu_forward(s.act, s.gate_up, N, H);
   if (!output) return;  // backward never reads a block's own output
-  k_->copy(output, s.residual2, N * C);
-  linear_forward(output, s.act, o.down, N, H, C, /*accumulate=*/true);
+  row_parallel_forward(output, s.residual2, s.act, o.down, N, H);
 }
 
 float Llama::forward(const MicroBatch& b) {
@@ -176,8 +215,10 @@ float Llama::forward(const MicroBatch& b) {
   MT_CHECK(b.T >= 1 && b.T <= cfg_.seq_len,
            "sequence length {} is outside [1, {}] (the model's context, model.seq_len)", b.T,
            cfg_.seq_len);
-  const int64_t N = static_cast<int64_t>(b.B) * b.T, C = cfg_.n_embd;
-  const int64_t V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
+  MT_CHECK(dims_.tp_size == 1 || tp_, "a tensor-parallel llama shard needs its tp group "
+           "(set_tensor_parallel_group) before forward");
+  const int64_t N = static_cast<int64_t>(b.B) * b.T, C = dims_.C;
+  const int64_t V = cfg_.vocab_size, Vl = dims_.Vl, v0 = dims_.v_begin;
   for (int64_t i = 0; i < N; ++i) {
     MT_CHECK(b.inputs[i] >= 0 && b.inputs[i] < V, "token id {} at batch {} position {} is outside "
              "the vocabulary [0, {})", b.inputs[i], i / b.T, i % b.T, V);
@@ -196,20 +237,24 @@ float Llama::forward(const MicroBatch& b) {
 
   use(ParamEvent::Need, 0, false);
   half_.refresh(spec_->layout(), 0, w(0), *k_);
-  if (half_.mixed()) {
-    // Read from the 16-bit copy, rounded like every weight the model computes
-    // with (so ZeRO needs no f32 embedding).
-    const uint16_t* emb = hw(spec_->embed_offset());
-    const Half h = half_.format();
+  // The rows this shard holds ([v0, v0 + Vl): all of them without tp); a
+  // token elsewhere is another shard's, summed in by the allreduce.
+  const bool mixed = half_.mixed();
+  const Half h = half_.format();
+  const uint16_t* emb_h = mixed ? hw(spec_->embed_offset()) : nullptr;
+  const float* emb = w(spec_->embed_offset());
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i)
-      k_->from_half(h, emb + static_cast<int64_t>(b.inputs[i]) * C, a.encoded + i * C, C);
-  } else {
-    const float* emb = w(spec_->embed_offset());
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i)
-      std::memcpy(a.encoded + i * C, emb + static_cast<int64_t>(b.inputs[i]) * C, sizeof(float) * C);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t row = static_cast<int64_t>(b.inputs[i]) - v0;
+    float* dst = a.encoded + i * C;
+    if (row < 0 || row >= Vl)
+      std::memset(dst, 0, sizeof(float) * C);
+    else if (mixed)  // the 16-bit copy, rounded like every weight the model computes with
+      k_->from_half(h, emb_h + row * C, dst, C);
+    else
+      std::memcpy(dst, emb + row * C, sizeof(float) * C);
   }
+  if (dims_.tp_size > 1) tp_->allreduce_sum(a.encoded, N * C);
   use(ParamEvent::Done, 0, false);
   for (int l = 0; l < L; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
@@ -223,10 +268,14 @@ float Llama::forward(const MicroBatch& b) {
   half_.refresh(spec_->layout(), L + 1, w(0), *k_);
   const float* last = a.residual + (L - 1) * N * C;
   k_->rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), N, C, cfg_.norm_eps);
-  linear_forward(a.logits, a.lnf, spec_->head_offset(), N, C, Vp);
+  linear_forward(a.logits, a.lnf, spec_->head_offset(), N, C, Vl);
   use(ParamEvent::Done, L + 1, false);
   if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
-  counted_ = k_->softmax_cross_entropy_forward(a.losses, a.logits, b.targets, N, V, Vp);
+  if (dims_.tp_size == 1)
+    counted_ = k_->softmax_cross_entropy_forward(a.losses, a.logits, b.targets, N, V, Vl);
+  else
+    counted_ = vocab_parallel_cross_entropy_forward(a.losses, a.lse, a.loss_scratch, a.logits,
+                                                    b.targets, N, {v0, Vl, V}, *tp_);
   MT_CHECK(counted_ > 0, "every target in the batch is ignored (< 0); nothing to learn from");
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += a.losses[i];
@@ -235,29 +284,33 @@ float Llama::forward(const MicroBatch& b) {
 
 void Llama::block_backward(int l, const float* input, const LlamaBlockActivations& s) {
   LlamaActivations& a = *acts_;
-  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd, Q = cfg_.qkv_width();
-  const int64_t H = cfg_.ffn_hidden;
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.C, Q = dims_.Q, A = dims_.A;
+  const int64_t H = dims_.H;
+  const int NH = static_cast<int>(dims_.NH), NKV = static_cast<int>(dims_.NKV);
+  const int hd = static_cast<int>(dims_.hd);
   const LlamaSpec::LayerOffsets& o = spec_->layer(l);
   float* dres = a.dresidual;
   // MLP: out = residual2 + act Wdown^T, act = swiglu(ln2 Wgu^T), ln2 = RMSNorm(residual2).
   linear_backward(a.dact, o.down, dres, s.act, N, H, C);
   k_->swiglu_backward(a.dgate_up, a.dact, s.gate_up, N, H);
   linear_backward(a.dbtc, o.gate_up, a.dgate_up, s.ln2, N, C, 2 * H);
+  reduce_input_grad(a.dbtc, N * C);
   k_->rmsnorm_backward(dres, g(o.ln2), a.dbtc, s.residual2, w(o.ln2), s.ln2_rstd, N, C);
   // Attention: residual2 = input + atty Wo^T.
-  linear_backward(a.datty, o.o, dres, s.atty, N, C, C);
-  if (cfg_.n_kv_head != cfg_.n_head) {
+  linear_backward(a.datty, o.o, dres, s.atty, N, A, C);
+  if (dims_.gqa()) {
     expand_kv(s.qkv, a.qkv_full);  // the scratch may hold another block's
-    k_->attention_backward(a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, C,
-                       cfg_.n_head, a.workspace.data<float>(), a.nthreads);
+    k_->attention_backward(a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, A, NH,
+                       a.workspace.data<float>(), a.nthreads);
     fold_kv(a.dqkv_full, a.dqkv);
   } else {
-    k_->attention_backward(a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, C, cfg_.n_head,
+    k_->attention_backward(a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, A, NH,
                        a.workspace.data<float>(), a.nthreads);
   }
-  k_->rope_backward(a.dqkv, B_, T_, cfg_.n_head, cfg_.head_dim(), Q, rope_);
-  k_->rope_backward(a.dqkv + C, B_, T_, cfg_.n_kv_head, cfg_.head_dim(), Q, rope_);
+  k_->rope_backward(a.dqkv, B_, T_, NH, hd, Q, rope_);
+  k_->rope_backward(a.dqkv + A, B_, T_, NKV, hd, Q, rope_);
   linear_backward(a.dbtc, o.qkv, a.dqkv, s.ln1, N, C, Q);
+  reduce_input_grad(a.dbtc, N * C);
   k_->rmsnorm_backward(dres, g(o.ln1), a.dbtc, input, w(o.ln1), s.ln1_rstd, N, C);
 }
 
@@ -267,14 +320,18 @@ void Llama::backward(float loss_scale) {
   MT_CHECK(recompute_.mode == Recompute::Mode::None || thread_count() == a.nthreads,
            "thread count changed from {} to {} between forward and backward; recompute = {} "
            "needs the forward's", a.nthreads, thread_count(), recompute_.name());
-  const int64_t N = static_cast<int64_t>(B_) * T_, C = cfg_.n_embd;
-  const int64_t V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.C;
+  const int64_t V = cfg_.vocab_size, Vl = dims_.Vl, v0 = dims_.v_begin;
   const int L = cfg_.n_layer;
   // Head: logits -> dlogits in place, through lm_head and the final norm.
   use(ParamEvent::Need, L + 1, true);
-  k_->softmax_cross_entropy_backward(a.logits, targets_.data(), loss_scale / static_cast<float>(counted_),
-                                 N, V, Vp);
-  linear_backward(a.dbtc, spec_->head_offset(), a.logits, a.lnf, N, C, Vp);
+  const float dloss = loss_scale / static_cast<float>(counted_);
+  if (dims_.tp_size == 1)
+    k_->softmax_cross_entropy_backward(a.logits, targets_.data(), dloss, N, V, Vl);
+  else
+    vocab_parallel_cross_entropy_backward(a.logits, a.lse, targets_.data(), dloss, N, {v0, Vl, V});
+  linear_backward(a.dbtc, spec_->head_offset(), a.logits, a.lnf, N, C, Vl);
+  reduce_input_grad(a.dbtc, N * C);
   std::memset(a.dresidual, 0, sizeof(float) * N * C);
   const float* last = a.residual + (L - 1) * N * C;
   k_->rmsnorm_backward(a.dresidual, g(spec_->norm_offset()), a.dbtc, last, w(spec_->norm_offset()),
@@ -303,7 +360,9 @@ void Llama::backward(float loss_scale) {
   // does not gather the embedding for it); the grad-ready hook reports it.
   float* demb = g(spec_->embed_offset());
   for (int64_t i = 0; i < N; ++i) {
-    float* row = demb + static_cast<int64_t>(inputs_[i]) * C;
+    const int64_t r = static_cast<int64_t>(inputs_[i]) - v0;
+    if (r < 0 || r >= Vl) continue;  // another shard's row
+    float* row = demb + r * C;
     const float* d = a.dresidual + i * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) row[c] += d[c];

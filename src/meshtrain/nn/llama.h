@@ -11,6 +11,15 @@
 // ZeRO) that every GEMM and the embedding lookup read; GEMM inputs and output
 // gradients are rounded right before each product; norms, rotary,
 // attention, SwiGLU, the loss and all gradient accumulation stay f32.
+//
+// Tensor parallelism (Megatron): the same code on a shard (LlamaDims) with
+// four tp allreduces per layer and step: after the row-parallel o_proj and
+// down_proj (forward), and of the column-parallel QKV and gate|up GEMMs'
+// input gradients (backward). The embedding is vocabulary-parallel (rows
+// outside the shard's range contribute zero, one allreduce), the head too,
+// with a loss that never gathers the logits (nn/vocab_parallel_loss.h). The
+// norms are whole on every shard and see the same inputs, so their
+// gradients agree without communication.
 #pragma once
 #include <memory>
 #include <vector>
@@ -43,7 +52,8 @@ class Llama final : public Model {
   void backward(float loss_scale) override;
   void zero_grad() override { grads_.zero_(); }
   const float* logits() const override;
-  int logits_stride() const override { return cfg_.padded_vocab; }
+  // A tensor-parallel shard's logits are its vocabulary slice (dims().Vl wide).
+  int logits_stride() const override { return static_cast<int>(dims_.Vl); }
 
   void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_ = std::move(hook); }
   void set_param_hook(ParamHook hook) override { param_hook_ = std::move(hook); }
@@ -53,6 +63,7 @@ class Llama final : public Model {
   Precision precision() const override { return half_.precision(); }
   void use_external_half_copy(Tensor buffer) override;
   bool external_half_copy() const override { return half_.external(); }
+  void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) override;
 
  private:
   void ensure_activations(int B, int T);
@@ -79,8 +90,17 @@ class Llama final : public Model {
   // GQA: folds the full-head gradient back onto the shared k, v heads.
   void fold_kv(const float* dfull, float* dqkv) const;
 
+  // Row-parallel GEMM into `out` (N, C): out = residual + inp W^T summed
+  // over the tp group (Megatron's g). The whole model adds in one GEMM.
+  void row_parallel_forward(float* out, const float* residual, const float* inp, int64_t w_offset,
+                            int64_t N, int64_t K);
+  // Input gradient of a column-parallel GEMM: summed over the tp group (f's backward).
+  void reduce_input_grad(float* dinp, int64_t count);
+
   std::shared_ptr<const LlamaSpec> spec_;
   LlamaConfig cfg_;
+  LlamaDims dims_;
+  std::shared_ptr<TensorParallelGroup> tp_;
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Tensor params_, grads_;
   Recompute recompute_;

@@ -9,11 +9,11 @@ namespace meshtrain {
 namespace {
 
 // Lays the buffers out from `base` (null: only counts) and returns the floats used.
-int64_t layout(LlamaActivations* a, float* base, const LlamaConfig& cfg, int B, int T,
+int64_t layout(LlamaActivations* a, float* base, const LlamaDims& d, int B, int T,
                const Recompute& rc, Precision prec) {
-  const int64_t N = static_cast<int64_t>(B) * T, C = cfg.n_embd, Q = cfg.qkv_width();
-  const int64_t H = cfg.ffn_hidden, L = cfg.n_layer, NH = cfg.n_head, Vp = cfg.padded_vocab;
-  const bool gqa = cfg.n_kv_head != cfg.n_head;
+  const int64_t N = static_cast<int64_t>(B) * T, C = d.C, Q = d.Q, A = d.A;
+  const int64_t H = d.H, L = d.L, NH = d.NH, Vl = d.Vl;
+  const bool gqa = d.gqa();
   int64_t at = 0;
   auto take = [&](int64_t n) -> float* {
     float* p = base ? base + at : nullptr;
@@ -25,7 +25,7 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaConfig& cfg, int B, 
     s.ln1_rstd = take(N);
     s.qkv = take(N * Q);
     if (attention_core) {
-      s.atty = take(N * C);
+      s.atty = take(N * A);
       s.att_lse = take(static_cast<int64_t>(B) * NH * T);
     }
     s.residual2 = take(N * C);
@@ -34,7 +34,7 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaConfig& cfg, int B, 
     s.gate_up = take(N * 2 * H);
     s.act = take(N * H);
   };
-  LlamaActivations dummy(cfg, 0, 0, 0, rc, prec);  // never allocates with B = 0
+  LlamaActivations dummy(d, 0, 0, 0, rc, prec);  // never allocates with B = 0
   LlamaActivations& x = a ? *a : dummy;
   x.encoded = take(N * C);
   x.residual = take(L * N * C);
@@ -43,7 +43,7 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaConfig& cfg, int B, 
   const bool any_block = rc.mode == Recompute::Mode::Full || rc.mode == Recompute::Mode::EveryK;
   if (any_block) block(scratch, true);
   if (rc.recomputes_attention()) {
-    scratch.atty = take(N * C);
+    scratch.atty = take(N * A);
     scratch.att_lse = take(static_cast<int64_t>(B) * NH * T);
   }
   x.blocks.assign(static_cast<size_t>(L), {});
@@ -58,37 +58,41 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaConfig& cfg, int B, 
   }
   x.lnf = take(N * C);
   x.lnf_rstd = take(N);
-  x.logits = take(N * Vp);
+  x.logits = take(N * Vl);
   x.losses = take(N);
+  if (d.tp_size > 1) {
+    x.lse = take(N);
+    x.loss_scratch = take(2 * N);
+  }
   x.dresidual = take(N * C);
   x.dbtc = take(N * C);
-  x.datty = take(N * C);
+  x.datty = take(N * A);
   x.dqkv = take(N * Q);
   x.dgate_up = take(N * 2 * H);
   x.dact = take(N * H);
   if (gqa) {
-    x.qkv_full = take(N * 3 * C);
-    x.dqkv_full = take(N * 3 * C);
+    x.qkv_full = take(N * 3 * A);
+    x.dqkv_full = take(N * 3 * A);
   }
   if (is_mixed(prec)) {  // 16-bit elements, two per float
-    x.in_h = reinterpret_cast<uint16_t*>(take((N * std::max(C, H) + 1) / 2));
-    x.dout_h = reinterpret_cast<uint16_t*>(take((N * std::max({Q, 2 * H, C, Vp}) + 1) / 2));
+    x.in_h = reinterpret_cast<uint16_t*>(take((N * std::max({C, H, A}) + 1) / 2));
+    x.dout_h = reinterpret_cast<uint16_t*>(take((N * std::max({Q, 2 * H, C, Vl}) + 1) / 2));
   }
   return at;
 }
 
 }  // namespace
 
-int64_t LlamaActivations::buffer_floats(const LlamaConfig& cfg, int B, int T, const Recompute& rc,
+int64_t LlamaActivations::buffer_floats(const LlamaDims& d, int B, int T, const Recompute& rc,
                                         Precision precision) {
-  return layout(nullptr, nullptr, cfg, B, T, rc, precision);
+  return layout(nullptr, nullptr, d, B, T, rc, precision);
 }
 
-int64_t LlamaActivations::workspace_floats(const LlamaConfig& cfg, int T, int nthreads) {
-  return static_cast<int64_t>(nthreads) * cpu::attention_workspace_floats(T, cfg.head_dim());
+int64_t LlamaActivations::workspace_floats(const LlamaDims& d, int T, int nthreads) {
+  return static_cast<int64_t>(nthreads) * cpu::attention_workspace_floats(T, static_cast<int>(d.hd));
 }
 
-LlamaActivations::LlamaActivations(const LlamaConfig& cfg, int B_, int T_, int nthreads_,
+LlamaActivations::LlamaActivations(const LlamaDims& cfg, int B_, int T_, int nthreads_,
                                    const Recompute& rc, Precision prec)
     : B(B_), T(T_), nthreads(nthreads_), recompute(rc), precision(prec) {
   if (B == 0) return;

@@ -18,10 +18,12 @@
 namespace meshtrain {
 
 struct LlamaBlockActivations {
+  // Widths (C, Q, A, H, Vl) are those of LlamaDims: the whole model's or a
+  // tensor-parallel shard's.
   float* ln1 = nullptr;        // (N, C)  input RMSNorm output
   float* ln1_rstd = nullptr;   // (N)
-  float* qkv = nullptr;        // (N, C + 2 KV)  q|k|v after the rotary embedding
-  float* atty = nullptr;       // (N, C)  attention core output
+  float* qkv = nullptr;        // (N, Q)  q|k|v after the rotary embedding (LlamaDims)
+  float* atty = nullptr;       // (N, A)  attention core output
   float* att_lse = nullptr;    // (B, NH, T)
   float* residual2 = nullptr;  // (N, C)
   float* ln2 = nullptr;        // (N, C)
@@ -40,27 +42,29 @@ struct LlamaActivations {
   std::vector<LlamaBlockActivations> blocks;
   float* lnf = nullptr;       // (N, C)
   float* lnf_rstd = nullptr;  // (N)
-  float* logits = nullptr;    // (N, Vp); dlogits after backward
+  float* logits = nullptr;    // (N, Vl); dlogits after backward
   float* losses = nullptr;    // (N)
+  float* lse = nullptr;       // (N)  tp > 1: each row's log-sum-exp (vocabulary-parallel loss)
+  float* loss_scratch = nullptr;  // (2N)  tp > 1
   // Backward scratch, and the full-head q|k|v of grouped-query attention.
   float* dresidual = nullptr;  // (N, C)
   float* dbtc = nullptr;       // (N, C)
-  float* datty = nullptr;      // (N, C)
-  float* dqkv = nullptr;       // (N, C + 2 KV)
+  float* datty = nullptr;      // (N, A)
+  float* dqkv = nullptr;       // (N, Q)
   float* dgate_up = nullptr;   // (N, 2H)
   float* dact = nullptr;       // (N, H)
-  float* qkv_full = nullptr;   // (N, 3C)  GQA only: k, v repeated per query head
-  float* dqkv_full = nullptr;  // (N, 3C)  GQA only
-  uint16_t* in_h = nullptr;    // (N, max(C, H))  mixed precision: a GEMM's input
-  uint16_t* dout_h = nullptr;  // (N, max(C + 2 KV, 2H, C, Vp))  mixed: a GEMM's output gradient
+  float* qkv_full = nullptr;   // (N, 3A)  GQA only: k, v repeated per query head
+  float* dqkv_full = nullptr;  // (N, 3A)  GQA only
+  uint16_t* in_h = nullptr;    // (N, max(C, H, A))  mixed precision: a GEMM's input
+  uint16_t* dout_h = nullptr;  // (N, max(Q, 2H, C, Vl))  mixed: a GEMM's output gradient
 
-  LlamaActivations(const LlamaConfig& cfg, int B, int T, int nthreads, const Recompute& rc,
+  LlamaActivations(const LlamaDims& dims, int B, int T, int nthreads, const Recompute& rc,
                    Precision precision);
   // Floats of `buffer` and `workspace` for these arguments (what the
   // allocator will count).
-  static int64_t buffer_floats(const LlamaConfig& cfg, int B, int T, const Recompute& rc,
+  static int64_t buffer_floats(const LlamaDims& dims, int B, int T, const Recompute& rc,
                                Precision precision);
-  static int64_t workspace_floats(const LlamaConfig& cfg, int T, int nthreads);
+  static int64_t workspace_floats(const LlamaDims& dims, int T, int nthreads);
 };
 
 }  // namespace meshtrain

@@ -4,6 +4,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/model.h"
 
 namespace meshtrain {
 
@@ -48,6 +49,38 @@ void LlamaConfig::validate() const {
                      rope_scaling.original_max_positions));
 }
 
+LlamaDims LlamaDims::make(const LlamaConfig& cfg, const ModelShard& shard) {
+  const int tp = shard.tp_size, r = shard.tp_rank;
+  MT_CHECK(tp >= 1 && r >= 0 && r < tp, "tensor-parallel rank {} of {} is out of range", r, tp);
+  MT_CHECK(shard.layer_begin == 0 && shard.layer_end < 0 && shard.first_stage && shard.last_stage,
+           "llama: pipeline stages are not supported yet");
+  auto divides = [&](int64_t n, const char* what) {
+    MT_CHECK(n % tp == 0, "parallel.tp = {} must divide the model's {} ({}): choose a tp that "
+             "divides it", tp, what, n);
+  };
+  divides(cfg.n_head, "n_head");
+  divides(cfg.n_kv_head, "n_kv_head");
+  divides(cfg.ffn_hidden, "ffn_hidden");
+  divides(cfg.padded_vocab, "padded vocabulary (padded_vocab)");
+  LlamaDims d;
+  d.C = cfg.n_embd;
+  d.hd = cfg.head_dim();
+  d.NH = cfg.n_head / tp;
+  d.NKV = cfg.n_kv_head / tp;
+  d.A = d.NH * d.hd;
+  d.KV = d.NKV * d.hd;
+  d.Q = d.A + 2 * d.KV;
+  d.H = cfg.ffn_hidden / tp;
+  d.Vl = cfg.padded_vocab / tp;
+  d.v_begin = d.Vl * r;
+  d.V = cfg.vocab_size;
+  d.Vp = cfg.padded_vocab;
+  d.L = cfg.n_layer;
+  d.tp_rank = r;
+  d.tp_size = tp;
+  return d;
+}
+
 std::string LlamaConfig::describe() const {
   const double p = static_cast<double>(num_params());
   return fmt::format("Llama L{} H{} KV{} C{} FFN{} T{} V{}: {:.2f}M parameters", n_layer, n_head,
@@ -64,7 +97,7 @@ LlamaConfig make(int L, int H, int KV, int C, int F, int T, int V, double theta 
 }  // namespace
 
 std::vector<std::string> llama_preset_names() {
-  return {"llama-tiny", "llama-char", "llama-100m", "llama-3.2-1b", "llama-3-8b"};
+  return {"llama-tiny", "llama-char", "llama-wide", "llama-100m", "llama-3.2-1b", "llama-3-8b"};
 }
 
 LlamaConfig llama_preset(const std::string& name) {
@@ -74,6 +107,9 @@ LlamaConfig llama_preset(const std::string& name) {
   if (name == "llama-char") return make(6, 6, 2, 384, 1024, 256, 256);
   // ~100M-class for benchmarks: 12 layers of 768, GQA 12/4, SwiGLU 2048, GPT-2's vocabulary.
   if (name == "llama-100m") return make(12, 12, 4, 768, 2048, 1024, 50257);
+  // Few wide layers, where splitting each layer over tensor-parallel ranks
+  // pays on a CPU: 2 layers of 1024, 16 heads / 8 KV, SwiGLU 2816, 8192 tokens.
+  if (name == "llama-wide") return make(2, 16, 8, 1024, 2816, 256, 8192);
   if (name == "llama-3.2-1b") {
     LlamaConfig c = make(16, 32, 8, 2048, 8192, 131072, 128256, 500000.0);
     c.rope_scaling = {32.0, 1.0, 4.0, 8192};

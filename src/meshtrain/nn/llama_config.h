@@ -38,7 +38,30 @@ struct LlamaConfig {
   std::string describe() const;
 };
 
-// llama-tiny (tests), llama-char (CPU demo size), llama-100m (benchmarks),
+struct ModelShard;
+
+// The sizes one Llama instance computes with: the whole model, or one
+// tensor-parallel shard, which holds n_head / tp query heads, n_kv_head / tp
+// KV heads, ffn_hidden / tp of the SwiGLU width and padded_vocab / tp rows of
+// the embedding and the head; C and the norms are whole on every shard.
+struct LlamaDims {
+  int64_t C = 0, hd = 0;
+  int64_t NH = 0, NKV = 0;  // heads held
+  int64_t A = 0;            // q width held: NH * hd (C for the whole model)
+  int64_t KV = 0;           // k (and v) width held: NKV * hd
+  int64_t Q = 0;            // A + 2 KV: the stacked q|k|v output per token
+  int64_t H = 0;            // SwiGLU width held
+  int64_t Vl = 0;           // vocabulary rows held (embedding, head)
+  int64_t v_begin = 0;      // first of them
+  int64_t V = 0, Vp = 0;    // the real and padded vocabulary (whole model)
+  int L = 0, tp_rank = 0, tp_size = 1;
+  bool gqa() const { return NKV != NH; }
+  // Throws a clear error naming the numbers when the shape cannot be split.
+  static LlamaDims make(const LlamaConfig& cfg, const ModelShard& shard);
+};
+
+// llama-tiny (tests), llama-char (CPU demo size), llama-wide (tensor-parallel
+// benchmarks), llama-100m (benchmarks),
 // llama-3.2-1b and llama-3-8b (the published shapes, for planning).
 LlamaConfig llama_preset(const std::string& name);
 std::vector<std::string> llama_preset_names();

@@ -9,38 +9,46 @@
 
 namespace meshtrain {
 
-LlamaSpec::LlamaSpec(const LlamaConfig& cfg) : cfg_(cfg) {
+LlamaSpec::LlamaSpec(const LlamaConfig& cfg, const ModelShard& shard) : cfg_(cfg), shard_(shard) {
   cfg_.validate();
-  const int64_t C = cfg_.n_embd, KV = cfg_.kv_dim(), H = cfg_.ffn_hidden, Vp = cfg_.padded_vocab;
+  dims_ = LlamaDims::make(cfg_, shard_);
+  const LlamaDims& d = dims_;
+  const int64_t C = d.C, tp = d.tp_size;
   const int L = cfg_.n_layer;
   int64_t at = 0;
-  auto add = [&](std::string name, Shape shape, int unit) {
+  // `shape` is the slice held; split_dim the dimension tp splits (-1: whole).
+  auto add = [&](std::string name, Shape shape, int unit, int split_dim = -1) {
     ParamInfo p{std::move(name), shape, at, unit, shape.size() >= 2, shape.size() >= 2};
+    if (tp > 1 && split_dim >= 0) {
+      p.split_dim = split_dim;
+      p.full_shape = shape;
+      p.full_shape[split_dim] *= tp;
+    }
     at = p.end();
     layout_.params.push_back(std::move(p));
     return layout_.params.back().begin;
   };
-  add("model.embed_tokens.weight", {Vp, C}, 0);
+  add("model.embed_tokens.weight", {d.Vl, C}, 0, 0);
   layout_.units.push_back({"embeddings", 0, at});
   for (int l = 0; l < L; ++l) {
     const int64_t begin = at;
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerOffsets o{};
     o.ln1 = add(p + "input_layernorm.weight", {C}, 1 + l);
-    o.qkv = add(p + "self_attn.q_proj.weight", {C, C}, 1 + l);
-    add(p + "self_attn.k_proj.weight", {KV, C}, 1 + l);
-    add(p + "self_attn.v_proj.weight", {KV, C}, 1 + l);
-    o.o = add(p + "self_attn.o_proj.weight", {C, C}, 1 + l);
+    o.qkv = add(p + "self_attn.q_proj.weight", {d.A, C}, 1 + l, 0);
+    add(p + "self_attn.k_proj.weight", {d.KV, C}, 1 + l, 0);
+    add(p + "self_attn.v_proj.weight", {d.KV, C}, 1 + l, 0);
+    o.o = add(p + "self_attn.o_proj.weight", {C, d.A}, 1 + l, 1);
     o.ln2 = add(p + "post_attention_layernorm.weight", {C}, 1 + l);
-    o.gate_up = add(p + "mlp.gate_proj.weight", {H, C}, 1 + l);
-    add(p + "mlp.up_proj.weight", {H, C}, 1 + l);
-    o.down = add(p + "mlp.down_proj.weight", {C, H}, 1 + l);
+    o.gate_up = add(p + "mlp.gate_proj.weight", {d.H, C}, 1 + l, 0);
+    add(p + "mlp.up_proj.weight", {d.H, C}, 1 + l, 0);
+    o.down = add(p + "mlp.down_proj.weight", {C, d.H}, 1 + l, 1);
     layers_.push_back(o);
     layout_.units.push_back({"layer " + std::to_string(l), begin, at});
   }
   const int64_t head_begin = at;
   norm_ = add("model.norm.weight", {C}, L + 1);
-  head_ = add("lm_head.weight", {Vp, C}, L + 1);
+  head_ = add("lm_head.weight", {d.Vl, C}, L + 1, 0);
   layout_.units.push_back({"norm and head", head_begin, at});
   layout_.numel = at;
   auto use = [&](bool need, int u, bool bwd) { layout_.order.push_back({need, u, bwd}); };
@@ -49,12 +57,17 @@ LlamaSpec::LlamaSpec(const LlamaConfig& cfg) : cfg_(cfg) {
   // parameters (llama.cpp), so it has no Need/Done.
   for (int u = L + 1; u >= 1; --u) use(true, u, true), use(false, u, true);
   layout_.validate();
-  MT_CHECK(layout_.numel == cfg_.num_params(), "llama layout has {} elements, the config {}",
-           layout_.numel, cfg_.num_params());
+  if (tp == 1)
+    MT_CHECK(layout_.numel == cfg_.num_params(), "llama layout has {} elements, the config {}",
+             layout_.numel, cfg_.num_params());
 }
 
-std::shared_ptr<const LlamaSpec> LlamaSpec::make(const LlamaConfig& cfg) {
-  return std::make_shared<LlamaSpec>(cfg);
+std::shared_ptr<const LlamaSpec> LlamaSpec::make(const LlamaConfig& cfg, const ModelShard& shard) {
+  return std::make_shared<LlamaSpec>(cfg, shard);
+}
+
+std::shared_ptr<const ModelSpec> LlamaSpec::sharded(const ModelShard& shard) const {
+  return make(cfg_, shard);
 }
 
 nlohmann::json LlamaSpec::to_json() const {
@@ -113,8 +126,8 @@ LlamaConfig LlamaSpec::config_from_json(const nlohmann::json& j, const std::stri
 
 ModelMemory LlamaSpec::memory(int B, int T, int nthreads, const Recompute& recompute,
                               Precision precision) const {
-  ModelMemory m{4 * LlamaActivations::buffer_floats(cfg_, B, T, recompute, precision),
-                4 * LlamaActivations::workspace_floats(cfg_, T, nthreads)};
+  ModelMemory m{4 * LlamaActivations::buffer_floats(dims_, B, T, recompute, precision),
+                4 * LlamaActivations::workspace_floats(dims_, T, nthreads)};
   const bool widened = precision == Precision::FP16 ||
                        (precision == Precision::BF16 &&
                         cpu::bf16_gemm_path() == cpu::HalfGemmPath::FallbackSgemm);
@@ -122,10 +135,10 @@ ModelMemory LlamaSpec::memory(int B, int T, int nthreads, const Recompute& recom
     // The f32 copies of the largest GEMM operands (kernels/cpu/gemm_bf16.h):
     // A = an input or output gradient (N x the widest dimension), B = a weight
     // (OC x C) or an input (N x C) of a weight-gradient product.
-    const int64_t N = static_cast<int64_t>(B) * T, C = cfg_.n_embd, H = cfg_.ffn_hidden;
-    const int64_t Q = cfg_.qkv_width(), Vp = cfg_.padded_vocab;
-    m.workspace += 4 * (N * std::max({C, Q, 2 * H, Vp}) +
-                        std::max({Q * C, 2 * H * C, C * H, Vp * C, N * C, N * H}));
+    const int64_t N = static_cast<int64_t>(B) * T, C = dims_.C, H = dims_.H, A = dims_.A;
+    const int64_t Q = dims_.Q, Vl = dims_.Vl;
+    m.workspace += 4 * (N * std::max({C, Q, 2 * H, Vl, A}) +
+                        std::max({Q * C, 2 * H * C, C * H, C * A, Vl * C, N * C, N * H, N * A}));
   }
   return m;
 }

@@ -13,6 +13,11 @@
 // Parameter hooks: forward Need/Done 0, 1..L, L+1; backward L+1, L..1 (the
 // embedding's backward reads no parameters and is reported by the grad-ready
 // hook only).
+//
+// A tensor-parallel shard (sharded()) has the same names and order with its
+// slices (LlamaDims): q/k/v, gate/up, the embedding and lm_head split by rows
+// (column-parallel GEMMs, a vocabulary-parallel embedding and head), o_proj
+// and down_proj by columns (row-parallel); the norms whole.
 #pragma once
 #include <memory>
 
@@ -24,11 +29,14 @@ namespace meshtrain {
 class LlamaSpec final : public ModelSpec, public std::enable_shared_from_this<LlamaSpec> {
  public:
   static constexpr const char* kFamily = "llama";
-  static std::shared_ptr<const LlamaSpec> make(const LlamaConfig& cfg);
+  static std::shared_ptr<const LlamaSpec> make(const LlamaConfig& cfg, const ModelShard& shard = {});
   static LlamaConfig config_from_json(const nlohmann::json& j, const std::string& where);
 
-  explicit LlamaSpec(const LlamaConfig& cfg);  // use make()
+  LlamaSpec(const LlamaConfig& cfg, const ModelShard& shard);  // use make()
   const LlamaConfig& config() const { return cfg_; }
+  const LlamaDims& dims() const { return dims_; }
+  ModelShard shard() const override { return shard_; }
+  std::shared_ptr<const ModelSpec> sharded(const ModelShard& shard) const override;
   std::string family() const override { return kFamily; }
   nlohmann::json to_json() const override;
   std::string describe() const override { return cfg_.describe(); }
@@ -51,6 +59,8 @@ class LlamaSpec final : public ModelSpec, public std::enable_shared_from_this<Ll
 
  private:
   LlamaConfig cfg_;
+  ModelShard shard_;
+  LlamaDims dims_;
   ParamLayout layout_;
   std::vector<LayerOffsets> layers_;
   int64_t norm_ = 0, head_ = 0;

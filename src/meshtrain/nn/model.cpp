@@ -56,3 +56,17 @@ ModelBuffers adopt_buffers(ModelBuffers b, int64_t numel) {
 }
 
 }  // namespace meshtrain
+
+namespace meshtrain {
+
+std::shared_ptr<const ModelSpec> ModelSpec::sharded(const ModelShard& shard) const {
+  fail("model family '{}' has no tensor or pipeline parallelism yet (asked for tp {} of {}); "
+       "use parallel.tp = 1", family(), shard.tp_rank, shard.tp_size);
+}
+
+void Model::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) {
+  MT_CHECK(spec().shard().tp_size == 1 || !group,
+           "model family '{}' has no tensor parallelism", spec().family());
+}
+
+}  // namespace meshtrain

@@ -33,6 +33,7 @@
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
+#include "meshtrain/nn/tensor_parallel.h"
 
 namespace meshtrain {
 
@@ -48,6 +49,13 @@ struct ParamInfo {
   // Mixed precision: the model reads it through its 16-bit compute copy (a
   // GEMM operand). false: read in f32 (biases, norms, position tables).
   bool half_weight = false;
+  // Tensor parallelism: the logical (unsharded) shape, and the dimension
+  // split into tp equal slices, shard tp_rank holding slice tp_rank (-1:
+  // replicated, every shard holds it whole). Checkpoints and imports map
+  // shards to logical tensors through these.
+  Shape full_shape;  // empty: same as shape
+  int split_dim = -1;
+  const Shape& logical_shape() const { return full_shape.empty() ? shape : full_shape; }
   int64_t numel() const { return shape_numel(shape); }
   int64_t end() const { return begin + numel(); }
 };
@@ -133,6 +141,10 @@ class ModelSpec {
   virtual const ParamLayout& layout() const = 0;
   int64_t num_params() const { return layout().numel; }
   virtual ModelShard shard() const { return {}; }
+  // The spec of one shard of this (full) model (call only for a shard that
+  // is not full); throws a clear error naming the numbers when the family or
+  // its shape cannot be split this way.
+  virtual std::shared_ptr<const ModelSpec> sharded(const ModelShard& shard) const;
   virtual int seq_len() const = 0;       // longest context (token models)
   virtual int vocab_size() const = 0;    // real vocabulary (token models)
   // Model FLOPs per token of one training step (forward + backward) at
@@ -196,6 +208,10 @@ class Model {
   // (ZeRO gathers it from the owners of the f32 masters).
   virtual void use_external_half_copy(Tensor buffer) = 0;
   virtual bool external_half_copy() const = 0;
+
+  // A tensor-parallel shard (spec().shard().tp_size > 1) needs its tp group
+  // before forward(); a full replica ignores it.
+  virtual void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group);
 };
 
 }  // namespace meshtrain

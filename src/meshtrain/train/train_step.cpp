@@ -31,14 +31,38 @@ std::vector<ParamSegment> param_segments(const ParamLayout& layout) {
 
 GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
                               comm::Communicator* comm, bool sharded) {
+  return check_gradients(loss, grads, begin, end, comm, sharded, {});
+}
+
+GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
+                              comm::Communicator* comm, bool sharded, const TensorParallelNorm& tp) {
   GradientCheck c;
   double sq = cpu::sum_squares(grads + begin, end - begin);
+  // Non-finite values must reach every rank's decision, so they are kept
+  // out of the subtraction below (inf - inf would hide them as NaN anyway).
+  bool finite = std::isfinite(sq);
+  if (tp.tp && tp.tp->rank() != 0 && finite)
+    for (const ElemSpan& r : tp.replicated) {
+      const int64_t b = std::max(r.begin, begin), e = std::min(r.end, end);
+      if (b < e) sq -= cpu::sum_squares(grads + b, e - b);
+    }
   if (sharded && comm) sq = comm->allreduce_scalar(sq, comm::ReduceOp::Sum);
-  c.norm = std::sqrt(sq);
-  c.finite = std::isfinite(loss) && std::isfinite(sq);
+  if (tp.tp) sq = tp.tp->allreduce_scalar(sq, comm::ReduceOp::Sum);
+  c.norm = std::sqrt(std::max(0.0, sq));
+  c.finite = std::isfinite(loss) && finite && std::isfinite(sq);
   // Every rank must skip (or not) together, so the decision is reduced too.
   if (comm) c.finite = comm->allreduce_scalar(int64_t{c.finite}, comm::ReduceOp::Min) == 1;
+  if (tp.tp)
+    c.finite = tp.tp->allreduce_scalar(int64_t{c.finite}, comm::ReduceOp::Min) == 1;
   return c;
+}
+
+void TrainStep::set_tensor_parallel(const comm::Communicator* tp) {
+  tp_norm_ = {};
+  if (!tp || !tp->valid() || tp->size() == 1) return;
+  tp_norm_.tp = const_cast<comm::Communicator*>(tp);
+  for (const ParamInfo& p : model_.layout().params)
+    if (p.split_dim < 0) tp_norm_.replicated.push_back({p.begin, p.end()});
 }
 
 TrainStep::TrainStep(Model& model, parallel::GradientSync& sync, AdamWConfig adam,
@@ -88,7 +112,7 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     mp_->maybe_inject_overflow(step, comm ? comm->rank() : 0, const_cast<float*>(g), opt_->begin(),
                                opt_->end());
   const GradientCheck check =
-      check_gradients(loss, g, opt_->begin(), opt_->end(), comm, sync_.sharded());
+      check_gradients(loss, g, opt_->begin(), opt_->end(), comm, sync_.sharded(), tp_norm_);
   st.grad_norm = check.norm / loss_scale;
   st.lr = schedule_.at(step);
   st.finite = check.finite;

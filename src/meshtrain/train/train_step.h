@@ -35,6 +35,16 @@ struct GradientCheck {
 GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
                               comm::Communicator* comm, bool sharded);
 
+// Tensor parallelism's share of the norm: the logical model's squares are
+// the split parameters' summed over the tp group plus the replicated ones
+// (the same on every tp rank) counted once, by tp rank 0.
+struct TensorParallelNorm {
+  comm::Communicator* tp = nullptr;  // null: no tensor parallelism
+  std::vector<ElemSpan> replicated;  // the layout's replicated parameters
+};
+GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
+                              comm::Communicator* comm, bool sharded, const TensorParallelNorm& tp);
+
 struct StepStats {
   float loss = 0.f;        // mean over micro-batches (and over ranks)
   double grad_norm = 0.0;  // before clipping
@@ -67,6 +77,9 @@ class TrainStep {
   // included): an asynchronous checkpoint's snapshot copy must finish first.
   // Returns the seconds it waited (StepStats::update_wait_s).
   void set_before_update(std::function<double()> fence) { before_update_ = std::move(fence); }
+  // Tensor parallelism: the gradient norm (clipping) is the logical model's,
+  // and every tp rank takes the same skip decision. Must outlive this object.
+  void set_tensor_parallel(const comm::Communicator* tp);
 
  private:
   Model& model_;
@@ -76,6 +89,7 @@ class TrainStep {
   float clip_;
   MixedPrecision* mp_ = nullptr;
   std::function<double()> before_update_;
+  TensorParallelNorm tp_norm_;
 };
 
 }  // namespace meshtrain

@@ -56,7 +56,10 @@ struct TrainerOptions {
   // (invalid or size 1: single process, no communication at all).
   comm::Communicator comm;
   parallel::DataParallelOptions dp;
-  // ZeRO over the ranks (parallel/zero.h): 0 = plain data parallelism.
+  // Tensor parallelism: ranks per tp group (parallel.tp); the mesh is
+  // (world / tp) data-parallel groups of tp ranks, tp innermost.
+  int tp = 1;
+  // ZeRO over the data-parallel ranks (parallel/zero.h): 0 = plain data parallelism.
   int zero_stage = 0;
   int64_t zero_persist_threshold = 100000;
   // Per-rank memory limit (0 = none): a configuration predicted above it is

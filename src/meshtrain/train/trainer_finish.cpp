@@ -42,7 +42,7 @@ TrainerSummary TrainingRun::finish() {
   telemetry::set_global_tracer(nullptr);
   if (tracer_->enabled()) {
     tracer_->write();
-    if (comm_) comm_->barrier().wait();
+    if (world_comm()) world_comm()->barrier().wait();
     if (lead_) {
       const int n = telemetry::merge_trace_dir(opt_.run_dir);
       say(fmt::format("trace: {}/trace.json ({} rank file(s); open in https://ui.perfetto.dev)",
@@ -50,12 +50,13 @@ TrainerSummary TrainingRun::finish() {
     }
   }
   // Per-rank peaks per category during training, next to the formulas.
-  const std::vector<std::vector<double>> peaks = gather_memory_peaks(comm_, world_, setup_peak_);
+  const std::vector<std::vector<double>> peaks = gather_memory_peaks(world_comm(), world_, setup_peak_);
   sync_->gather_full_parameters();  // rank 0 saves the whole model
+  const Tensor params = logical_parameters();
   const TrainerSummary& sum = result_;
   if (!lead_) return sum;
   if (summary_.steps() > 0) fmt::print("{}", summary_.text());
-  save_model_safetensors(sum.model_path, *model_);
+  save_model_safetensors(sum.model_path, *opt_.model, params);
   const MemStats ms = mem_stats();
   const int64_t steps_run = total_steps_ - std::min(total_steps_, start_step_);
   fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", steps_run,

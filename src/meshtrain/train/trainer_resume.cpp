@@ -13,6 +13,20 @@ void TrainingRun::resume() {
   // each read only their own range of a checkpoint and gather the rest from
   // the owners.
   if (auto r = sync_->resume_range()) own_params_ = ckpt::ElemRange{r->begin, r->end};
+  if (opt_.tp > 1) {
+    // Tensor-parallel checkpoints (shards as ranges of the logical tensors)
+    // come next; until then a tp run starts fresh and says so.
+    MT_CHECK(opt_.checkpoint.resume == "never" || opt_.checkpoint.resume == "auto",
+             "resuming from {} with parallel.tp = {} is not available yet; resume at parallel.tp = 1",
+             opt_.checkpoint.resume, opt_.tp);
+    if (opt_.checkpoint.resume == "auto" && !opt_.checkpoint.dir.empty())
+      say(fmt::format("warning: parallel.tp = {}: checkpoints are not read or written under tensor "
+                      "parallelism yet; starting at step 0", opt_.tp));
+    sync_->after_resume();
+    open_data();
+    describe();
+    return;
+  }
   resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(), comm_, global_batch_,
                              own_params_);
   start_step_ = resumed_ ? resumed_->step : 0;
@@ -55,7 +69,8 @@ void TrainingRun::describe() const {
   say(fmt::format("model: {}", spec_.describe()));
   say(mixed_->describe());
   say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
-                  "tokens/step, {} steps, {} thread(s) per rank", opt_.micro_batch, T_, world_,
+                  "tokens/step, {} steps, {} thread(s) per rank", opt_.micro_batch, T_,
+                  mesh_.size(parallel::Axis::DP),
                   opt_.grad_accum, global_batch_, tokens_per_step_, opt_.steps, thread_count()));
   if (opt_.zero_stage > 0 && world_ == 1)
     say(fmt::format("zero.stage = {}: one rank has nothing to shard with; training as stage 0",

@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "meshtrain/ckpt/model_convert.h"
+#include "meshtrain/nn/shard_slicing.h"
+#include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/train/cpu_report.h"
 #include "meshtrain/train/training_run.h"
@@ -13,9 +15,15 @@
 namespace meshtrain {
 
 namespace {
-const ModelSpec& spec_of(const TrainerOptions& opt) {
+// The shard of the model this world rank holds (tp innermost in the mesh).
+std::shared_ptr<const ModelSpec> shard_spec_of(const TrainerOptions& opt) {
   MT_CHECK(opt.model, "no model to train");
-  return *opt.model;
+  const int world = opt.comm.valid() ? opt.comm.size() : 1;
+  const int rank = opt.comm.valid() ? opt.comm.rank() : 0;
+  MT_CHECK(opt.tp >= 1 && world % opt.tp == 0, "parallel.tp = {} must divide the {} rank(s) of "
+           "the job", opt.tp, world);
+  if (opt.tp == 1) return opt.model;
+  return opt.model->sharded(ModelShard{rank % opt.tp, opt.tp});
 }
 
 int sequence_length(const TrainerOptions& opt) {
@@ -28,16 +36,21 @@ int sequence_length(const TrainerOptions& opt) {
 
 TrainingRun::TrainingRun(const TrainerOptions& opt)
     : opt_(opt),
-      spec_(spec_of(opt)),
+      shard_spec_(shard_spec_of(opt)),
+      spec_(*shard_spec_),
       T_(sequence_length(opt)),
       world_(opt.comm.valid() ? opt.comm.size() : 1),
       rank_(opt.comm.valid() ? opt.comm.rank() : 0),
       lead_(rank_ == 0),
-      // Data parallelism over every rank (the only axis until tensor and
-      // pipeline parallelism land): the dp coordinate slices the data.
-      mesh_(opt.comm, {world_, 1, 1}) {
+      // dp x tp (pipeline parallelism comes next): the dp coordinate slices
+      // the data, the tp group shares each batch.
+      mesh_(opt.comm, {world_ / opt.tp, opt.tp, 1}) {
   MT_CHECK(opt.micro_batch >= 1 && opt.grad_accum >= 1 && opt.steps >= 1,
            "micro_batch, grad_accum and steps must be >= 1");
+  MT_CHECK(opt.tp == 1 || opt.checkpoint.every == 0,
+           "checkpoint.every = {} with parallel.tp = {}: checkpoints under tensor parallelism are "
+           "not available yet; set checkpoint.every = 0 (the final model file is still written)",
+           opt.checkpoint.every, opt.tp);
   // Refuse, before allocating, what the formulas say cannot fit the limit.
   predicted_ = predict_training_memory(spec_, opt.micro_batch, T_, thread_count(), opt.recompute,
                                        opt.precision);
@@ -63,14 +76,26 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   so.persist_threshold = opt.zero_persist_threshold;
   so.dp = opt.dp;
   so.precision = opt.precision;
-  synced_ = parallel::make_synced_model(mesh_.comm(parallel::Axis::DP), opt.model, so);
+  synced_ = parallel::make_synced_model(mesh_.comm(parallel::Axis::DP), shard_spec_, so);
   model_ = synced_.model.get();
+  if (opt.tp > 1) {
+    model_->set_tensor_parallel_group(parallel::make_tp_group(mesh_.comm(parallel::Axis::TP)));
+    say(fmt::format("mesh: dp {} x tp {} (world rank r holds tp shard r % {} of dp group r / {})",
+                    mesh_.size(parallel::Axis::DP), opt.tp, opt.tp, opt.tp));
+  }
   sync_ = synced_.sync.get();
   comm_ = sync_->comm();
   model_->set_recompute(opt.recompute);
   mixed_ = std::make_unique<MixedPrecision>(*model_, MixedPrecisionOptions{opt.precision, opt.loss_scale});
   if (opt.init_from.empty()) {
     model_->init_weights(opt.seed);
+  } else if (opt.tp > 1) {
+    // A tp shard takes its slices of the whole model's weights, read once
+    // into a whole model on this rank.
+    auto whole = opt.model->build();
+    say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, *whole)));
+    copy_logical_to_shard(opt.model->layout(), spec_.layout(), mesh_.rank(parallel::Axis::TP),
+                          whole->param_buffer().data<float>(), model_->param_buffer().data<float>());
   } else {
     // A model file, or a checkpoint directory (its parameters; fresh optimizer).
     say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, *model_)));
@@ -82,12 +107,36 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   // Token ids are checked against the vocabulary by the model's forward on every batch.
   stepper_ = std::make_unique<TrainStep>(*model_, *sync_, opt.adam, opt.schedule, opt.clip);
   stepper_->set_mixed_precision(mixed_.get());
-  // Effective batch: micro-batch x ranks x accumulation sequences per step.
-  global_batch_ = static_cast<int64_t>(opt.micro_batch) * world_ * opt.grad_accum;
+  if (opt.tp > 1) stepper_->set_tensor_parallel(&mesh_.comm(parallel::Axis::TP));
+  // Effective batch: micro-batch x data-parallel ranks x accumulation
+  // sequences per step (a tp group shares its batch).
+  global_batch_ = static_cast<int64_t>(opt.micro_batch) * mesh_.size(parallel::Axis::DP) * opt.grad_accum;
   tokens_per_step_ = global_batch_ * T_;
 }
 
-TrainingRun::~TrainingRun() = default;  // clear_tracer_ drops the global tracer pointer
+TrainingRun::~TrainingRun() = default;
+
+comm::Communicator* TrainingRun::world_comm() const {
+  return world_ > 1 ? const_cast<comm::Communicator*>(&mesh_.world()) : nullptr;
+}
+
+Tensor TrainingRun::logical_parameters() const {
+  const Tensor& mine = model_->param_buffer();
+  if (opt_.tp == 1) return mine;
+  // Every tp shard has the same size: one allgather, then each slice to its place.
+  const int tp = opt_.tp;
+  const int64_t n = mine.numel();
+  std::vector<float> all(static_cast<size_t>(n * tp));
+  comm::Communicator tp_comm = mesh_.comm(parallel::Axis::TP);  // a handle: copies share the group
+  tp_comm.allgather(mine.data<float>(), all.data(), all.size(), DType::F32).wait();
+  Tensor full = Tensor::zeros({opt_.model->num_params()}, DType::F32);
+  for (int r = 0; r < tp; ++r) {
+    auto shard = opt_.model->sharded(ModelShard{r, tp});
+    copy_shard_to_logical(opt_.model->layout(), shard->layout(), r, all.data() + r * n,
+                          full.data<float>());
+  }
+  return full;
+}  // clear_tracer_ drops the global tracer pointer
 
 void TrainingRun::say(const std::string& line) const {
   if (lead_) fmt::print("{}\n", line);
@@ -95,13 +144,14 @@ void TrainingRun::say(const std::string& line) const {
 
 MemoryPlan TrainingRun::memory_plan(int rank) const {
   MemoryPlan plan;
-  plan.model = opt_.model;
+  plan.model = shard_spec_;  // the tp shard of tp rank 0 (every shard is the same size)
   plan.B = opt_.micro_batch;
   plan.T = T_;
   plan.threads = thread_count();
-  plan.world = world_;
-  plan.rank = rank;
-  plan.zero_stage = world_ > 1 ? opt_.zero_stage : 0;
+  const int dp = mesh_.size(parallel::Axis::DP);
+  plan.world = dp;
+  plan.rank = parallel::mesh_coords(mesh_.shape(), rank).dp;
+  plan.zero_stage = dp > 1 ? opt_.zero_stage : 0;
   plan.persist_threshold = opt_.zero_persist_threshold;
   plan.bytes = opt_.state_bytes;
   // Mixed precision: the model's 16-bit compute copy beside its f32 master

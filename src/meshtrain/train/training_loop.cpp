@@ -200,11 +200,15 @@ void TrainingRun::loop() {
                        stall * 1e3));
     }
     const bool save_due = opt_.save_every > 0 && (step + 1) % opt_.save_every == 0 && !last;
-    const bool sample_due =
-        opt_.sample_every > 0 && (step + 1) % opt_.sample_every == 0 && spec_.vocab_size() <= 256;
+    // Samples need the whole vocabulary's logits: not under tensor parallelism.
+    const bool sample_due = opt_.sample_every > 0 && (step + 1) % opt_.sample_every == 0 &&
+                            spec_.vocab_size() <= 256 && opt_.tp == 1;
     // ZeRO: rank 0 needs the whole, current model (collective on every rank).
     if (save_due || sample_due) sync_->gather_full_parameters();
-    if (lead_ && save_due) save_model_safetensors(opt_.run_dir + "/model.safetensors", *model_);
+    if (save_due) {
+      const Tensor params = logical_parameters();
+      if (lead_) save_model_safetensors(opt_.run_dir + "/model.safetensors", *opt_.model, params);
+    }
     if (lead_ && sample_due) {
       // A short generation so a person sees what the model has learned so far.
       SampleOptions so;

@@ -47,7 +47,15 @@ class TrainingRun {
   void open_data();
   void describe() const;
 
+  // World communicator when there are several ranks (else null).
+  comm::Communicator* world_comm() const;
+  // The logical model's parameters (tensor-parallel shards assembled); call
+  // on every rank after gather_full_parameters, read on rank 0.
+  Tensor logical_parameters() const;
+
   const TrainerOptions& opt_;
+  // This rank's part of the model: the whole model, or its tp shard.
+  std::shared_ptr<const ModelSpec> shard_spec_;
   const ModelSpec& spec_;
   int T_ = 0, world_ = 1, rank_ = 0;
   bool lead_ = true;  // prints, writes metrics, saves the model

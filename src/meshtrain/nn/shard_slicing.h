@@ -1,0 +1,19 @@
+// Between a model's logical (unsharded) parameters and one tensor-parallel
+// shard's: both layouts list the same parameters in the same order; a split
+// parameter (ParamInfo::split_dim >= 0) of shard r is slice r of its
+// logical tensor along that dimension, a replicated one is the whole tensor.
+// Used to initialise a shard exactly like the whole model, and by tests and
+// checkpoints to compare and assemble shards.
+#pragma once
+#include "meshtrain/nn/model.h"
+
+namespace meshtrain {
+
+// shard_buf (shard.numel) = this rank's slices of full_buf (full.numel).
+void copy_logical_to_shard(const ParamLayout& full, const ParamLayout& shard, int tp_rank,
+                           const float* full_buf, float* shard_buf);
+// The slices of shard_buf written back into full_buf (replicated parameters too).
+void copy_shard_to_logical(const ParamLayout& full, const ParamLayout& shard, int tp_rank,
+                           const float* shard_buf, float* full_buf);
+
+}  // namespace meshtrain

@@ -1,0 +1,17 @@
+#include "meshtrain/parallel/tp_group.h"
+
+namespace meshtrain::parallel {
+
+void CommTensorParallelGroup::allreduce_sum(float* data, int64_t count) {
+  comm_.allreduce(data, static_cast<size_t>(count), DType::F32, comm::ReduceOp::Sum).wait();
+}
+
+void CommTensorParallelGroup::allreduce_max(float* data, int64_t count) {
+  comm_.allreduce(data, static_cast<size_t>(count), DType::F32, comm::ReduceOp::Max).wait();
+}
+
+std::shared_ptr<TensorParallelGroup> make_tp_group(comm::Communicator comm) {
+  return std::make_shared<CommTensorParallelGroup>(std::move(comm));
+}
+
+}  // namespace meshtrain::parallel

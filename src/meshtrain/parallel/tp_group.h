@@ -1,0 +1,27 @@
+// The tensor-parallel group a model shard calls (nn/tensor_parallel.h), over
+// the mesh's tp communicator: blocking allreduces issued from the compute
+// thread, in the order the model's forward and backward issue them.
+#pragma once
+#include <memory>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/nn/tensor_parallel.h"
+
+namespace meshtrain::parallel {
+
+class CommTensorParallelGroup final : public TensorParallelGroup {
+ public:
+  explicit CommTensorParallelGroup(comm::Communicator comm) : comm_(std::move(comm)) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  void allreduce_sum(float* data, int64_t count) override;
+  void allreduce_max(float* data, int64_t count) override;
+  const comm::Communicator& communicator() const { return comm_; }
+
+ private:
+  comm::Communicator comm_;
+};
+
+std::shared_ptr<TensorParallelGroup> make_tp_group(comm::Communicator comm);
+
+}  // namespace meshtrain::parallel

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Fine-tuning a Hugging Face Llama directory (the llama-tiny fixture) under
+# tensor parallelism: `init_from` at parallel.tp = 2 gives every shard its
+# slices of the checkpoint, so each step's loss equals the run at tp = 1
+# (1e-5 relative), and the final model file (assembled from the shards)
+# holds the same tensors.
+set -uo pipefail
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
+FIX="$SRC/tests/fixtures/llama_tiny_hf"
+mkdir -p "$TMP/data"
+python3 - "$TMP/data/train_000000.bin" <<'PY'
+import random, struct, sys
+random.seed(2)
+toks = [random.randrange(61) for _ in range(20000)]
+hdr = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1], "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(toks), *toks))
+PY
+for tp in 1 2; do
+  "$BIN" train --set init_from="$FIX" --set model.preset= --set data.train="$TMP/data/train_*.bin" \
+    --set train.steps=4 --set train.micro_batch=2 --set train.eval_every=0 --set train.threads=1 \
+    --set parallel.tp=$tp --set telemetry.dir="$TMP/run$tp" --nproc $tp >"$TMP/train$tp" 2>&1 \
+    || { cat "$TMP/train$tp"; fail "training from the fixture at tp $tp failed"; }
+  grep -q "loaded weights from $FIX" "$TMP/train$tp" || { cat "$TMP/train$tp"; fail "tp $tp did not start from the fixture"; }
+done
+grep -q "mesh: dp 1 x tp 2" "$TMP/train2" || fail "tp 2 run did not report its mesh"
+python3 - "$TMP/run1" "$TMP/run2" <<'PY' || fail "tp 2 differs from tp 1"
+import json, struct, sys
+def losses(d):
+    return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 4, (a, b)
+for x, y in zip(a, b):
+    assert abs(x - y) <= 1e-5 * abs(x), (a, b)
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        s, e = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((e - s) // 4), raw[8 + n + s:8 + n + e])
+    return out
+ta, tb = tensors(sys.argv[1] + "/model.safetensors"), tensors(sys.argv[2] + "/model.safetensors")
+assert ta.keys() == tb.keys(), (sorted(ta), sorted(tb))
+for k in ta:
+    err = max(abs(x - y) for x, y in zip(ta[k], tb[k]))
+    scale = max(1e-12, max(abs(x) for x in ta[k]))
+    assert err <= 1e-5 * scale + 1e-7, (k, err, scale)
+print("tp 2 = tp 1:", a)
+PY
+echo "PASS"

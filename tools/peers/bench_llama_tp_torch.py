@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""PyTorch peer for `meshtrain bench train --preset llama-wide --nproc N --tp T`:
+PyTorch's own tensor parallelism (torch.distributed.tensor.parallel) on the
+same Llama shapes, N CPU processes over gloo, one thread each by default.
+
+  python3 tools/peers/bench_llama_tp_torch.py --preset llama-wide --nproc 2 --tp 2 \\
+      --batch 4 --seq 128 --threads 1 --steps 6 --warmup 2
+
+Model: as tools/peers/bench_llama_torch.py, with q, k, v and gate, up as
+separate projections so the plan can split them by heads / width:
+ColwiseParallel for q, k, v, gate, up; RowwiseParallel for o and down (the
+Megatron layout meshtrain uses); the embedding RowwiseParallel (vocabulary-
+parallel) and the head ColwiseParallel with its logits left sharded and the
+loss computed under loss_parallel() (no gather of the logits). Attention:
+F.scaled_dot_product_attention on the local heads (enable_gqa). With
+--nproc > --tp the remaining factor is data parallelism: a 2-D mesh
+(dp, tp) and the gradients averaged over dp with all_reduce after backward.
+Optimizer: AdamW (foreach; the fused CPU kernel does not take DTensors),
+lr 3e-4, betas (0.9, 0.95), weight decay 0.1 on 2-D tensors. Reported:
+tokens/s of the whole job (batch x seq x dp per step / median step time).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_llama_torch import RMSNorm, pad_vocab, rotate  # noqa: E402
+
+PRESETS = {
+    # as in src/meshtrain/nn/llama_config.cpp
+    "llama-tiny": (2, 4, 2, 16, 40, 16, 61, 1e4),
+    "llama-char": (6, 6, 2, 384, 1024, 256, 256, 1e4),
+    "llama-wide": (2, 16, 8, 1024, 2816, 256, 8192, 1e4),
+    "llama-100m": (12, 12, 4, 768, 2048, 1024, 50257, 1e4),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, H, KV, C, F_):
+        super().__init__()
+        self.hd = C // H
+        self.ln1 = RMSNorm(C)
+        self.q = nn.Linear(C, C, bias=False)
+        self.k = nn.Linear(C, KV * self.hd, bias=False)
+        self.v = nn.Linear(C, KV * self.hd, bias=False)
+        self.o = nn.Linear(C, C, bias=False)
+        self.ln2 = RMSNorm(C)
+        self.gate = nn.Linear(C, F_, bias=False)
+        self.up = nn.Linear(C, F_, bias=False)
+        self.down = nn.Linear(F_, C, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        h = self.ln1(x)
+        # Local heads: the column-parallel outputs hold this rank's heads.
+        q = rotate(self.q(h).view(B, T, -1, self.hd).transpose(1, 2), cos, sin)
+        k = rotate(self.k(h).view(B, T, -1, self.hd).transpose(1, 2), cos, sin)
+        v = self.v(h).view(B, T, -1, self.hd).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+        x = x + self.o(y.transpose(1, 2).reshape(B, T, -1))
+        h = self.ln2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, L, H, KV, C, F_, T, V, theta):
+        super().__init__()
+        self.V, self.Vp = V, pad_vocab(V)
+        self.embed = nn.Embedding(self.Vp, C)
+        self.layers = nn.ModuleList(Block(H, KV, C, F_) for _ in range(L))
+        self.norm = RMSNorm(C)
+        self.head = nn.Linear(C, self.Vp, bias=False)
+        hd = C // H
+        inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+        self.register_buffer("cos", ang.cos().float(), persistent=False)
+        self.register_buffer("sin", ang.sin().float(), persistent=False)
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.embed(idx)
+        for layer in self.layers:
+            x = layer(x, self.cos[:T], self.sin[:T])
+        return self.head(self.norm(x))
+
+
+def worker(rank, args, out_q):
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(args.port))
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", rank=rank, world_size=args.nproc)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, loss_parallel,
+                                                   parallelize_module)
+    dp = args.nproc // args.tp
+    mesh = init_device_mesh("cpu", (dp, args.tp), mesh_dim_names=("dp", "tp"))
+    tp_mesh = mesh["tp"]
+    torch.manual_seed(1)
+    L, H, KV, C, F_, T, V, theta = PRESETS[args.preset]
+    assert V == pad_vocab(V), "the loss_parallel peer needs an unpadded vocabulary"
+    seq = args.seq or T
+    model = Llama(L, H, KV, C, F_, T, V, theta)
+    plan = {
+        "embed": RowwiseParallel(input_layouts=Replicate()),
+        "head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
+    }
+    for i in range(L):
+        for name in ("q", "k", "v", "gate", "up"):
+            plan[f"layers.{i}.{name}"] = ColwiseParallel()
+        for name in ("o", "down"):
+            plan[f"layers.{i}.{name}"] = RowwiseParallel()
+    parallelize_module(model, tp_mesh, plan)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    dp_group = mesh["dp"].get_group() if dp > 1 else None
+    gen = torch.Generator().manual_seed(1 + mesh.get_local_rank("dp"))
+
+    def step():
+        data = torch.randint(0, V, (args.batch, seq + 1), generator=gen)
+        opt.zero_grad(set_to_none=True)
+        logits = model(data[:, :-1])
+        with loss_parallel():
+            loss = F.cross_entropy(logits.reshape(-1, V), data[:, 1:].reshape(-1))
+            loss.backward()
+        if dp_group is not None:
+            for p in model.parameters():
+                g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                dist.all_reduce(g, group=dp_group)
+                g.div_(dp)
+        opt.step()
+        return loss.full_tensor().item() if hasattr(loss, "full_tensor") else loss.item()
+
+    times = []
+    for i in range(args.warmup + args.steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        loss = step()
+        dist.barrier()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    if rank == 0:
+        med = statistics.median(times)
+        out_q.put({"peer": "pytorch-tp", "torch_version": torch.__version__, "preset": args.preset,
+                   "nproc": args.nproc, "tp": args.tp, "batch": args.batch, "seq": seq,
+                   "threads": args.threads, "ms_per_step_median": med * 1e3,
+                   "tokens_per_s": args.batch * seq * dp / med, "loss": loss})
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description="PyTorch tensor-parallel CPU Llama training step (meshtrain peer)")
+    ap.add_argument("--preset", default="llama-wide", choices=sorted(PRESETS))
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--port", type=int, default=29517)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    assert args.nproc % args.tp == 0, "--tp must divide --nproc"
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    mp.spawn(worker, args=(args, q), nprocs=args.nproc, join=True)
+    r = q.get()
+    print(f"torch {r['torch_version']} {r['preset']} nproc {r['nproc']} tp {r['tp']}: median "
+          f"{r['ms_per_step_median']:.1f} ms/step, {r['tokens_per_s']:.0f} tokens/s, loss {r['loss']:.3f}")
+    if args.json:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
