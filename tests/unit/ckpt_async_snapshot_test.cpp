@@ -106,7 +106,7 @@ SaveRun train_with_async_save(const std::string& root, int64_t save_at, int64_t 
   co.every = save_at;
   co.async = true;
   co.snapshot_delay_s_for_testing = delay_s;
-  TrainingCheckpointer checkpoints(co, nullptr, nlohmann::json::object(), 1, 2);
+  TrainingCheckpointer checkpoints(co, nullptr, nlohmann::json::object(), ckpt::MeshShape{1, 1, 1}, 2);
   if (fence) stepper.set_before_update([&] { return checkpoints.wait_for_snapshot(); });
 
   const int B = 2, T = cfg.seq_len;

@@ -5,8 +5,10 @@
 // with data parallelism (dp 2 x tp 2) under replicated buckets and ZeRO 1-3
 // over the dp group, with gradient accumulation, recompute and clipping
 // (the logical model's gradient norm: split tensors summed over tp,
-// replicated ones counted once). Shapes tp cannot split, and settings not
-// available under tp yet, are clear errors.
+// replicated ones counted once). Checkpoints stay in the logical layout: one
+// written at tp 2 (or dp 2 x tp 2 with ZeRO-3) resumes at tp 1, dp 2 and
+// dp 4, and one written at dp 2 resumes at tp 2, continuing the same run.
+// Shapes tp cannot split are clear errors.
 #include <map>
 
 #include "dp_harness.h"
@@ -106,11 +108,51 @@ TEST(llama_tp_train, gpt_without_tensor_parallelism_says_so) {
             std::string::npos) << r.log;
 }
 
-TEST(llama_tp_train, checkpoints_under_tp_are_refused_until_they_land) {
-  RunResult r = run("tp_ckpt", 2, 2, 0, 4, 1,
-                    " --set checkpoint.every=4 --set checkpoint.dir=" +
-                        (workdir() / "tp_ckpt_dir").string());
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.log.find("checkpoints under tensor parallelism are not available yet"),
-            std::string::npos) << r.log;
+namespace {
+
+// Continues `from` (a step directory) in run `name` and checks steps 7..12
+// against the one-rank run.
+void expect_resumes(const std::string& name, int nproc, int tp, int stage, int mb,
+                    const std::string& from) {
+  RunResult r = run(name, nproc, tp, stage, mb, 1, " --set checkpoint.resume=" + from);
+  ASSERT_EQ(r.status, 0) << r.log;
+  EXPECT_NE(r.log.find("at step 6"), std::string::npos) << r.log;
+  const auto got = r.metrics(), want = reference(4, 1).metrics();
+  ASSERT_EQ(got.size(), static_cast<size_t>(kSteps - 6));
+  for (const auto& row : got) {
+    const int step = row["step"];
+    const double la = row["loss"], lb = want.at(step - 1)["loss"];
+    EXPECT_LE(std::abs(la - lb), kTol * std::abs(lb)) << name << " step " << step;
+  }
+  expect_same_models(r, reference(4, 1), kTol);
+}
+
+std::string save_at_6(const std::string& name) {
+  return " --set checkpoint.every=6 --set checkpoint.resume=never --set checkpoint.dir=" +
+         (workdir() / name / "ckpt").string();
+}
+std::string step6(const std::string& name) {
+  return (workdir() / name / "ckpt" / "step_00000006").string();
+}
+
+}  // namespace
+
+TEST(llama_tp_train, checkpoint_at_tp2_resumes_at_tp1_and_dp2) {
+  // Asynchronous saves (the default) of the logical layout from a tp group.
+  RunResult a = run("ck_tp2", 2, 2, 0, 4, 1, save_at_6("ck_tp2"));
+  ASSERT_EQ(a.status, 0) << a.log;
+  expect_same_training(a, reference(4, 1), kTol);
+  expect_resumes("ck_tp2_to_1", 1, 1, 0, 4, step6("ck_tp2"));
+  expect_resumes("ck_tp2_to_dp2", 2, 1, 1, 2, step6("ck_tp2"));
+}
+
+TEST(llama_tp_train, checkpoint_at_dp2_tp2_zero3_resumes_at_dp4_and_back_at_tp2) {
+  RunResult a = run("ck_d2t2", 4, 2, 3, 2, 1, save_at_6("ck_d2t2"));
+  ASSERT_EQ(a.status, 0) << a.log;
+  expect_resumes("ck_d2t2_to_dp4", 4, 1, 2, 1, step6("ck_d2t2"));
+  // A checkpoint written without tensor parallelism resumes at tp = 2.
+  RunResult b = run("ck_dp2", 2, 1, 1, 2, 1, save_at_6("ck_dp2"));
+  ASSERT_EQ(b.status, 0) << b.log;
+  expect_resumes("ck_dp2_to_tp2", 2, 2, 0, 4, step6("ck_dp2"));
+  expect_resumes("ck_dp2_to_dp2_tp2_zero2", 4, 2, 2, 2, step6("ck_dp2"));
 }

@@ -115,10 +115,14 @@ void CheckpointReader::verify_all() const {
 void CheckpointReader::check_model(const ModelSpec& model) const {
   const std::string diff = model_description_difference(impl_->index.model, model.to_json());
   MT_CHECK(diff.empty(), "checkpoint {}/{} is from another model: {}", impl_->dir, kIndexFileName, diff);
+  // Checkpoints hold the logical model: a tensor-parallel shard compares its
+  // logical size.
+  int64_t logical = 0;
+  for (const ParamInfo& p : model.layout().params) logical += shape_numel(p.logical_shape());
   if (const BufferEntry* p = impl_->index.find_buffer(kParams))
-    MT_CHECK(p->numel == model.num_params(),
+    MT_CHECK(p->numel == logical,
              "checkpoint {}/{} is from another model: {} parameters (checkpoint) vs {} (model)",
-             impl_->dir, kIndexFileName, p->numel, model.num_params());
+             impl_->dir, kIndexFileName, p->numel, logical);
 }
 
 RankState CheckpointReader::rank_state(int rank) const {

@@ -6,20 +6,17 @@
 
 namespace meshtrain {
 
-namespace {
-
-// Calls copy(shard_offset, full_offset, count) for each contiguous run.
-template <class Copy>
-void for_each_run(const ParamLayout& full, const ParamLayout& shard, int tp_rank, Copy copy) {
+std::vector<ShardRun> shard_runs(const ParamLayout& full, const ParamLayout& shard, int tp_rank) {
   MT_CHECK(full.params.size() == shard.params.size(),
            "shard layout has {} parameters, the model {}", shard.params.size(), full.params.size());
+  std::vector<ShardRun> runs;
   for (size_t i = 0; i < full.params.size(); ++i) {
     const ParamInfo& f = full.params[i];
     const ParamInfo& s = shard.params[i];
     MT_CHECK(f.name == s.name && f.shape == s.logical_shape(),
              "shard parameter {} does not match the model's {}", s.name, f.name);
     if (s.split_dim < 0) {
-      copy(s.begin, f.begin, s.numel());
+      runs.push_back({s.begin, f.begin, s.numel(), true});
       continue;
     }
     // Row-major: the split dimension's slice is `outer` runs of `inner` elements.
@@ -28,24 +25,22 @@ void for_each_run(const ParamLayout& full, const ParamLayout& shard, int tp_rank
     for (size_t d = s.split_dim + 1; d < s.shape.size(); ++d) inner *= s.shape[d];
     const int64_t local = s.shape[s.split_dim], whole = f.shape[s.split_dim];
     for (int64_t o = 0; o < outer; ++o)
-      copy(s.begin + o * local * inner, f.begin + (o * whole + tp_rank * local) * inner, local * inner);
+      runs.push_back({s.begin + o * local * inner, f.begin + (o * whole + tp_rank * local) * inner,
+                      local * inner, false});
   }
+  return runs;
 }
-
-}  // namespace
 
 void copy_logical_to_shard(const ParamLayout& full, const ParamLayout& shard, int tp_rank,
                            const float* full_buf, float* shard_buf) {
-  for_each_run(full, shard, tp_rank, [&](int64_t s, int64_t f, int64_t n) {
-    std::memcpy(shard_buf + s, full_buf + f, sizeof(float) * n);
-  });
+  for (const ShardRun& r : shard_runs(full, shard, tp_rank))
+    std::memcpy(shard_buf + r.shard, full_buf + r.logical, sizeof(float) * r.count);
 }
 
 void copy_shard_to_logical(const ParamLayout& full, const ParamLayout& shard, int tp_rank,
                            const float* shard_buf, float* full_buf) {
-  for_each_run(full, shard, tp_rank, [&](int64_t s, int64_t f, int64_t n) {
-    std::memcpy(full_buf + f, shard_buf + s, sizeof(float) * n);
-  });
+  for (const ShardRun& r : shard_runs(full, shard, tp_rank))
+    std::memcpy(full_buf + r.logical, shard_buf + r.shard, sizeof(float) * r.count);
 }
 
 }  // namespace meshtrain

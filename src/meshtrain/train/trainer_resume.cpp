@@ -13,22 +13,10 @@ void TrainingRun::resume() {
   // each read only their own range of a checkpoint and gather the rest from
   // the owners.
   if (auto r = sync_->resume_range()) own_params_ = ckpt::ElemRange{r->begin, r->end};
-  if (opt_.tp > 1) {
-    // Tensor-parallel checkpoints (shards as ranges of the logical tensors)
-    // come next; until then a tp run starts fresh and says so.
-    MT_CHECK(opt_.checkpoint.resume == "never" || opt_.checkpoint.resume == "auto",
-             "resuming from {} with parallel.tp = {} is not available yet; resume at parallel.tp = 1",
-             opt_.checkpoint.resume, opt_.tp);
-    if (opt_.checkpoint.resume == "auto" && !opt_.checkpoint.dir.empty())
-      say(fmt::format("warning: parallel.tp = {}: checkpoints are not read or written under tensor "
-                      "parallelism yet; starting at step 0", opt_.tp));
-    sync_->after_resume();
-    open_data();
-    describe();
-    return;
-  }
-  resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(), comm_, global_batch_,
-                             own_params_);
+  // Under tensor parallelism every rank of the world agrees on the (logical) checkpoint.
+  resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(),
+                             tp_ckpt_ ? world_comm() : comm_, global_batch_, own_params_,
+                             tp_ckpt_.get());
   start_step_ = resumed_ ? resumed_->step : 0;
   if (resumed_) {
     mixed_->load_state(resumed_->loss_scaler);  // fp16: continue at the saved scale

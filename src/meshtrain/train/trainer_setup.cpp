@@ -47,10 +47,6 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
       mesh_(opt.comm, {world_ / opt.tp, opt.tp, 1}) {
   MT_CHECK(opt.micro_batch >= 1 && opt.grad_accum >= 1 && opt.steps >= 1,
            "micro_batch, grad_accum and steps must be >= 1");
-  MT_CHECK(opt.tp == 1 || opt.checkpoint.every == 0,
-           "checkpoint.every = {} with parallel.tp = {}: checkpoints under tensor parallelism are "
-           "not available yet; set checkpoint.every = 0 (the final model file is still written)",
-           opt.checkpoint.every, opt.tp);
   // Refuse, before allocating, what the formulas say cannot fit the limit.
   predicted_ = predict_training_memory(spec_, opt.micro_batch, T_, thread_count(), opt.recompute,
                                        opt.precision);
@@ -80,6 +76,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   model_ = synced_.model.get();
   if (opt.tp > 1) {
     model_->set_tensor_parallel_group(parallel::make_tp_group(mesh_.comm(parallel::Axis::TP)));
+    tp_ckpt_ = std::make_unique<TensorParallelCheckpoint>(opt.model, mesh_);
     say(fmt::format("mesh: dp {} x tp {} (world rank r holds tp shard r % {} of dp group r / {})",
                     mesh_.size(parallel::Axis::DP), opt.tp, opt.tp, opt.tp));
   }

@@ -33,10 +33,22 @@ int64_t saved_global_batch(const ckpt::ResumeResult& r) {
 std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const Model& model,
                                            AdamW& adam, comm::Communicator* comm,
                                            int64_t global_batch,
-                                           std::optional<ckpt::ElemRange> own_params) {
+                                           std::optional<ckpt::ElemRange> own_params,
+                                           const TensorParallelCheckpoint* tp) {
   if (opt.resume == "never") return std::nullopt;
   std::vector<ckpt::FillRequest> fills = ckpt::model_fill_requests(model, &adam);
-  if (own_params) {
+  if (tp) {
+    // The shard's runs, each from its range of the logical buffers.
+    fills.clear();
+    const ckpt::ElemRange p = own_params.value_or(ckpt::ElemRange{0, model.param_buffer().numel()});
+    auto add = [&](std::vector<ckpt::FillRequest> more) {
+      fills.insert(fills.end(), more.begin(), more.end());
+    };
+    add(tp->fills(ckpt::kParams, p, model.param_buffer().data<float>() + p.begin, false));
+    const ckpt::ElemRange o{adam.begin(), adam.end()};
+    add(tp->fills(ckpt::kExpAvg, o, adam.exp_avg().data<float>(), true));
+    add(tp->fills(ckpt::kExpAvgSq, o, adam.exp_avg_sq().data<float>(), true));
+  } else if (own_params) {
     for (ckpt::FillRequest& f : fills) {
       if (f.buffer != ckpt::kParams) continue;
       f.range = *own_params;
@@ -88,8 +100,10 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
 }
 
 TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::Communicator* comm,
-                                           nlohmann::json config, int world, int64_t global_batch)
-    : every_(opt.every), config_(std::move(config)), world_(world), global_batch_(global_batch) {
+                                           nlohmann::json config, ckpt::MeshShape mesh,
+                                           int64_t global_batch, const TensorParallelCheckpoint* tp)
+    : every_(opt.every), config_(std::move(config)), mesh_(mesh), global_batch_(global_batch),
+      tp_(tp) {
   if (every_ <= 0) return;
   MT_CHECK(!opt.dir.empty(), "checkpoint.every = {} needs a checkpoint.dir", every_);
   ckpt::WriterOptions wo;
@@ -111,8 +125,13 @@ double TrainingCheckpointer::save(int64_t step, const Model& model, AdamW& adam,
                                   const nlohmann::json& loss_scaler) {
   MT_CHECK(writer_, "save() without checkpoint.every");
   const double t0 = now_s();
-  ckpt::SaveRequest req = ckpt::model_save_request(step, model, &adam);
-  if (own_params) {
+  ckpt::SaveRequest req;
+  if (tp_) {
+    req = logical_request(step, model, adam, own_params);
+  } else {
+    req = ckpt::model_save_request(step, model, &adam);
+  }
+  if (own_params && !tp_) {
     for (ckpt::SaveBuffer& b : req.buffers) {
       if (b.name != ckpt::kParams) continue;
       b.held = *own_params;
@@ -125,7 +144,7 @@ double TrainingCheckpointer::save(int64_t step, const Model& model, AdamW& adam,
   // records what a resume needs to judge the data position.
   req.rng = {{"global_batch", global_batch_}};
   req.config = config_;
-  req.mesh = {world_, 1, 1};
+  req.mesh = mesh_;
   req.lr_step = step;
   // A fresh run (checkpoint.resume = never) may rewrite a step an earlier run
   // saved: its old index goes first, so the directory reads as torn, never as
@@ -134,6 +153,31 @@ double TrainingCheckpointer::save(int64_t step, const Model& model, AdamW& adam,
     fs::remove(fs::path(ckpt::step_dir(writer_->options().root, step)) / ckpt::kIndexFileName);
   writer_->save(req);
   return now_s() - t0;
+}
+
+ckpt::SaveRequest TrainingCheckpointer::logical_request(int64_t step, const Model& model, AdamW& adam,
+                                                        std::optional<ckpt::ElemRange> own_params) {
+  // The previous save's snapshot reads blocks_: it must be taken first.
+  writer_->wait_for_snapshot();
+  const ckpt::ElemRange p = own_params.value_or(ckpt::ElemRange{0, model.param_buffer().numel()});
+  const ckpt::ElemRange o{adam.begin(), adam.end()};
+  blocks_[0] = tp_->to_logical_block(model.param_buffer().data<float>() + p.begin, p);
+  blocks_[1] = tp_->to_logical_block(adam.exp_avg().data<float>(), o);
+  blocks_[2] = tp_->to_logical_block(adam.exp_avg_sq().data<float>(), o);
+  const int64_t n = tp_->logical_numel();
+  const ckpt::ElemRange block = tp_->block();
+  ckpt::SaveRequest r;
+  r.step = step;
+  r.model = model.spec().to_json();  // a shard describes the whole model
+  r.tensors = ckpt::model_tensor_entries(tp_->logical_layout());
+  r.buffers.push_back({ckpt::kParams, DType::F32, n, blocks_[0].data(), block});
+  r.buffers.push_back({ckpt::kExpAvg, DType::F32, n, blocks_[1].data(), block});
+  r.buffers.push_back({ckpt::kExpAvgSq, DType::F32, n, blocks_[2].data(), block});
+  r.optimizer_steps = adam.steps_taken();
+  const auto& c = adam.config();
+  r.optimizer = {{"type", "adamw"}, {"range", {0, n}}, {"beta1", c.beta1}, {"beta2", c.beta2},
+                 {"eps", c.eps}, {"weight_decay", c.weight_decay}};
+  return r;
 }
 
 double TrainingCheckpointer::wait_for_snapshot() {

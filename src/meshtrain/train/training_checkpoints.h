@@ -15,6 +15,7 @@
 #include "meshtrain/data/data_loader.h"
 #include "meshtrain/nn/model.h"
 #include "meshtrain/optim/adamw.h"
+#include "meshtrain/train/tp_checkpoint.h"
 
 namespace meshtrain {
 
@@ -45,16 +46,22 @@ struct ResumePoint {
 // decides whether the saved data position carries over as is. `own_params`
 // (ZeRO): read only this range of the parameters (the other ranks read
 // theirs; ZeRO gathers them afterwards); the optimizer reads its own range.
+// `tp` (tensor parallelism): the checkpoint is logical; this shard reads its
+// runs, and `comm` is the world's.
 std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const Model& model,
                                            AdamW& adam, comm::Communicator* comm,
                                            int64_t global_batch,
-                                           std::optional<ckpt::ElemRange> own_params = {});
+                                           std::optional<ckpt::ElemRange> own_params = {},
+                                           const TensorParallelCheckpoint* tp = nullptr);
 
 // Saves every `every` steps. Construct on every rank (collective).
 class TrainingCheckpointer {
  public:
+  // `comm`: the ranks that write (the dp group, or the world under tensor
+  // parallelism, with `tp` set); `mesh` is recorded in the index.
   TrainingCheckpointer(const CheckpointOptions& opt, comm::Communicator* comm,
-                       nlohmann::json config, int world, int64_t global_batch);
+                       nlohmann::json config, ckpt::MeshShape mesh, int64_t global_batch,
+                       const TensorParallelCheckpoint* tp = nullptr);
   bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
   // Records the run length train.max_minutes decided in the configuration
   // every later checkpoint saves (ResumePoint::budgeted_steps reads it back).
@@ -77,10 +84,17 @@ class TrainingCheckpointer {
   void wait();
 
  private:
+  // Tensor parallelism: the save in the logical layout (tp_checkpoint.h).
+  ckpt::SaveRequest logical_request(int64_t step, const Model& model, AdamW& adam,
+                                    std::optional<ckpt::ElemRange> own_params);
   int64_t every_;
   nlohmann::json config_;
-  int world_;
+  ckpt::MeshShape mesh_;
   int64_t global_batch_;
+  const TensorParallelCheckpoint* tp_ = nullptr;
+  // Tensor parallelism: this rank's blocks of the logical params, exp_avg,
+  // exp_avg_sq (what the writer copies), kept until the snapshot is taken.
+  std::vector<float> blocks_[3];
   std::unique_ptr<ckpt::CheckpointWriter> writer_;
 };
 

@@ -27,6 +27,7 @@
 #include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/mixed_precision.h"
 #include "meshtrain/train/train_step.h"
+#include "meshtrain/train/tp_checkpoint.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
@@ -60,6 +61,8 @@ class TrainingRun {
   int T_ = 0, world_ = 1, rank_ = 0;
   bool lead_ = true;  // prints, writes metrics, saves the model
   parallel::Mesh mesh_;
+  // Tensor parallelism: checkpoints in the logical layout (null at tp = 1).
+  std::unique_ptr<TensorParallelCheckpoint> tp_ckpt_;
   std::unique_ptr<telemetry::Tracer> tracer_;
   // Clears the global tracer pointer when the run goes, also when setup
   // throws (a constructor that throws runs no destructor of its own class,
