@@ -43,6 +43,7 @@ struct BenchTrainArgs {
   bool json = false;
   int nproc = 0;
   int tp = 1;  // tensor-parallel ranks per group (the rest data-parallel)
+  bool sequence_parallel = false;
   double bucket_mb = 25, first_bucket_mb = 1;
   std::string recompute = "none";
   std::string precision = "fp32";  // bf16 | fp16: compared with fp32 (bench_precision.h)
@@ -94,8 +95,9 @@ void run_bench_train(const BenchTrainArgs& a) {
     throw UsageError(fmt::format("--tp {} must divide the {} rank(s)", a.tp, world_size));
   // dp x tp, tp innermost (as `meshtrain train`): each rank its shard.
   parallel::Mesh mesh(comm, {world_size / a.tp, a.tp, 1});
-  const std::shared_ptr<const ModelSpec> shard =
-      a.tp > 1 ? spec->sharded(ModelShard{mesh.rank(parallel::Axis::TP), a.tp}) : spec;
+  ModelShard which{mesh.rank(parallel::Axis::TP), a.tp};
+  which.sequence_parallel = a.sequence_parallel;
+  const std::shared_ptr<const ModelSpec> shard = a.tp > 1 ? spec->sharded(which) : spec;
   parallel::SyncedModel synced = parallel::make_synced_model(mesh.comm(parallel::Axis::DP), shard, so);
   parallel::GradientSync& sync = *synced.sync;
   const bool dp = sync.comm() != nullptr;
@@ -194,6 +196,7 @@ void run_bench_train(const BenchTrainArgs& a) {
     j["sgemm_onednn_shapes"] = onednn_shapes;
     j["sgemm_shapes"] = shapes;
     j["tp"] = a.tp;
+    j["sequence_parallel"] = a.sequence_parallel && a.tp > 1;
     j["model_state_mb"] = model_state_bytes / 1e6;
     if (dp || a.tp > 1) j["nproc"] = ranks * a.tp;
     if (dp) {
@@ -207,7 +210,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {}{}{}\n", spec->describe(),
              a.batch, T, threads, recompute.name(), dp ? fmt::format(" per rank | {} ranks data-parallel ({})", ranks,
                                        sync.comm()->transport()) : "",
-             a.tp > 1 ? fmt::format(" | tp {}", a.tp) : "");
+             a.tp > 1 ? fmt::format(" | tp {}{}", a.tp, a.sequence_parallel ? " (sequence parallel)" : "") : "");
   fmt::print("  model state (this rank)    {:10.1f} MB  (parameters, gradients, optimizer)\n",
              model_state_bytes / 1e6);
   fmt::print("  sgemm peak (same threads)  {:10.1f} GFLOP/s  ({}; openblas {:.1f}{})\n", peak_gflops,
@@ -252,6 +255,8 @@ void register_bench_train(CLI::App& bench) {
   c->add_option("--nproc", args->nproc, "Launch N ranks training data-parallel (aggregate tokens/s)");
   c->add_option("--tp", args->tp, "Tensor-parallel ranks per group (--nproc a multiple of it; llama presets)")
       ->capture_default_str();
+  c->add_flag("--sequence-parallel", args->sequence_parallel,
+              "With --tp: split the norms and residual stream over the tp group too");
   c->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size (MiB)")->capture_default_str();
   c->add_option("--first-bucket-mb", args->first_bucket_mb, "First gradient bucket (MiB)")
       ->capture_default_str();
@@ -281,6 +286,7 @@ void register_bench_train(CLI::App& bench) {
                     "--bucket-mb", fmt::format("{}", args->bucket_mb),
                     "--first-bucket-mb", fmt::format("{}", args->first_bucket_mb),
                     "--recompute", args->recompute, "--tp", std::to_string(args->tp)};
+      if (args->sequence_parallel) lo.command.push_back("--sequence-parallel");
       if (args->json) lo.command.push_back("--json");
       const launch::LaunchResult r = launch::run_local(lo);
       if (r.exit_code != 0) throw Error(fmt::format("bench failed: {}", r.message));

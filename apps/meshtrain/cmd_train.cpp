@@ -77,7 +77,9 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
   const int T = spec->seq_len();
   const int tp = c.parallel.tp, dp = ranks / tp;
   MemoryPlan plan;
-  plan.model = tp > 1 ? spec->sharded(ModelShard{0, tp}) : std::move(spec);  // shards are equal
+  ModelShard shard{0, tp};
+  shard.sequence_parallel = c.parallel.sequence_parallel;
+  plan.model = tp > 1 ? spec->sharded(shard) : std::move(spec);  // shards are equal
   plan.B = c.train.micro_batch;
   plan.T = T;
   plan.threads = threads;
@@ -215,6 +217,7 @@ void run_train(const TrainArgs& a) {
   o.dp.grad_dtype = dtype_from_name(c.comm.grad_dtype);
   o.zero_stage = c.zero.stage;
   o.tp = c.parallel.tp;
+  o.sequence_parallel = c.parallel.sequence_parallel;
   o.zero_persist_threshold = c.zero.persist_threshold;
   o.memory_limit_bytes = c.memory.limit_mb * 1e6;
   o.trace = c.telemetry.trace;

@@ -18,6 +18,7 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/nn/llama.h"
+#include "meshtrain/nn/llama_activations.h"
 #include "meshtrain/nn/shard_slicing.h"
 #include "meshtrain/nn/vocab_parallel_loss.h"
 #include "meshtrain/parallel/tp_group.h"
@@ -85,9 +86,11 @@ std::vector<float> to_vector(const Tensor& t) {
 // Trains `steps` of plain SGD on both the whole model and this rank's shard;
 // returns "" or what differed.
 std::string shard_matches_whole(Communicator& c, const LlamaConfig& cfg, const Recompute& rc,
-                                Precision prec, int steps, double tol) {
+                                Precision prec, int steps, double tol, bool sp) {
   auto full_spec = LlamaSpec::make(cfg);
-  auto shard_spec = LlamaSpec::make(cfg, ModelShard{c.rank(), c.size()});
+  ModelShard which{c.rank(), c.size()};
+  which.sequence_parallel = sp;
+  auto shard_spec = LlamaSpec::make(cfg, which);
   auto whole = full_spec->build();
   auto shard = shard_spec->build();
   shard->set_tensor_parallel_group(parallel::make_tp_group(c));
@@ -124,11 +127,12 @@ std::string shard_matches_whole(Communicator& c, const LlamaConfig& cfg, const R
 }
 
 void expect_matches(int tp, const LlamaConfig& cfg, Recompute rc = {},
-                    Precision prec = Precision::FP32, double tol = 1e-5, int steps = 4) {
+                    Precision prec = Precision::FP32, double tol = 1e-5, int steps = 4,
+                    bool sp = false) {
   auto w = run_world(tp, [&](Communicator& c) {
-    return shard_matches_whole(c, cfg, rc, prec, steps, tol);
+    return shard_matches_whole(c, cfg, rc, prec, steps, tol, sp);
   }, opts());
-  EXPECT_TRUE(w.ok()) << w.report();
+  EXPECT_TRUE(w.ok()) << (sp ? "sequence parallel\n" : "") << w.report();
 }
 
 }  // namespace
@@ -139,6 +143,47 @@ TEST(llama_tp, shard_matches_whole_model_tp2_every_recompute_mode) {
   for (const Recompute& rc : {Recompute::full(), Recompute::selective(), Recompute::every_k(2)})
     expect_matches(2, tiny(), rc);
 }
+TEST(llama_tp, sequence_parallel_shard_matches_whole_model) {
+  expect_matches(2, tiny(), {}, Precision::FP32, 1e-5, 4, true);
+  expect_matches(4, tiny(4, 44), {}, Precision::FP32, 1e-5, 4, true);
+  for (const Recompute& rc : {Recompute::full(), Recompute::selective(), Recompute::every_k(2)})
+    expect_matches(2, tiny(), rc, Precision::FP32, 1e-5, 3, true);
+  expect_matches(2, tiny(), {}, Precision::BF16, 2e-3, 2, true);
+}
+
+TEST(llama_tp, sequence_parallel_keeps_a_tp_share_of_the_residual_stream) {
+  // The C-wide rows (residual stream, norms) per rank: 1/tp of the plain
+  // tp shard's, at the price of two N-row gather buffers.
+  const LlamaConfig cfg = tiny();
+  ModelShard plain{0, 2}, sp{0, 2};
+  sp.sequence_parallel = true;
+  const LlamaDims dp = LlamaDims::make(cfg, plain), ds = LlamaDims::make(cfg, sp);
+  const int B = 4, T = 16;
+  const int64_t N = B * T, C = cfg.n_embd, L = cfg.n_layer;
+  const int64_t a = LlamaActivations::buffer_floats(dp, B, T, {}, Precision::FP32);
+  const int64_t b = LlamaActivations::buffer_floats(ds, B, T, {}, Precision::FP32);
+  // Per layer ln1, residual2, ln2 (+ 3 rstd rows) and the block output, plus
+  // encoded, lnf (+ rstd) and dresidual: half the rows each.
+  const int64_t halved = (L * (4 * C + 2) + 3 * C + 1) * (N / 2);
+  EXPECT_EQ(a - b, halved - (2 * N * C + N / 2 * C + C));
+  // A micro-batch whose tokens do not split over tp is a clear error.
+  auto w = run_world(2, [&](Communicator& c) {
+    ModelShard which{c.rank(), 2};
+    which.sequence_parallel = true;
+    auto m = LlamaSpec::make(cfg, which)->build();
+    m->set_tensor_parallel_group(parallel::make_tp_group(c));
+    m->init_weights(1);
+    std::vector<int32_t> tok(15, 1);
+    try {
+      m->forward({tok.data(), tok.data(), 1, 15});
+    } catch (const std::exception& e) {
+      return std::string(e.what()).find("multiple of 2") == std::string::npos ? e.what() : "";
+    }
+    return "no error for 15 tokens over tp 2";
+  }, opts());
+  EXPECT_TRUE(w.ok()) << w.report();
+}
+
 TEST(llama_tp, shard_matches_whole_model_tp2_bf16) {
   // The split GEMM sums round differently in bf16's inputs only where the
   // partial sums differ: the tolerance of the precision tests.
@@ -238,4 +283,56 @@ TEST(llama_tp, gradient_norm_counts_replicated_parameters_once) {
     return e;
   }, opts());
   EXPECT_TRUE(w.ok()) << w.report();
+}
+
+// The tp group's traffic for one forward and backward, counted by the
+// Communicator, against the Megatron formulas for N = B x T tokens of width
+// C and L layers: per layer 2 allreduces of N x C forward (after o_proj and
+// down_proj) and 2 backward (the QKV and gate|up input gradients); plus the
+// embedding's, the head's input gradient, and the loss (a max over N rows,
+// then N sums and N target logits). With sequence parallelism each of those
+// allreduces is a reduce-scatter of N x C, the matching allgathers happen
+// before the column-parallel GEMMs (forward, and again in backward for the
+// weight gradients) and before the row-parallel ones' backward, and the
+// norm gains' gradients (C floats each) are summed over tp.
+TEST(llama_tp, communication_volume_matches_the_megatron_formulas) {
+  for (bool sp : {false, true}) {
+    auto w = run_world(2, [sp](Communicator& c) {
+      const LlamaConfig cfg = tiny();
+      ModelShard which{c.rank(), 2};
+      which.sequence_parallel = sp;
+      auto m = LlamaSpec::make(cfg, which)->build();
+      m->set_tensor_parallel_group(parallel::make_tp_group(c));
+      m->init_weights(3);
+      Batch b = batch(cfg, 9);
+      const CommCounters before = c.counters();
+      m->forward(b.view());
+      m->backward(1.f);
+      const CommCounters after = c.counters();
+      auto calls = [&](CollOp op) { return after.calls_of(op) - before.calls_of(op); };
+      auto bytes = [&](CollOp op) { return after.bytes_of(op) - before.bytes_of(op); };
+      const uint64_t N = static_cast<uint64_t>(b.B) * b.T, C = cfg.n_embd, L = cfg.n_layer;
+      const uint64_t NC = N * C * 4;       // one N x C activation, f32
+      const uint64_t loss = N * 4 + 2 * N * 4;  // max, then (sum, target logit)
+      std::string e;
+      auto expect = [&](const char* what, uint64_t got, uint64_t want) {
+        if (got != want) e += fmt::format("{}: {} (want {}); ", what, got, want);
+      };
+      if (!sp) {
+        expect("allreduce calls", calls(CollOp::Allreduce), 4 * L + 2 + 2);
+        expect("allreduce bytes", bytes(CollOp::Allreduce), (4 * L + 2) * NC + loss);
+        expect("allgather calls", calls(CollOp::Allgather), 0);
+        expect("reduce_scatter calls", calls(CollOp::ReduceScatter), 0);
+      } else {
+        expect("reduce_scatter calls", calls(CollOp::ReduceScatter), 4 * L + 2);
+        expect("reduce_scatter bytes", bytes(CollOp::ReduceScatter), (4 * L + 2) * NC);
+        expect("allgather calls", calls(CollOp::Allgather), 6 * L + 3);
+        expect("allgather bytes", bytes(CollOp::Allgather), (6 * L + 3) * NC);
+        expect("allreduce calls", calls(CollOp::Allreduce), 2 + 2 * L + 1);
+        expect("allreduce bytes", bytes(CollOp::Allreduce), loss + (2 * L + 1) * C * 4);
+      }
+      return e;
+    }, opts());
+    EXPECT_TRUE(w.ok()) << (sp ? "sequence parallel\n" : "") << w.report();
+  }
 }

@@ -61,6 +61,20 @@ void expect_same_grad_norms(const RunResult& tp, const RunResult& ref) {
   }
 }
 
+// Every rank's measured peaks of the categories the formulas give exactly
+// (memory.json): parameters, gradients, optimizer state, activations and
+// workspace of its shard equal the prediction.
+void expect_memory_as_predicted(const RunResult& r) {
+  std::ifstream f(r.dir / "memory.json");
+  ASSERT_TRUE(f.good()) << "no memory.json in " << r.dir;
+  const nlohmann::json rows = nlohmann::json::parse(f);
+  ASSERT_FALSE(rows.empty());
+  for (const auto& row : rows)
+    for (const char* c : {"parameters", "gradients", "optimizer", "activations", "workspace"})
+      EXPECT_EQ(row["peak"][c].get<double>(), row["predicted"][c].get<double>())
+          << "rank " << row["rank"] << " " << c;
+}
+
 }  // namespace
 
 TEST(llama_tp_train, tp2_matches_one_rank) {
@@ -71,7 +85,9 @@ TEST(llama_tp_train, tp2_matches_one_rank) {
 }
 
 TEST(llama_tp_train, dp2_tp2_replicated_matches_one_rank) {
-  expect_same_training(run("dp2tp2_0", 4, 2, 0, 2, 1), reference(4, 1), kTol);
+  RunResult r = run("dp2tp2_0", 4, 2, 0, 2, 1);
+  expect_same_training(r, reference(4, 1), kTol);
+  expect_memory_as_predicted(r);
 }
 
 TEST(llama_tp_train, dp2_tp2_zero1_accumulating) {
@@ -88,6 +104,20 @@ TEST(llama_tp_train, dp2_tp2_zero2_selective_recompute) {
 TEST(llama_tp_train, dp2_tp2_zero3_full_recompute_accumulating) {
   expect_same_training(run("dp2tp2_3", 4, 2, 3, 1, 2, " --set recompute=full"), reference(2, 2),
                        kTol);
+}
+
+TEST(llama_tp_train, sequence_parallel_matches_one_rank) {
+  const std::string sp = " --set parallel.sequence_parallel=true";
+  RunResult r = run("sp_tp2", 2, 2, 0, 4, 1, sp);
+  EXPECT_NE(r.log.find("sequence parallel"), std::string::npos) << r.log;
+  expect_same_training(r, reference(4, 1), kTol);
+  expect_same_grad_norms(r, reference(4, 1));
+  expect_memory_as_predicted(r);
+  RunResult z3 = run("sp_dp2tp2_3", 4, 2, 3, 1, 2, sp + " --set recompute=selective");
+  expect_same_training(z3, reference(2, 2), kTol);
+  expect_memory_as_predicted(z3);
+  expect_same_training(run("sp_dp2tp2_1", 4, 2, 1, 2, 1, sp + " --set recompute=full"),
+                       reference(4, 1), kTol);
 }
 
 TEST(llama_tp_train, tp_that_does_not_divide_is_a_clear_error) {

@@ -42,6 +42,8 @@ struct CommImpl {
   std::string name;
   int split_count = 0;
   std::atomic<uint64_t> issued{0}, p2p_issued{0};
+  // Per op kind: calls and bytes issued (Communicator::counters).
+  std::array<std::atomic<uint64_t>, kCollOpCount> calls{}, bytes_issued{};
   FlightRecorder recorder;
 
   // First failure: later operations fail at once, on every lane.

@@ -200,6 +200,16 @@ std::string Communicator::flight_record() const {
   return impl_->recorder.dump() + impl_->transport->peer_progress();
 }
 
+CommCounters Communicator::counters() const {
+  CommCounters c;
+  if (!impl_) return c;
+  for (size_t i = 0; i < kCollOpCount; ++i) {
+    c.calls[i] = impl_->calls[i].load(std::memory_order_relaxed);
+    c.bytes[i] = impl_->bytes_issued[i].load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
 void Communicator::synchronize() {
   MT_CHECK(impl_, "synchronize on an invalid communicator");
   impl_->synchronize();
@@ -226,6 +236,8 @@ Work Communicator::submit(const CollArgs& a) {
   if ((a.op == CollOp::Send || a.op == CollOp::Recv) && a.root == me)
     throw UsageError(fmt::format("{} to itself (rank {})", coll_op_name(a.op), me));
 
+  im.calls[static_cast<size_t>(a.op)].fetch_add(1, std::memory_order_relaxed);
+  im.bytes_issued[static_cast<size_t>(a.op)].fetch_add(a.bytes(), std::memory_order_relaxed);
   // Bytes this rank handles: what the cost model and the inline rule look at.
   size_t bytes = a.bytes();
   if (a.op == CollOp::Alltoall) bytes *= n;

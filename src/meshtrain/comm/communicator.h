@@ -19,6 +19,7 @@
 // Every rank must issue the same collectives in the same order with the same
 // dtype, count and root (MESHTRAIN_COMM_DEBUG=1 checks this before each one).
 #pragma once
+#include <array>
 #include <memory>
 #include <string>
 
@@ -33,6 +34,15 @@
 namespace meshtrain::comm {
 
 struct CommImpl;
+
+// What a rank issued on one communicator, per operation kind: calls, and
+// bytes in the count convention above (allreduce: the buffer; allgather and
+// reduce_scatter: the whole gathered buffer; send/recv: the message).
+struct CommCounters {
+  std::array<uint64_t, kCollOpCount> calls{}, bytes{};
+  uint64_t calls_of(CollOp op) const { return calls[static_cast<size_t>(op)]; }
+  uint64_t bytes_of(CollOp op) const { return bytes[static_cast<size_t>(op)]; }
+};
 
 class Communicator {
  public:
@@ -95,6 +105,8 @@ class Communicator {
 
   // Waits for every operation issued so far.
   void synchronize();
+  // Operations issued so far on this communicator (not its splits).
+  CommCounters counters() const;
   // The last operations of this rank and where the peers are.
   std::string flight_record() const;
 

@@ -193,6 +193,7 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.parallel.pp = r.small_int("parallel.pp", 1);
   c.parallel.bucket_mb = r.in_range("parallel.bucket_mb", 1e-6, 1e6, false);
   c.parallel.first_bucket_mb = r.in_range("parallel.first_bucket_mb", 1e-6, 1e6, false);
+  c.parallel.sequence_parallel = r.boolean("parallel.sequence_parallel");
   c.zero.stage = r.small_int("zero.stage", 0, 3);
   c.zero.persist_threshold = r.integer("zero.persist_threshold", 0, INT64_MAX);
   c.memory.limit_mb = r.in_range("memory.limit_mb", 0.0, std::numeric_limits<double>::max(), false);

@@ -63,6 +63,7 @@ J to_json(const TrainConfig& c) {
   parallel["pp"] = c.parallel.pp;
   parallel["bucket_mb"] = c.parallel.bucket_mb;
   parallel["first_bucket_mb"] = c.parallel.first_bucket_mb;
+  parallel["sequence_parallel"] = c.parallel.sequence_parallel;
   j["parallel"] = parallel;
   j["zero"] = J{{"stage", c.zero.stage}, {"persist_threshold", c.zero.persist_threshold}};
   j["memory"] = J{{"limit_mb", c.memory.limit_mb}};

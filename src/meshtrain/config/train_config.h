@@ -65,6 +65,7 @@ struct ParallelSection {
   int pp = 1;
   double bucket_mb = 25;       // data-parallel gradient bucket size (MiB)
   double first_bucket_mb = 1;  // the first bucket, small so reduction starts early (MiB)
+  bool sequence_parallel = false;  // tp > 1: norms and residual stream split over tp too
 };
 
 struct ZeroSection {

@@ -29,6 +29,7 @@ const KernelTable kCpu{
     &cpu::softmax_cross_entropy_forward,
     &cpu::softmax_cross_entropy_backward,
     &cpu::copy,
+    &cpu::add_inplace,
     &cpu::to_half,
     &cpu::from_half,
     &cpu::adamw_step,

@@ -53,6 +53,7 @@ struct KernelTable {
   decltype(&cpu::softmax_cross_entropy_backward) softmax_cross_entropy_backward;
   // Elementwise, precision conversions, the optimizer step.
   decltype(&cpu::copy) copy;
+  decltype(&cpu::add_inplace) add_inplace;
   decltype(&cpu::to_half) to_half;
   decltype(&cpu::from_half) from_half;
   decltype(&cpu::adamw_step) adamw_step;

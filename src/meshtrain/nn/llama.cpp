@@ -79,6 +79,16 @@ void Llama::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group
 void Llama::row_parallel_forward(float* out, const float* residual, const float* inp,
                                  int64_t w_offset, int64_t N, int64_t K) {
   const int64_t C = dims_.C;
+  if (dims_.sp) {
+    // The partial sums of all N rows, reduce-scattered: this rank's rows,
+    // then the residual (its rows too).
+    float* partial = acts_->dbtc;  // free in forward
+    linear_forward(partial, inp, w_offset, N, K, C);
+    const int64_t Nl = dims_.local_rows(N);
+    tp_->reduce_scatter(partial, out, Nl * C);
+    k_->add_inplace(out, residual, Nl * C);
+    return;
+  }
   if (dims_.tp_size == 1 || dims_.tp_rank == 0) {
     k_->copy(out, residual, N * C);  // the residual is added once, by tp rank 0
     linear_forward(out, inp, w_offset, N, K, C, /*accumulate=*/true);
@@ -88,8 +98,33 @@ void Llama::row_parallel_forward(float* out, const float* residual, const float*
   if (dims_.tp_size > 1) tp_->allreduce_sum(out, N * C);
 }
 
-void Llama::reduce_input_grad(float* dinp, int64_t count) {
-  if (dims_.tp_size > 1) tp_->allreduce_sum(dinp, count);
+const float* Llama::reduce_input_grad(float* dinp, int64_t N) {
+  const int64_t C = dims_.C;
+  if (dims_.sp) {
+    tp_->reduce_scatter(dinp, acts_->dbtc_local, dims_.local_rows(N) * C);
+    return acts_->dbtc_local;
+  }
+  if (dims_.tp_size > 1) tp_->allreduce_sum(dinp, N * C);
+  return dinp;
+}
+
+const float* Llama::gather_rows(const float* local, float* full, int64_t N) {
+  if (!dims_.sp) return local;
+  tp_->allgather(local, full, dims_.local_rows(N) * dims_.C);
+  return full;
+}
+
+void Llama::norm_backward(float* dinp, int64_t gain, const float* dout, const float* inp,
+                          const float* rstd, int64_t rows) {
+  const int64_t C = dims_.C;
+  if (!dims_.sp) return k_->rmsnorm_backward(dinp, g(gain), dout, inp, w(gain), rstd, rows, C);
+  // Each rank saw its rows only: this step's gain gradient is summed over tp
+  // before it joins what earlier micro-batches accumulated.
+  float* dg = acts_->dnorm;
+  std::memset(dg, 0, sizeof(float) * C);
+  k_->rmsnorm_backward(dinp, dg, dout, inp, w(gain), rstd, rows, C);
+  tp_->allreduce_sum(dg, C);
+  k_->add_inplace(g(gain), dg, C);
 }
 
 void Llama::set_recompute(const Recompute& recompute) {
@@ -197,14 +232,15 @@ void Llama::block_forward(int l, const float* input, const LlamaBlockActivations
   const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.C, Q = dims_.Q, A = dims_.A;
   const int64_t H = dims_.H;
   const LlamaSpec::LayerOffsets& o = spec_->layer(l);
-  k_->rmsnorm_forward(s.ln1, s.ln1_rstd, input, w(o.ln1), N, C, cfg_.norm_eps);
-  linear_forward(s.qkv, s.ln1, o.qkv, N, C, Q);
+  const int64_t Nl = dims_.local_rows(N);
+  k_->rmsnorm_forward(s.ln1, s.ln1_rstd, input, w(o.ln1), Nl, C, cfg_.norm_eps);
+  linear_forward(s.qkv, gather_rows(s.ln1, acts_->gathered, N), o.qkv, N, C, Q);
   k_->rope_forward(s.qkv, B_, T_, static_cast<int>(dims_.NH), static_cast<int>(dims_.hd), Q, rope_);
   k_->rope_forward(s.qkv + A, B_, T_, static_cast<int>(dims_.NKV), static_cast<int>(dims_.hd), Q, rope_);
   attention_core_forward(s);
   row_parallel_forward(s.residual2, input, s.atty, o.o, N, A);
-  k_->rmsnorm_forward(s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), N, C, cfg_.norm_eps);
-  linear_forward(s.gate_up, s.ln2, o.gate_up, N, C, 2 * H);
+  k_->rmsnorm_forward(s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), Nl, C, cfg_.norm_eps);
+  linear_forward(s.gate_up, gather_rows(s.ln2, acts_->gathered, N), o.gate_up, N, C, 2 * H);
   k_->swiglu_forward(s.act, s.gate_up, N, H);
   if (!output) return;  // backward never reads a block's own output
   row_parallel_forward(output, s.residual2, s.act, o.down, N, H);
@@ -218,6 +254,10 @@ float Llama::forward(const MicroBatch& b) {
   MT_CHECK(dims_.tp_size == 1 || tp_, "a tensor-parallel llama shard needs its tp group "
            "(set_tensor_parallel_group) before forward");
   const int64_t N = static_cast<int64_t>(b.B) * b.T, C = dims_.C;
+  MT_CHECK(!dims_.sp || N % dims_.tp_size == 0, "sequence parallelism splits the micro-batch's "
+           "{} x {} = {} tokens over tp = {}: make batch x seq_len a multiple of {}", b.B, b.T, N,
+           dims_.tp_size, dims_.tp_size);
+  const int64_t Nl = dims_.local_rows(N);
   const int64_t V = cfg_.vocab_size, Vl = dims_.Vl, v0 = dims_.v_begin;
   for (int64_t i = 0; i < N; ++i) {
     MT_CHECK(b.inputs[i] >= 0 && b.inputs[i] < V, "token id {} at batch {} position {} is outside "
@@ -243,10 +283,12 @@ float Llama::forward(const MicroBatch& b) {
   const Half h = half_.format();
   const uint16_t* emb_h = mixed ? hw(spec_->embed_offset()) : nullptr;
   const float* emb = w(spec_->embed_offset());
+  // Sequence parallelism: all N rows' partial lookups, reduce-scattered.
+  float* looked_up = dims_.sp ? a.gathered : a.encoded;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const int64_t row = static_cast<int64_t>(b.inputs[i]) - v0;
-    float* dst = a.encoded + i * C;
+    float* dst = looked_up + i * C;
     if (row < 0 || row >= Vl)
       std::memset(dst, 0, sizeof(float) * C);
     else if (mixed)  // the 16-bit copy, rounded like every weight the model computes with
@@ -254,21 +296,24 @@ float Llama::forward(const MicroBatch& b) {
     else
       std::memcpy(dst, emb + row * C, sizeof(float) * C);
   }
-  if (dims_.tp_size > 1) tp_->allreduce_sum(a.encoded, N * C);
+  if (dims_.sp)
+    tp_->reduce_scatter(looked_up, a.encoded, dims_.local_rows(N) * C);
+  else if (dims_.tp_size > 1)
+    tp_->allreduce_sum(a.encoded, N * C);
   use(ParamEvent::Done, 0, false);
   for (int l = 0; l < L; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
     use(ParamEvent::Need, 1 + l, false);
     half_.refresh(spec_->layout(), 1 + l, w(0), *k_);
-    const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * N * C;
-    block_forward(l, input, a.blocks[l], a.residual + l * N * C);
+    const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * Nl * C;
+    block_forward(l, input, a.blocks[l], a.residual + l * Nl * C);
     use(ParamEvent::Done, 1 + l, false);
   }
   use(ParamEvent::Need, L + 1, false);
   half_.refresh(spec_->layout(), L + 1, w(0), *k_);
-  const float* last = a.residual + (L - 1) * N * C;
-  k_->rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), N, C, cfg_.norm_eps);
-  linear_forward(a.logits, a.lnf, spec_->head_offset(), N, C, Vl);
+  const float* last = a.residual + (L - 1) * Nl * C;
+  k_->rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), Nl, C, cfg_.norm_eps);
+  linear_forward(a.logits, gather_rows(a.lnf, a.gathered, N), spec_->head_offset(), N, C, Vl);
   use(ParamEvent::Done, L + 1, false);
   if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
   if (dims_.tp_size == 1)
@@ -289,15 +334,15 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   const int NH = static_cast<int>(dims_.NH), NKV = static_cast<int>(dims_.NKV);
   const int hd = static_cast<int>(dims_.hd);
   const LlamaSpec::LayerOffsets& o = spec_->layer(l);
-  float* dres = a.dresidual;
+  float* dres = a.dresidual;  // this rank's rows (all N without sequence parallelism)
+  const int64_t Nl = dims_.local_rows(N);
   // MLP: out = residual2 + act Wdown^T, act = swiglu(ln2 Wgu^T), ln2 = RMSNorm(residual2).
-  linear_backward(a.dact, o.down, dres, s.act, N, H, C);
+  linear_backward(a.dact, o.down, gather_rows(dres, a.gathered2, N), s.act, N, H, C);
   k_->swiglu_backward(a.dgate_up, a.dact, s.gate_up, N, H);
-  linear_backward(a.dbtc, o.gate_up, a.dgate_up, s.ln2, N, C, 2 * H);
-  reduce_input_grad(a.dbtc, N * C);
-  k_->rmsnorm_backward(dres, g(o.ln2), a.dbtc, s.residual2, w(o.ln2), s.ln2_rstd, N, C);
+  linear_backward(a.dbtc, o.gate_up, a.dgate_up, gather_rows(s.ln2, a.gathered, N), N, C, 2 * H);
+  norm_backward(dres, o.ln2, reduce_input_grad(a.dbtc, N), s.residual2, s.ln2_rstd, Nl);
   // Attention: residual2 = input + atty Wo^T.
-  linear_backward(a.datty, o.o, dres, s.atty, N, A, C);
+  linear_backward(a.datty, o.o, gather_rows(dres, a.gathered2, N), s.atty, N, A, C);
   if (dims_.gqa()) {
     expand_kv(s.qkv, a.qkv_full);  // the scratch may hold another block's
     k_->attention_backward(a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, A, NH,
@@ -309,9 +354,8 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   }
   k_->rope_backward(a.dqkv, B_, T_, NH, hd, Q, rope_);
   k_->rope_backward(a.dqkv + A, B_, T_, NKV, hd, Q, rope_);
-  linear_backward(a.dbtc, o.qkv, a.dqkv, s.ln1, N, C, Q);
-  reduce_input_grad(a.dbtc, N * C);
-  k_->rmsnorm_backward(dres, g(o.ln1), a.dbtc, input, w(o.ln1), s.ln1_rstd, N, C);
+  linear_backward(a.dbtc, o.qkv, a.dqkv, gather_rows(s.ln1, a.gathered, N), N, C, Q);
+  norm_backward(dres, o.ln1, reduce_input_grad(a.dbtc, N), input, s.ln1_rstd, Nl);
 }
 
 void Llama::backward(float loss_scale) {
@@ -330,18 +374,17 @@ void Llama::backward(float loss_scale) {
     k_->softmax_cross_entropy_backward(a.logits, targets_.data(), dloss, N, V, Vl);
   else
     vocab_parallel_cross_entropy_backward(a.logits, a.lse, targets_.data(), dloss, N, {v0, Vl, V});
-  linear_backward(a.dbtc, spec_->head_offset(), a.logits, a.lnf, N, C, Vl);
-  reduce_input_grad(a.dbtc, N * C);
-  std::memset(a.dresidual, 0, sizeof(float) * N * C);
-  const float* last = a.residual + (L - 1) * N * C;
-  k_->rmsnorm_backward(a.dresidual, g(spec_->norm_offset()), a.dbtc, last, w(spec_->norm_offset()),
-                   a.lnf_rstd, N, C);
+  const int64_t Nl = dims_.local_rows(N);
+  linear_backward(a.dbtc, spec_->head_offset(), a.logits, gather_rows(a.lnf, a.gathered, N), N, C, Vl);
+  std::memset(a.dresidual, 0, sizeof(float) * Nl * C);
+  const float* last = a.residual + (L - 1) * Nl * C;
+  norm_backward(a.dresidual, spec_->norm_offset(), reduce_input_grad(a.dbtc, N), last, a.lnf_rstd, Nl);
   use(ParamEvent::Done, L + 1, true);
   ready(L + 1);
   for (int l = L - 1; l >= 0; --l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", l, "compute");
     use(ParamEvent::Need, 1 + l, true);
-    const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * N * C;
+    const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * Nl * C;
     const LlamaBlockActivations& s = a.blocks[l];
     // Re-run what the policy did not keep (same kernels and threads: same floats).
     if (recompute_.recomputes_block(l)) {
@@ -359,11 +402,12 @@ void Llama::backward(float loss_scale) {
   // (deterministic). It reads no parameters, so there is no Need/Done (ZeRO-3
   // does not gather the embedding for it); the grad-ready hook reports it.
   float* demb = g(spec_->embed_offset());
+  const float* dencoded = gather_rows(a.dresidual, a.gathered2, N);  // every token's gradient
   for (int64_t i = 0; i < N; ++i) {
     const int64_t r = static_cast<int64_t>(inputs_[i]) - v0;
     if (r < 0 || r >= Vl) continue;  // another shard's row
     float* row = demb + r * C;
-    const float* d = a.dresidual + i * C;
+    const float* d = dencoded + i * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) row[c] += d[c];
   }

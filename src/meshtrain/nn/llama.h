@@ -90,12 +90,22 @@ class Llama final : public Model {
   // GQA: folds the full-head gradient back onto the shared k, v heads.
   void fold_kv(const float* dfull, float* dqkv) const;
 
-  // Row-parallel GEMM into `out` (N, C): out = residual + inp W^T summed
-  // over the tp group (Megatron's g). The whole model adds in one GEMM.
+  // Row-parallel GEMM into `out` (this rank's rows): out = residual + inp
+  // W^T summed over the tp group (Megatron's g: an allreduce, or a reduce-
+  // scatter under sequence parallelism). The whole model adds in one GEMM.
   void row_parallel_forward(float* out, const float* residual, const float* inp, int64_t w_offset,
                             int64_t N, int64_t K);
-  // Input gradient of a column-parallel GEMM: summed over the tp group (f's backward).
-  void reduce_input_grad(float* dinp, int64_t count);
+  // The (N, C) input gradient of a column-parallel GEMM summed over the tp
+  // group (f's backward): in place, or reduce-scattered to this rank's rows
+  // under sequence parallelism; returns where it is.
+  const float* reduce_input_grad(float* dinp, int64_t N);
+  // Sequence parallelism: this rank's rows of an (N, C) activation
+  // allgathered into `full` (returned); otherwise `local` itself.
+  const float* gather_rows(const float* local, float* full, int64_t N);
+  // RMSNorm backward over this rank's rows; under sequence parallelism the
+  // gain's gradient is summed over tp before it is accumulated.
+  void norm_backward(float* dinp, int64_t gain, const float* dout, const float* inp,
+                     const float* rstd, int64_t rows);
 
   std::shared_ptr<const LlamaSpec> spec_;
   LlamaConfig cfg_;

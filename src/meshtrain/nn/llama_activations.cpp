@@ -13,6 +13,7 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaDims& d, int B, int 
                const Recompute& rc, Precision prec) {
   const int64_t N = static_cast<int64_t>(B) * T, C = d.C, Q = d.Q, A = d.A;
   const int64_t H = d.H, L = d.L, NH = d.NH, Vl = d.Vl;
+  const int64_t Nl = d.local_rows(N);  // rows of the residual stream kept here
   const bool gqa = d.gqa();
   int64_t at = 0;
   auto take = [&](int64_t n) -> float* {
@@ -21,23 +22,23 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaDims& d, int B, int 
     return p;
   };
   auto block = [&](LlamaBlockActivations& s, bool attention_core) {
-    s.ln1 = take(N * C);
-    s.ln1_rstd = take(N);
+    s.ln1 = take(Nl * C);
+    s.ln1_rstd = take(Nl);
     s.qkv = take(N * Q);
     if (attention_core) {
       s.atty = take(N * A);
       s.att_lse = take(static_cast<int64_t>(B) * NH * T);
     }
-    s.residual2 = take(N * C);
-    s.ln2 = take(N * C);
-    s.ln2_rstd = take(N);
+    s.residual2 = take(Nl * C);
+    s.ln2 = take(Nl * C);
+    s.ln2_rstd = take(Nl);
     s.gate_up = take(N * 2 * H);
     s.act = take(N * H);
   };
   LlamaActivations dummy(d, 0, 0, 0, rc, prec);  // never allocates with B = 0
   LlamaActivations& x = a ? *a : dummy;
-  x.encoded = take(N * C);
-  x.residual = take(L * N * C);
+  x.encoded = take(Nl * C);
+  x.residual = take(L * Nl * C);
   // One scratch slot for whatever the policy recomputes.
   LlamaBlockActivations scratch;
   const bool any_block = rc.mode == Recompute::Mode::Full || rc.mode == Recompute::Mode::EveryK;
@@ -56,16 +57,22 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaDims& d, int B, int 
       if (rc.recomputes_attention()) s.atty = scratch.atty, s.att_lse = scratch.att_lse;
     }
   }
-  x.lnf = take(N * C);
-  x.lnf_rstd = take(N);
+  x.lnf = take(Nl * C);
+  x.lnf_rstd = take(Nl);
   x.logits = take(N * Vl);
   x.losses = take(N);
   if (d.tp_size > 1) {
     x.lse = take(N);
     x.loss_scratch = take(2 * N);
   }
-  x.dresidual = take(N * C);
+  x.dresidual = take(Nl * C);
   x.dbtc = take(N * C);
+  if (d.sp) {
+    x.gathered = take(N * C);
+    x.gathered2 = take(N * C);
+    x.dbtc_local = take(Nl * C);
+    x.dnorm = take(C);
+  }
   x.datty = take(N * A);
   x.dqkv = take(N * Q);
   x.dgate_up = take(N * 2 * H);

@@ -19,15 +19,16 @@ namespace meshtrain {
 
 struct LlamaBlockActivations {
   // Widths (C, Q, A, H, Vl) are those of LlamaDims: the whole model's or a
-  // tensor-parallel shard's.
-  float* ln1 = nullptr;        // (N, C)  input RMSNorm output
-  float* ln1_rstd = nullptr;   // (N)
+  // tensor-parallel shard's. Rows: N = B * T, or Nl = N / tp for the residual
+  // stream and the norms under sequence parallelism.
+  float* ln1 = nullptr;        // (Nl, C)  input RMSNorm output
+  float* ln1_rstd = nullptr;   // (Nl)
   float* qkv = nullptr;        // (N, Q)  q|k|v after the rotary embedding (LlamaDims)
   float* atty = nullptr;       // (N, A)  attention core output
   float* att_lse = nullptr;    // (B, NH, T)
-  float* residual2 = nullptr;  // (N, C)
-  float* ln2 = nullptr;        // (N, C)
-  float* ln2_rstd = nullptr;   // (N)
+  float* residual2 = nullptr;  // (Nl, C)
+  float* ln2 = nullptr;        // (Nl, C)
+  float* ln2_rstd = nullptr;   // (Nl)
   float* gate_up = nullptr;    // (N, 2H)
   float* act = nullptr;        // (N, H)  silu(gate) * up
 };
@@ -37,18 +38,25 @@ struct LlamaActivations {
   Recompute recompute;
   Precision precision = Precision::FP32;
   Tensor buffer, workspace;
-  float* encoded = nullptr;   // (N, C) token embeddings
-  float* residual = nullptr;  // (L, N, C) each block's output
+  float* encoded = nullptr;   // (Nl, C) token embeddings
+  float* residual = nullptr;  // (L, Nl, C) each block's output
   std::vector<LlamaBlockActivations> blocks;
-  float* lnf = nullptr;       // (N, C)
-  float* lnf_rstd = nullptr;  // (N)
+  float* lnf = nullptr;       // (Nl, C)
+  float* lnf_rstd = nullptr;  // (Nl)
   float* logits = nullptr;    // (N, Vl); dlogits after backward
   float* losses = nullptr;    // (N)
   float* lse = nullptr;       // (N)  tp > 1: each row's log-sum-exp (vocabulary-parallel loss)
   float* loss_scratch = nullptr;  // (2N)  tp > 1
   // Backward scratch, and the full-head q|k|v of grouped-query attention.
-  float* dresidual = nullptr;  // (N, C)
-  float* dbtc = nullptr;       // (N, C)
+  float* dresidual = nullptr;  // (Nl, C)
+  float* dbtc = nullptr;       // (N, C)  a C-wide input gradient (tp: this shard's partial sum)
+  // Sequence parallelism: two N-row gather buffers (a norm's output, or an
+  // output gradient, for a tensor-parallel GEMM), the reduce-scattered input
+  // gradient, and a norm gain's per-step gradient before it is summed over tp.
+  float* gathered = nullptr;    // (N, C)
+  float* gathered2 = nullptr;   // (N, C)
+  float* dbtc_local = nullptr;  // (Nl, C)
+  float* dnorm = nullptr;       // (C)
   float* datty = nullptr;      // (N, A)
   float* dqkv = nullptr;       // (N, Q)
   float* dgate_up = nullptr;   // (N, 2H)

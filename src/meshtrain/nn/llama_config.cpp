@@ -78,6 +78,7 @@ LlamaDims LlamaDims::make(const LlamaConfig& cfg, const ModelShard& shard) {
   d.L = cfg.n_layer;
   d.tp_rank = r;
   d.tp_size = tp;
+  d.sp = shard.sequence_parallel && tp > 1;
   return d;
 }
 

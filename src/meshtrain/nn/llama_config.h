@@ -55,7 +55,10 @@ struct LlamaDims {
   int64_t v_begin = 0;      // first of them
   int64_t V = 0, Vp = 0;    // the real and padded vocabulary (whole model)
   int L = 0, tp_rank = 0, tp_size = 1;
+  bool sp = false;  // sequence parallelism: the C-wide rows split over tp
   bool gqa() const { return NKV != NH; }
+  // Rows of an N-row micro-batch this instance keeps of the residual stream.
+  int64_t local_rows(int64_t N) const { return sp ? N / tp_size : N; }
   // Throws a clear error naming the numbers when the shape cannot be split.
   static LlamaDims make(const LlamaConfig& cfg, const ModelShard& shard);
 };

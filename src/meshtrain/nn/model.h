@@ -86,10 +86,13 @@ struct ParamUse {
 // flags (only the first stage embeds, only the last computes the loss).
 struct ModelShard {
   int tp_rank = 0, tp_size = 1;
+  // Sequence parallelism (tp > 1): the rows between the tensor-parallel
+  // GEMMs (norms, residual stream) are split over the tp group too.
+  bool sequence_parallel = false;
   int layer_begin = 0, layer_end = -1;  // [begin, end); -1 = through the last layer
   bool first_stage = true, last_stage = true;
   bool is_full() const {
-    return tp_size == 1 && layer_begin == 0 && layer_end < 0 && first_stage && last_stage;
+    return tp_size == 1 && !sequence_parallel && layer_begin == 0 && layer_end < 0 && first_stage && last_stage;
   }
 };
 

@@ -9,6 +9,9 @@
 //      column-parallel GEMM: QKV, MLP-up, the vocabulary-parallel head);
 //   g: allreduce forward, identity backward (after a row-parallel GEMM:
 //      attention-out, MLP-down, the vocabulary-parallel embedding lookup).
+// With sequence parallelism the rows (tokens) between those GEMMs are split
+// over the group: f becomes an allgather forward and a reduce-scatter
+// backward, g a reduce-scatter forward and an allgather backward.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,6 +26,11 @@ class TensorParallelGroup {
   // In place, blocking; every rank of the group calls them in the same order.
   virtual void allreduce_sum(float* data, int64_t count) = 0;
   virtual void allreduce_max(float* data, int64_t count) = 0;
+  // Equal blocks of `count` floats per rank, in rank order: all = [rank 0's
+  // block, rank 1's, ...]; reduce_scatter sums `all` over the group and
+  // leaves this rank's block in `mine`.
+  virtual void allgather(const float* mine, float* all, int64_t count) = 0;
+  virtual void reduce_scatter(const float* all, float* mine, int64_t count) = 0;
 };
 
 }  // namespace meshtrain

@@ -59,6 +59,7 @@ struct TrainerOptions {
   // Tensor parallelism: ranks per tp group (parallel.tp); the mesh is
   // (world / tp) data-parallel groups of tp ranks, tp innermost.
   int tp = 1;
+  bool sequence_parallel = false;  // tp > 1: norms and residual stream split over tp
   // ZeRO over the data-parallel ranks (parallel/zero.h): 0 = plain data parallelism.
   int zero_stage = 0;
   int64_t zero_persist_threshold = 100000;

@@ -23,7 +23,9 @@ std::shared_ptr<const ModelSpec> shard_spec_of(const TrainerOptions& opt) {
   MT_CHECK(opt.tp >= 1 && world % opt.tp == 0, "parallel.tp = {} must divide the {} rank(s) of "
            "the job", opt.tp, world);
   if (opt.tp == 1) return opt.model;
-  return opt.model->sharded(ModelShard{rank % opt.tp, opt.tp});
+  ModelShard shard{rank % opt.tp, opt.tp};
+  shard.sequence_parallel = opt.sequence_parallel;
+  return opt.model->sharded(shard);
 }
 
 int sequence_length(const TrainerOptions& opt) {
@@ -77,8 +79,9 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   if (opt.tp > 1) {
     model_->set_tensor_parallel_group(parallel::make_tp_group(mesh_.comm(parallel::Axis::TP)));
     tp_ckpt_ = std::make_unique<TensorParallelCheckpoint>(opt.model, mesh_);
-    say(fmt::format("mesh: dp {} x tp {} (world rank r holds tp shard r % {} of dp group r / {})",
-                    mesh_.size(parallel::Axis::DP), opt.tp, opt.tp, opt.tp));
+    say(fmt::format("mesh: dp {} x tp {} (world rank r holds tp shard r % {} of dp group r / {}){}",
+                    mesh_.size(parallel::Axis::DP), opt.tp, opt.tp, opt.tp,
+                    opt.sequence_parallel ? ", sequence parallel" : ""));
   }
   sync_ = synced_.sync.get();
   comm_ = sync_->comm();
