@@ -236,8 +236,13 @@ Work Communicator::submit(const CollArgs& a) {
   if ((a.op == CollOp::Send || a.op == CollOp::Recv) && a.root == me)
     throw UsageError(fmt::format("{} to itself (rank {})", coll_op_name(a.op), me));
 
-  im.calls[static_cast<size_t>(a.op)].fetch_add(1, std::memory_order_relaxed);
-  im.bytes_issued[static_cast<size_t>(a.op)].fetch_add(a.bytes(), std::memory_order_relaxed);
+  // Plain load + store, no locked instruction on the latency path: a
+  // communicator's operations are issued from one thread at a time.
+  auto bump = [](std::atomic<uint64_t>& x, uint64_t by) {
+    x.store(x.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  };
+  bump(im.calls[static_cast<size_t>(a.op)], 1);
+  bump(im.bytes_issued[static_cast<size_t>(a.op)], a.bytes());
   // Bytes this rank handles: what the cost model and the inline rule look at.
   size_t bytes = a.bytes();
   if (a.op == CollOp::Alltoall) bytes *= n;

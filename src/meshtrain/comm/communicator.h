@@ -105,7 +105,8 @@ class Communicator {
 
   // Waits for every operation issued so far.
   void synchronize();
-  // Operations issued so far on this communicator (not its splits).
+  // Operations issued so far on this communicator (not its splits); exact
+  // when one thread issues at a time, as collectives require.
   CommCounters counters() const;
   // The last operations of this rank and where the peers are.
   std::string flight_record() const;
