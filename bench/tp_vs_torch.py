@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Interleaved tensor-parallel benchmark on a wide Llama preset: meshtrain at
-one rank, at tp = N (one tp group), at dp = N, and PyTorch's own tensor
+one rank, at tp = N (one tp group, with and without sequence parallelism),
+at dp = N, and PyTorch's own tensor
 parallelism (tools/peers/bench_llama_tp_torch.py: ColwiseParallel /
 RowwiseParallel plans over gloo) on the same model, batch, context and
 threads per rank, alternating so machine noise hits all alike. Prints
@@ -37,6 +38,7 @@ def main():
     runs = {
         "one rank": ours,
         f"tp {n}": ours + ["--nproc", str(n), "--tp", str(n)],
+        f"tp {n} + sp": ours + ["--nproc", str(n), "--tp", str(n), "--sequence-parallel"],
         f"dp {n}": ours + ["--nproc", str(n)],
         f"PyTorch tp {n}": [sys.executable, os.path.join(ROOT, "tools", "peers", "bench_llama_tp_torch.py"),
                             "--nproc", str(n), "--tp", str(n), "--json"] + shape,

@@ -104,7 +104,11 @@ void run_bench_train(const BenchTrainArgs& a) {
   const int ranks = dp ? sync.comm()->size() : 1;  // data-parallel ranks
   const bool lead = world.rank == 0;
   Model& model = *synced.model;
-  if (a.tp > 1) model.set_tensor_parallel_group(parallel::make_tp_group(mesh.comm(parallel::Axis::TP)));
+  std::shared_ptr<parallel::CommTensorParallelGroup> tp_group;
+  if (a.tp > 1) {
+    tp_group = parallel::make_tp_group(mesh.comm(parallel::Axis::TP));
+    model.set_tensor_parallel_group(tp_group);
+  }
   model.set_recompute(recompute);
   model.init_weights(1);
   sync.after_resume();  // rank 0's weights on every rank
@@ -112,11 +116,11 @@ void run_bench_train(const BenchTrainArgs& a) {
   sched.max_lr = 3e-4f;
   sched.kind = "constant";
   TrainStep stepper(model, sync, AdamWConfig{}, sched, 1.0f);
-  if (a.tp > 1) stepper.set_tensor_parallel(&mesh.comm(parallel::Axis::TP));
+  if (a.tp > 1) stepper.set_tensor_parallel(&mesh.comm(parallel::Axis::TP), tp_group.get());
   // Each data-parallel rank its own tokens; a tp group shares them.
   Rng rng(1234 + static_cast<uint64_t>(mesh.rank(parallel::Axis::DP)));
   std::vector<int32_t> tok(static_cast<size_t>(a.batch) * (T + 1));
-  std::vector<double> step_s, fwd_s, bwd_s, opt_s, cpu_s, exposed_s, comm_s;
+  std::vector<double> step_s, fwd_s, bwd_s, opt_s, cpu_s, exposed_s, comm_s, tp_s;
   int buckets = 0;
   float loss = 0;
   for (int s = 0; s < a.warmup + a.steps; ++s) {
@@ -132,8 +136,10 @@ void run_bench_train(const BenchTrainArgs& a) {
     const double c1 = process_cpu_s();
     loss = st.loss;
     if (s >= a.warmup) {
-      step_s.push_back(st.forward_s + st.backward_s + st.comm.exposed_s + st.optimizer_s);
+      step_s.push_back(st.forward_s + st.backward_s + st.comm.exposed_s + st.tp_comm_s +
+                       st.optimizer_s);
       exposed_s.push_back(st.comm.exposed_s);
+      tp_s.push_back(st.tp_comm_s);
       comm_s.push_back(st.comm.total_s);
       buckets = st.comm.buckets;
       fwd_s.push_back(st.forward_s);
@@ -198,6 +204,7 @@ void run_bench_train(const BenchTrainArgs& a) {
     j["tp"] = a.tp;
     j["sequence_parallel"] = a.sequence_parallel && a.tp > 1;
     j["model_state_mb"] = model_state_bytes / 1e6;
+    if (a.tp > 1) j["tp_comm_ms"] = median(tp_s) * 1e3;
     if (dp || a.tp > 1) j["nproc"] = ranks * a.tp;
     if (dp) {
       j["comm_buckets"] = buckets;
@@ -226,6 +233,9 @@ void run_bench_train(const BenchTrainArgs& a) {
              a.steps, med * 1e3, median(fwd_s) * 1e3, median(bwd_s) * 1e3, median(opt_s) * 1e3);
   fmt::print("  throughput                 {:10.0f} tokens/s  (CPU time {:.2f} ms/step: {:.0f} tokens per CPU-second)\n",
              tok_s, median(cpu_s) * 1e3, tokens / median(cpu_s));
+  if (a.tp > 1)
+    fmt::print("  tp collectives / step      {:10.2f} ms  (blocking; outside fwd and bwd above)\n",
+               median(tp_s) * 1e3);
   if (dp)
     fmt::print("  gradient allreduce / step  {:10.2f} ms exposed (waited after backward) of {:.2f} ms "
                "total in {} bucket(s)\n", median(exposed_s) * 1e3, median(comm_s) * 1e3, buckets);

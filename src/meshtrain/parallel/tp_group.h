@@ -1,6 +1,8 @@
 // The tensor-parallel group a model shard calls (nn/tensor_parallel.h), over
-// the mesh's tp communicator: blocking allreduces issued from the compute
-// thread, in the order the model's forward and backward issue them.
+// the mesh's tp communicator: blocking collectives issued from the compute
+// thread, in the order the model's forward and backward issue them. Each is
+// a "comm" span in the trace ("tp allreduce", ...) and its time is summed
+// (seconds()): the step's tensor-parallel communication, all of it exposed.
 #pragma once
 #include <memory>
 
@@ -19,11 +21,14 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   void allgather(const float* mine, float* all, int64_t count) override;
   void reduce_scatter(const float* all, float* mine, int64_t count) override;
   const comm::Communicator& communicator() const { return comm_; }
+  // Seconds spent in this group's collectives so far.
+  double seconds() const { return seconds_; }
 
  private:
   comm::Communicator comm_;
+  double seconds_ = 0;
 };
 
-std::shared_ptr<TensorParallelGroup> make_tp_group(comm::Communicator comm);
+std::shared_ptr<CommTensorParallelGroup> make_tp_group(comm::Communicator comm);
 
 }  // namespace meshtrain::parallel

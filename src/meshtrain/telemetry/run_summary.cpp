@@ -35,6 +35,10 @@ std::string breakdown_table(const BreakdownStats& s, const std::string& title) {
   t += row("backward", md.backward_s, mn.backward_s, mn.step_s);
   t += row("optimizer", md.optimizer_s, mn.optimizer_s, mn.step_s);
   t += row("comm exposed", md.comm_exposed_s, mn.comm_exposed_s, mn.step_s);
+  if (mn.comm_tp_s > 0) {
+    t += row("  of it dp", md.comm_exposed_s - md.comm_tp_s, mn.comm_exposed_s - mn.comm_tp_s, mn.step_s);
+    t += row("  of it tp", md.comm_tp_s, mn.comm_tp_s, mn.step_s);
+  }
   // "other" from the means is exact (means are additive); its median is the
   // median step minus the median parts, shown for orientation.
   t += row("other", md.other_s(), mn.other_s(), mn.step_s);

@@ -28,6 +28,10 @@ struct StepBreakdown {
   double comm_exposed_s = 0;  // part of the step
   double comm_total_s = 0;    // reported beside; overlaps forward/backward
   double step_s = 0;
+  // The tensor-parallel part of comm_exposed (and of comm_total): collectives
+  // inside forward and backward that block compute. The data-parallel part
+  // is comm_exposed_s - comm_tp_s.
+  double comm_tp_s = 0;
 
   double parts_s() const { return data_wait_s + forward_s + backward_s + optimizer_s + comm_exposed_s; }
   double other_s() const { return step_s - parts_s(); }

@@ -57,8 +57,10 @@ GradientCheck check_gradients(double loss, const float* grads, int64_t begin, in
   return c;
 }
 
-void TrainStep::set_tensor_parallel(const comm::Communicator* tp) {
+void TrainStep::set_tensor_parallel(const comm::Communicator* tp,
+                                    const parallel::CommTensorParallelGroup* group) {
   tp_norm_ = {};
+  tp_group_ = group;
   if (!tp || !tp->valid() || tp->size() == 1) return;
   tp_norm_.tp = const_cast<comm::Communicator*>(tp);
   for (const ParamInfo& p : model_.layout().params)
@@ -81,19 +83,23 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
   // fp16: the loss (so every gradient) is scaled up; divided out below.
   const float loss_scale = mp_ ? mp_->loss_scale() : 1.0f;
   const float scale = loss_scale / static_cast<float>(micro.size());
+  // Tensor-parallel collectives run inside forward and backward: their time
+  // is its own phase (tp_comm_s), not compute.
+  auto tp_seconds = [&] { return tp_group_ ? tp_group_->seconds() : 0.0; };
   for (size_t i = 0; i < micro.size(); ++i) {
-    double t0 = now_s();
+    const double t0 = now_s(), tp0 = tp_seconds();
     loss_sum += model_.forward(micro[i]);
-    double t1 = now_s();
+    const double t1 = now_s(), tp1 = tp_seconds();
     const bool last = i + 1 == micro.size();
     sync_.begin_backward(last);
     model_.backward(scale);
-    const double t2 = now_s();
+    const double t2 = now_s(), tp2 = tp_seconds();
     // Communication the backward could not hide: not counted as backward.
     const double waited = sync_.end_backward(last);
     waited_total += waited;
-    st.forward_s += t1 - t0;
-    st.backward_s += t2 - t1;
+    st.forward_s += (t1 - t0) - (tp1 - tp0);
+    st.backward_s += (t2 - t1) - (tp2 - tp1);
+    st.tp_comm_s += tp2 - tp0;
   }
   comm::Communicator* comm = sync_.comm();
   double loss = loss_sum / micro.size();

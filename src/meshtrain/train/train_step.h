@@ -14,6 +14,7 @@
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/gradient_sync.h"
+#include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/train/mixed_precision.h"
 
 namespace meshtrain {
@@ -54,6 +55,9 @@ struct StepStats {
   float loss_scale = 1.f;         // fp16: the loss scale this step's backward used
   bool overflow_skipped = false;  // fp16: skipped for an overflow (the scale was lowered)
   parallel::CommTiming comm;  // gradient synchronization of this step
+  // Tensor-parallel collectives inside forward and backward (blocking, so
+  // all exposed); forward_s and backward_s leave them out.
+  double tp_comm_s = 0;
   double update_wait_s = 0;   // the update waited for the before-update fence (a checkpoint snapshot)
 };
 
@@ -78,8 +82,10 @@ class TrainStep {
   // Returns the seconds it waited (StepStats::update_wait_s).
   void set_before_update(std::function<double()> fence) { before_update_ = std::move(fence); }
   // Tensor parallelism: the gradient norm (clipping) is the logical model's,
-  // and every tp rank takes the same skip decision. Must outlive this object.
-  void set_tensor_parallel(const comm::Communicator* tp);
+  // and every tp rank takes the same skip decision; `group` (optional) times
+  // the tp collectives (StepStats::tp_comm_s). Both must outlive this object.
+  void set_tensor_parallel(const comm::Communicator* tp,
+                           const parallel::CommTensorParallelGroup* group = nullptr);
 
  private:
   Model& model_;
@@ -90,6 +96,7 @@ class TrainStep {
   MixedPrecision* mp_ = nullptr;
   std::function<double()> before_update_;
   TensorParallelNorm tp_norm_;
+  const parallel::CommTensorParallelGroup* tp_group_ = nullptr;
 };
 
 }  // namespace meshtrain

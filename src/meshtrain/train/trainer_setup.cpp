@@ -77,7 +77,8 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   synced_ = parallel::make_synced_model(mesh_.comm(parallel::Axis::DP), shard_spec_, so);
   model_ = synced_.model.get();
   if (opt.tp > 1) {
-    model_->set_tensor_parallel_group(parallel::make_tp_group(mesh_.comm(parallel::Axis::TP)));
+    tp_group_ = parallel::make_tp_group(mesh_.comm(parallel::Axis::TP));
+    model_->set_tensor_parallel_group(tp_group_);
     tp_ckpt_ = std::make_unique<TensorParallelCheckpoint>(opt.model, mesh_);
     say(fmt::format("mesh: dp {} x tp {} (world rank r holds tp shard r % {} of dp group r / {}){}",
                     mesh_.size(parallel::Axis::DP), opt.tp, opt.tp, opt.tp,
@@ -107,7 +108,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   // Token ids are checked against the vocabulary by the model's forward on every batch.
   stepper_ = std::make_unique<TrainStep>(*model_, *sync_, opt.adam, opt.schedule, opt.clip);
   stepper_->set_mixed_precision(mixed_.get());
-  if (opt.tp > 1) stepper_->set_tensor_parallel(&mesh_.comm(parallel::Axis::TP));
+  if (opt.tp > 1) stepper_->set_tensor_parallel(&mesh_.comm(parallel::Axis::TP), tp_group_.get());
   // Effective batch: micro-batch x data-parallel ranks x accumulation
   // sequences per step (a tp group shares its batch).
   global_batch_ = static_cast<int64_t>(opt.micro_batch) * mesh_.size(parallel::Axis::DP) * opt.grad_accum;

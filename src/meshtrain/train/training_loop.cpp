@@ -162,8 +162,10 @@ void TrainingRun::loop() {
     t.time.forward_s = st.forward_s;
     t.time.backward_s = st.backward_s;
     t.time.optimizer_s = st.optimizer_s;
-    t.time.comm_exposed_s = st.comm.exposed_s;
-    t.time.comm_total_s = st.comm.total_s;
+    // Tensor-parallel collectives block compute: exposed, and communication.
+    t.time.comm_exposed_s = st.comm.exposed_s + st.tp_comm_s;
+    t.time.comm_total_s = st.comm.total_s + st.tp_comm_s;
+    t.time.comm_tp_s = st.tp_comm_s;
     t.time.step_s = dt;
     t.tokens = tokens_per_step_;
     t.samples = global_batch_;

@@ -20,6 +20,7 @@
 #include "meshtrain/data/data_loader.h"
 #include "meshtrain/parallel/make_gradient_sync.h"
 #include "meshtrain/parallel/mesh.h"
+#include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/telemetry/progress.h"
 #include "meshtrain/telemetry/run_summary.h"
 #include "meshtrain/telemetry/trace_writer.h"
@@ -63,6 +64,7 @@ class TrainingRun {
   parallel::Mesh mesh_;
   // Tensor parallelism: checkpoints in the logical layout (null at tp = 1).
   std::unique_ptr<TensorParallelCheckpoint> tp_ckpt_;
+  std::shared_ptr<parallel::CommTensorParallelGroup> tp_group_;  // times the tp collectives
   std::unique_ptr<telemetry::Tracer> tracer_;
   // Clears the global tracer pointer when the run goes, also when setup
   // throws (a constructor that throws runs no destructor of its own class,
