@@ -84,11 +84,11 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, L, H, KV, C, F_, T, V, theta):
+    def __init__(self, L, H, KV, C, F_, T, V, theta, block=None):
         super().__init__()
         self.V, self.Vp = V, pad_vocab(V)
         self.embed = nn.Embedding(self.Vp, C)
-        self.layers = nn.ModuleList(Block(H, KV, C, F_) for _ in range(L))
+        self.layers = nn.ModuleList((block or Block)(H, KV, C, F_) for _ in range(L))
         self.norm = RMSNorm(C)
         self.head = nn.Linear(C, self.Vp, bias=False)
         hd = C // H
@@ -100,13 +100,16 @@ class Llama(nn.Module):
             if p.dim() >= 2:
                 nn.init.normal_(p, 0.0, 0.02)
 
-    def forward(self, idx, targets):
+    def logits(self, idx):
         T = idx.shape[1]
         cos, sin = self.cos[:T], self.sin[:T]
         x = self.embed(idx)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        logits = self.head(self.norm(x))
+        return self.head(self.norm(x))
+
+    def forward(self, idx, targets):
+        logits = self.logits(idx)
         return F.cross_entropy(logits[..., : self.V].float().reshape(-1, self.V), targets.reshape(-1))
 
 

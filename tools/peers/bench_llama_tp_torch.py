@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_llama_torch import RMSNorm, pad_vocab, rotate  # noqa: E402
+from bench_llama_torch import Llama, RMSNorm, pad_vocab, rotate  # noqa: E402
 
 PRESETS = {
     # as in src/meshtrain/nn/llama_config.cpp
@@ -44,7 +44,7 @@ PRESETS = {
 }
 
 
-class Block(nn.Module):
+class TPBlock(nn.Module):
     def __init__(self, H, KV, C, F_):
         super().__init__()
         self.hd = C // H
@@ -71,31 +71,6 @@ class Block(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
-class Llama(nn.Module):
-    def __init__(self, L, H, KV, C, F_, T, V, theta):
-        super().__init__()
-        self.V, self.Vp = V, pad_vocab(V)
-        self.embed = nn.Embedding(self.Vp, C)
-        self.layers = nn.ModuleList(Block(H, KV, C, F_) for _ in range(L))
-        self.norm = RMSNorm(C)
-        self.head = nn.Linear(C, self.Vp, bias=False)
-        hd = C // H
-        inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-        ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-        self.register_buffer("cos", ang.cos().float(), persistent=False)
-        self.register_buffer("sin", ang.sin().float(), persistent=False)
-        for p in self.parameters():
-            if p.dim() >= 2:
-                nn.init.normal_(p, 0.0, 0.02)
-
-    def forward(self, idx):
-        T = idx.shape[1]
-        x = self.embed(idx)
-        for layer in self.layers:
-            x = layer(x, self.cos[:T], self.sin[:T])
-        return self.head(self.norm(x))
-
-
 def worker(rank, args, out_q):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(args.port))
@@ -112,7 +87,7 @@ def worker(rank, args, out_q):
     L, H, KV, C, F_, T, V, theta = PRESETS[args.preset]
     assert V == pad_vocab(V), "the loss_parallel peer needs an unpadded vocabulary"
     seq = args.seq or T
-    model = Llama(L, H, KV, C, F_, T, V, theta)
+    model = Llama(L, H, KV, C, F_, T, V, theta, block=TPBlock)
     plan = {
         "embed": RowwiseParallel(input_layouts=Replicate()),
         "head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
@@ -133,7 +108,7 @@ def worker(rank, args, out_q):
     def step():
         data = torch.randint(0, V, (args.batch, seq + 1), generator=gen)
         opt.zero_grad(set_to_none=True)
-        logits = model(data[:, :-1])
+        logits = model.logits(data[:, :-1])
         with loss_parallel():
             loss = F.cross_entropy(logits.reshape(-1, V), data[:, 1:].reshape(-1))
             loss.backward()

@@ -33,15 +33,7 @@ class ProgressEngine {
 
   void submit(Job job, bool may_run_inline) {
     std::unique_lock lock(mu_);
-    if (may_run_inline && queue_.empty() && !busy_) {
-      busy_ = true;
-      lock.unlock();
-      run_(job);
-      lock.lock();
-      busy_ = false;
-      cv_.notify_all();
-      return;
-    }
+    if (may_run_inline && queue_.empty() && !busy_) return run_unlocked(lock, job);
     queue_.push_back(std::move(job));
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
     lock.unlock();
@@ -62,13 +54,18 @@ class ProgressEngine {
       if (queue_.empty()) return;
       Job job = std::move(queue_.front());
       queue_.pop_front();
-      busy_ = true;
-      lock.unlock();
-      run_(job);
-      lock.lock();
-      busy_ = false;
-      cv_.notify_all();
+      run_unlocked(lock, job);
     }
+  }
+
+  // Runs `job` with the lock released, the lane marked busy meanwhile.
+  void run_unlocked(std::unique_lock<std::mutex>& lock, Job& job) {
+    busy_ = true;
+    lock.unlock();
+    run_(job);
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
   }
 
   std::function<void(Job&)> run_;

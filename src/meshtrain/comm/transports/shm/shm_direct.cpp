@@ -345,29 +345,18 @@ bool ShmTransport::native_supports(CollOp op) const {
 }
 
 void ShmTransport::run_native(const CollArgs& a, const OpContext& ctx) {
-  ShmTransport* t = this;
+  ShmTransport& t = *this;
+  if (a.op == CollOp::Barrier) return sync(ctx);
+  if (a.count == 0) return;
   switch (a.op) {
     case CollOp::Allreduce:
-      if (a.count == 0) return;
-      if (a.bytes() <= kSmallBytes) return allreduce_small(*t, ctx, a);
-      return allreduce_large(*t, ctx, a);
-    case CollOp::Broadcast:
-      if (a.count == 0) return;
-      return broadcast(*t, ctx, a);
-    case CollOp::ReduceScatter:
-      if (a.count == 0) return;
-      return reduce_scatter(*t, ctx, a);
-    case CollOp::Allgather:
-      if (a.count == 0) return;
-      return allgather(*t, ctx, a);
-    case CollOp::Alltoall:
-      if (a.count == 0) return;
-      return alltoall(*t, ctx, a);
-    case CollOp::Reduce:
-      if (a.count == 0) return;
-      return reduce_to_root(*t, ctx, a);
-    case CollOp::Barrier:
-      return t->sync(ctx);
+      if (a.bytes() <= kSmallBytes) return allreduce_small(t, ctx, a);
+      return allreduce_large(t, ctx, a);
+    case CollOp::Broadcast: return broadcast(t, ctx, a);
+    case CollOp::ReduceScatter: return reduce_scatter(t, ctx, a);
+    case CollOp::Allgather: return allgather(t, ctx, a);
+    case CollOp::Alltoall: return alltoall(t, ctx, a);
+    case CollOp::Reduce: return reduce_to_root(t, ctx, a);
     default:
       fail("algorithm 'direct' cannot run {}", coll_op_name(a.op));
   }
