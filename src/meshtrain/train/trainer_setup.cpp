@@ -80,9 +80,10 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
     tp_group_ = parallel::make_tp_group(mesh_.comm(parallel::Axis::TP));
     model_->set_tensor_parallel_group(tp_group_);
     tp_ckpt_ = std::make_unique<TensorParallelCheckpoint>(opt.model, mesh_);
-    say(fmt::format("mesh: dp {} x tp {} (world rank r holds tp shard r % {} of dp group r / {}){}",
-                    mesh_.size(parallel::Axis::DP), opt.tp, opt.tp, opt.tp,
-                    opt.sequence_parallel ? ", sequence parallel" : ""));
+    say(fmt::format("mesh: dp {} x tp {} (world rank r holds tp shard r % {} of dp group r / {}){}; "
+                    "tp collectives over {}", mesh_.size(parallel::Axis::DP), opt.tp, opt.tp, opt.tp,
+                    opt.sequence_parallel ? ", sequence parallel" : "",
+                    mesh_.comm(parallel::Axis::TP).transport()));
   }
   sync_ = synced_.sync.get();
   comm_ = sync_->comm();
