@@ -37,10 +37,4 @@ void copy_logical_to_shard(const ParamLayout& full, const ParamLayout& shard, in
     std::memcpy(shard_buf + r.shard, full_buf + r.logical, sizeof(float) * r.count);
 }
 
-void copy_shard_to_logical(const ParamLayout& full, const ParamLayout& shard, int tp_rank,
-                           const float* shard_buf, float* full_buf) {
-  for (const ShardRun& r : shard_runs(full, shard, tp_rank))
-    std::memcpy(full_buf + r.logical, shard_buf + r.shard, sizeof(float) * r.count);
-}
-
 }  // namespace meshtrain

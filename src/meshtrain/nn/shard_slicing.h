@@ -23,8 +23,5 @@ std::vector<ShardRun> shard_runs(const ParamLayout& full, const ParamLayout& sha
 // shard_buf (shard.numel) = this rank's slices of full_buf (full.numel).
 void copy_logical_to_shard(const ParamLayout& full, const ParamLayout& shard, int tp_rank,
                            const float* full_buf, float* shard_buf);
-// The slices of shard_buf written back into full_buf (replicated parameters too).
-void copy_shard_to_logical(const ParamLayout& full, const ParamLayout& shard, int tp_rank,
-                           const float* shard_buf, float* full_buf);
 
 }  // namespace meshtrain

@@ -119,6 +119,21 @@ std::vector<float> TensorParallelCheckpoint::to_logical_block(const float* data,
   return out;
 }
 
+Tensor TensorParallelCheckpoint::gather_whole(const Tensor& mine) const {
+  // Every tp shard has the same size: one allgather, then each run to its place.
+  comm::Communicator tp_comm = mesh_.comm(parallel::Axis::TP);
+  const int tp = mesh_.size(parallel::Axis::TP);
+  const int64_t n = mine.numel();
+  std::vector<float> all(static_cast<size_t>(n * tp));
+  tp_comm.allgather(mine.data<float>(), all.data(), all.size(), DType::F32).wait();
+  Tensor whole = Tensor::zeros({logical_numel()}, DType::F32);
+  float* out = whole.data<float>();
+  for (int t = 0; t < tp; ++t)
+    for (const ShardRun& r : runs_[t])
+      std::memcpy(out + r.logical, all.data() + t * n + r.shard, sizeof(float) * r.count);
+  return whole;
+}
+
 std::vector<ckpt::FillRequest> TensorParallelCheckpoint::fills(const std::string& buffer,
                                                                ckpt::ElemRange wanted, float* dst,
                                                                bool zero_if_absent) const {

@@ -12,6 +12,7 @@
 // tp rank 0.
 //
 // Resuming: each shard reads its runs from their logical ranges (fills).
+// Also used for the final model file: gather_whole assembles every shard.
 #pragma once
 #include <memory>
 #include <string>
@@ -37,6 +38,9 @@ class TensorParallelCheckpoint {
   // this rank's shard buffer, starting at `data`) redistributed; returns this
   // rank's block() of the logical buffer.
   std::vector<float> to_logical_block(const float* data, ckpt::ElemRange held) const;
+  // Collective over the tp group: the whole model's flat buffer assembled
+  // from every tp shard's full buffer (`mine`, this rank's).
+  Tensor gather_whole(const Tensor& mine) const;
   // Fill requests that read `wanted` (a range of this shard's buffer, whose
   // element wanted.begin is at `dst`) from a logical checkpoint.
   std::vector<ckpt::FillRequest> fills(const std::string& buffer, ckpt::ElemRange wanted, float* dst,

@@ -62,7 +62,8 @@ void TrainStep::set_tensor_parallel(const comm::Communicator* tp,
   tp_norm_ = {};
   tp_group_ = group;
   if (!tp || !tp->valid() || tp->size() == 1) return;
-  tp_norm_.tp = const_cast<comm::Communicator*>(tp);
+  tp_comm_ = *tp;  // a handle on the same group
+  tp_norm_.tp = &tp_comm_;
   for (const ParamInfo& p : model_.layout().params)
     if (p.split_dim < 0) tp_norm_.replicated.push_back({p.begin, p.end()});
 }

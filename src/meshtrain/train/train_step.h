@@ -95,6 +95,7 @@ class TrainStep {
   float clip_;
   MixedPrecision* mp_ = nullptr;
   std::function<double()> before_update_;
+  comm::Communicator tp_comm_;  // the tp group tp_norm_ reduces over
   TensorParallelNorm tp_norm_;
   const parallel::CommTensorParallelGroup* tp_group_ = nullptr;
 };

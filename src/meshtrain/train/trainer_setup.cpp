@@ -116,29 +116,16 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   tokens_per_step_ = global_batch_ * T_;
 }
 
-TrainingRun::~TrainingRun() = default;
+TrainingRun::~TrainingRun() = default;  // clear_tracer_ drops the global tracer pointer
 
 comm::Communicator* TrainingRun::world_comm() const {
   return world_ > 1 ? const_cast<comm::Communicator*>(&mesh_.world()) : nullptr;
 }
 
 Tensor TrainingRun::logical_parameters() const {
-  const Tensor& mine = model_->param_buffer();
-  if (opt_.tp == 1) return mine;
-  // Every tp shard has the same size: one allgather, then each slice to its place.
-  const int tp = opt_.tp;
-  const int64_t n = mine.numel();
-  std::vector<float> all(static_cast<size_t>(n * tp));
-  comm::Communicator tp_comm = mesh_.comm(parallel::Axis::TP);  // a handle: copies share the group
-  tp_comm.allgather(mine.data<float>(), all.data(), all.size(), DType::F32).wait();
-  Tensor full = Tensor::zeros({opt_.model->num_params()}, DType::F32);
-  for (int r = 0; r < tp; ++r) {
-    auto shard = opt_.model->sharded(ModelShard{r, tp});
-    copy_shard_to_logical(opt_.model->layout(), shard->layout(), r, all.data() + r * n,
-                          full.data<float>());
-  }
-  return full;
-}  // clear_tracer_ drops the global tracer pointer
+  if (!tp_ckpt_) return model_->param_buffer();
+  return tp_ckpt_->gather_whole(model_->param_buffer());
+}
 
 void TrainingRun::say(const std::string& line) const {
   if (lead_) fmt::print("{}\n", line);
