@@ -21,13 +21,7 @@ cmp -s "$TMP/ck/step_00000000/shard_0_of_1.safetensors" "$TMP/ck2/step_00000000/
 # Fine-tune from the Hugging Face directory, data-parallel with ZeRO-3, on a
 # token shard within its 61-token vocabulary (llm.c format, written here).
 mkdir -p "$TMP/data"
-python3 - "$TMP/data/train_000000.bin" <<'PY'
-import random, struct, sys
-random.seed(1)
-toks = [random.randrange(61) for _ in range(20000)]
-hdr = [20240520, 1, len(toks)] + [0] * 253
-open(sys.argv[1], "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(toks), *toks))
-PY
+write_token_shard "$TMP/data/train_000000.bin" 61 1
 "$BIN" train --set init_from="$FIX" --set model.preset= --set data.train="$TMP/data/train_*.bin" \
   --set train.steps=3 --set train.micro_batch=2 --set train.eval_every=0 --set train.threads=1 \
   --set zero.stage=3 --set checkpoint.dir="$TMP/ft" --set checkpoint.every=3 \

@@ -8,13 +8,7 @@ set -uo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 FIX="$SRC/tests/fixtures/llama_tiny_hf"
 mkdir -p "$TMP/data"
-python3 - "$TMP/data/train_000000.bin" <<'PY'
-import random, struct, sys
-random.seed(2)
-toks = [random.randrange(61) for _ in range(20000)]
-hdr = [20240520, 1, len(toks)] + [0] * 253
-open(sys.argv[1], "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(toks), *toks))
-PY
+write_token_shard "$TMP/data/train_000000.bin" 61 2
 for tp in 1 2; do
   "$BIN" train --set init_from="$FIX" --set model.preset= --set data.train="$TMP/data/train_*.bin" \
     --set train.steps=4 --set train.micro_batch=2 --set train.eval_every=0 --set train.threads=1 \
