@@ -43,3 +43,12 @@ if(MESHTRAIN_WITH_MPI)
   endif()
 endif()
 message(STATUS "MPI transport: ${MESHTRAIN_HAVE_MPI}")
+
+# PCRE2 (Debian libpcre2-dev): the tokenizers' pre-tokenization regexes
+# (Unicode classes, lookahead, JIT), data/regex_splitter.h.
+find_path(PCRE2_INCLUDE_DIR NAMES pcre2.h REQUIRED)
+find_library(PCRE2_LIB NAMES pcre2-8 REQUIRED)
+add_library(meshtrain_pcre2 INTERFACE)
+target_link_libraries(meshtrain_pcre2 INTERFACE ${PCRE2_LIB})
+target_include_directories(meshtrain_pcre2 INTERFACE ${PCRE2_INCLUDE_DIR})
+message(STATUS "PCRE2: ${PCRE2_LIB}")

@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev       # tests
   libbenchmark-dev                # micro-benchmarks
   libzstd-dev                     # compression
+  libpcre2-dev                    # tokenizer pre-tokenization regexes (Unicode, JIT)
   fortunes                        # English text for the default corpus
   python3                         # a few CLI tests check JSON output with it
 )

@@ -1,0 +1,68 @@
+// A byte-level BPE tokenizer read from a Hugging Face tokenizer.json, the
+// format published checkpoints ship (GPT-2, Llama 3, Qwen without its NFC
+// normalizer, ...). Encoding runs the library's pipeline:
+//   1. added tokens ("<|endoftext|>") are cut out of the text first, leftmost-
+//      longest, honouring lstrip/rstrip;
+//   2. the pre-tokenizer (Split with a regex, ByteLevel with or without GPT-2's
+//      regex and prefix space, or a Sequence of these) cuts the rest into pieces;
+//   3. the BPE model merges each piece's bytes (bpe_model.h), optionally
+//      keeping a piece that is itself a token whole (ignore_merges).
+// Decoding concatenates each token's bytes. Anything outside this family (a
+// normalizer, WordPiece/Unigram models, SentencePiece-style BPE without
+// ByteLevel) is refused at load with an error naming it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/data/bpe_model.h"
+#include "meshtrain/data/regex_splitter.h"
+#include "meshtrain/data/tokenizer.h"
+
+namespace meshtrain::data {
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  // Reads and validates `path`; errors name the file and the JSON field.
+  static std::unique_ptr<BpeTokenizer> from_file(const std::string& path);
+  // `json_text` is the file's content; `source` names it in messages.
+  BpeTokenizer(const std::string& json_text, std::string source);
+  ~BpeTokenizer() override;
+
+  int vocab_size() const override { return static_cast<int>(token_bytes_.size()); }
+  std::string describe() const override;
+  void encode_into(std::string_view text, std::vector<int32_t>& out) const override;
+  std::vector<int32_t> prefix_tokens() const override { return prefix_; }
+  std::vector<int32_t> suffix_tokens() const override { return suffix_; }
+  std::string decode_bytes(std::span<const int32_t> ids, bool skip_special) const override;
+  std::optional<int32_t> token_id(std::string_view token) const override;
+  bool is_special(int32_t id) const override;
+
+ private:
+  struct AddedToken {
+    std::string content;
+    int32_t id = 0;
+    bool special = false, lstrip = false, rstrip = false;
+  };
+  struct PreStep {
+    std::unique_ptr<RegexSplitter> split;  // null: no split at this step
+    bool prefix_space = false;             // ByteLevel(add_prefix_space)
+  };
+
+  void load(const std::string& json_text);
+  void encode_segment(std::string_view text, size_t step, std::vector<int32_t>& out) const;
+  void encode_piece_cached(std::string_view piece, std::vector<int32_t>& out) const;
+
+  std::string source_;
+  std::unique_ptr<BpeModel> model_;
+  std::vector<std::string> token_bytes_;  // by id: the bytes decoding gives
+  std::vector<std::string> token_text_;   // by id: the token as tokenizer.json spells it
+  std::vector<uint8_t> special_;          // by id
+  std::vector<AddedToken> added_;         // longest first
+  bool added_first_byte_[256] = {};
+  std::vector<PreStep> steps_;
+  std::vector<int32_t> prefix_, suffix_;
+  uint64_t serial_ = 0;  // tells this tokenizer's entries in the per-thread piece cache
+};
+
+}  // namespace meshtrain::data

@@ -1,0 +1,154 @@
+// Byte-level BPE from tokenizer.json against the Hugging Face `tokenizers`
+// library: fixtures from tools/make_tokenizer_fixtures.py (a GPT-2 style and a
+// Llama 3 style tokenizer, each encoding and decoding awkward text).
+// test-links: mt_data
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/data/tokenizer.h"
+#include "meshtrain/data/utf8.h"
+
+using namespace meshtrain;
+using namespace meshtrain::data;
+
+namespace {
+const std::string kDir = std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/tokenizers/";
+
+nlohmann::json cases() {
+  std::ifstream in(kDir + "cases.json");
+  return nlohmann::json::parse(in);
+}
+
+class Reference : public ::testing::TestWithParam<std::string> {};
+}  // namespace
+
+TEST_P(Reference, EncodesAsTheLibraryDoes) {
+  const auto tok = load_tokenizer(kDir + GetParam() + "/tokenizer.json");
+  const nlohmann::json c = cases()[GetParam()];
+  EXPECT_EQ(tok->vocab_size(), c["vocab_size"].get<int>());
+  int n = 0;
+  for (const auto& e : c["encode"]) {
+    const std::string text = e["text"].get<std::string>();
+    EXPECT_EQ(tok->encode(text), e["ids"].get<std::vector<int32_t>>()) << "text: " << text;
+    EXPECT_EQ(tok->encode(text, true), e["ids_special"].get<std::vector<int32_t>>())
+        << "text: " << text;
+    ++n;
+  }
+  EXPECT_GE(n, 25);
+}
+
+TEST_P(Reference, DecodesAsTheLibraryDoes) {
+  const auto tok = load_tokenizer(kDir + GetParam() + "/tokenizer.json");
+  int cut = 0;
+  const nlohmann::json c = cases()[GetParam()];
+  for (const auto& d : c["decode"]) {
+    const auto ids = d["ids"].get<std::vector<int32_t>>();
+    const std::string keep = d["keep_special"].get<std::string>();
+    EXPECT_EQ(tok->decode(ids, false), keep);
+    EXPECT_EQ(tok->decode(ids, true), d["skip_special"].get<std::string>());
+    cut += keep.find("\xEF\xBF\xBD") != std::string::npos;
+  }
+  EXPECT_GE(cut, 3) << "the fixture should cut characters in some sequences";
+}
+
+TEST_P(Reference, RoundTripsAnyBytesIncludingInvalidUtf8) {
+  const auto tok = load_tokenizer(kDir + GetParam() + "/tokenizer.json");
+  std::mt19937 rng(7);
+  std::vector<std::string> texts = {
+      "plain ascii text, with punctuation!",
+      std::string("invalid \xFF\xFE bytes \xC3 cut \xE2\x82 and \xF0\x9F\x98 emoji"),
+      std::string("\x80\x80\x80 stray continuation \xC0\xAF overlong \xED\xA0\x80 surrogate"),
+      "tabs\t\t\tand    spaces     \n\n\r\n",
+      "special <|endoftext|> <|eot_id|> inside",
+  };
+  for (int k = 0; k < 50; ++k) {
+    std::string s;
+    const int len = static_cast<int>(rng() % 200);
+    for (int i = 0; i < len; ++i) s.push_back(static_cast<char>(rng() % 256));
+    texts.push_back(s);
+  }
+  for (const std::string& t : texts) {
+    const auto ids = tok->encode(t);
+    EXPECT_EQ(tok->decode_bytes(ids), t);
+    for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok->vocab_size());
+  }
+}
+
+TEST_P(Reference, EncodingIsTheSameFromManyThreads) {
+  const auto tok = load_tokenizer(kDir + GetParam() + "/tokenizer.json");
+  const nlohmann::json c = cases()[GetParam()]["encode"];
+  std::vector<std::vector<int32_t>> got(c.size());
+#pragma omp parallel for num_threads(4) schedule(dynamic)
+  for (size_t i = 0; i < c.size() * 8; ++i) {
+    const auto ids = tok->encode(c[i % c.size()]["text"].get<std::string>());
+    if (i < c.size()) got[i] = ids;
+  }
+  for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(got[i], c[i]["ids"].get<std::vector<int32_t>>());
+}
+
+INSTANTIATE_TEST_SUITE_P(tokenizer, Reference, ::testing::Values("gpt2_style", "llama3_style"));
+
+TEST(tokenizer, lossy_utf8_replaces_maximal_subparts) {
+  EXPECT_EQ(utf8_lossy("ok"), "ok");
+  EXPECT_EQ(utf8_lossy("a\xF0\x9F\x98"), "a\xEF\xBF\xBD");                 // one cut emoji: one U+FFFD
+  EXPECT_EQ(utf8_lossy("\xFF\xFE"), "\xEF\xBF\xBD\xEF\xBF\xBD");           // two invalid bytes: two
+  EXPECT_EQ(utf8_lossy("\xE2\x82x"), "\xEF\xBF\xBDx");                     // cut 3-byte form
+  EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+}
+
+TEST(tokenizer, the_byte_tokenizer_is_behind_the_same_seam) {
+  const auto tok = load_tokenizer("bytes");
+  EXPECT_EQ(tok->vocab_size(), 256);
+  const std::string s = "h\xC3\xA9!";
+  const auto ids = tok->encode(s);
+  EXPECT_EQ(ids, (std::vector<int32_t>{'h', 0xC3, 0xA9, '!'}));
+  EXPECT_EQ(tok->decode_bytes(ids), s);
+}
+
+TEST(tokenizer, bad_files_get_clear_errors) {
+  const std::string dir = ::testing::TempDir();
+  const auto write = [&](const std::string& name, const std::string& body) {
+    std::ofstream(dir + name) << body;
+    return dir + name;
+  };
+  const auto message = [](const std::string& spec) {
+    try {
+      load_tokenizer(spec);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(dir + "missing.json").find("does not exist"), std::string::npos);
+  EXPECT_NE(message(write("trunc.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {")).find("is not JSON"),
+            std::string::npos);
+  EXPECT_NE(message(write("wp.json", R"({"model": {"type": "WordPiece", "vocab": {}}})"))
+                .find("model type 'WordPiece' is not supported"),
+            std::string::npos);
+  EXPECT_NE(message(write("sp.json", R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0}, "merges": []}})"))
+                .find("SentencePiece-style"),
+            std::string::npos);
+  EXPECT_NE(message(write("nfc.json", R"({"normalizer": {"type": "NFC"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"))
+                .find("normalizer 'NFC' is not supported"),
+            std::string::npos);
+  EXPECT_NE(message(write("merge.json", R"({"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}})"))
+                .find("merge 0 ('a' 'c') names a token that is not in the vocabulary"),
+            std::string::npos);
+  EXPECT_NE(message(write("re.json", R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"))
+                .find("does not compile"),
+            std::string::npos);
+  EXPECT_NE(message(dir).find("holds no tokenizer.json"), std::string::npos);
+  const auto tok = load_tokenizer(kDir + "gpt2_style/tokenizer.json");
+  const std::vector<int32_t> bad = {1, 2, 99999};
+  try {
+    tok->decode(bad);
+    ADD_FAILURE() << "decoding an id outside the vocabulary should fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 99999 at position 2"), std::string::npos);
+  }
+}
