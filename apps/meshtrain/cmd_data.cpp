@@ -1,6 +1,7 @@
 // `meshtrain data prepare|synth|inspect`: make and examine token shards.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "meshtrain/data/synth_dataset.h"
 #include "meshtrain/data/text_prepare.h"
 #include "meshtrain/data/token_shard.h"
+#include "meshtrain/data/tokenizer.h"
 
 namespace meshtrain::cli {
 
@@ -30,7 +32,9 @@ void run_prepare(const data::PrepareOptions& o, bool verbose) {
                                  data::kMaxShardTokens, o.shard_tokens));
   if (o.chunk_bytes < 1)
     throw UsageError(fmt::format("--chunk-bytes must be >= 1, got {}", o.chunk_bytes));
+  if (o.threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", o.threads));
   const data::PrepareResult r = data::prepare_text(o);
+  fmt::print("tokenizer {}\n", r.tokenizer);
   fmt::print("read   {} text file(s), {} bytes", r.files_read, r.bytes_read);
   if (!r.skipped.empty()) fmt::print("; skipped {} (binary or duplicate links)", r.skipped.size());
   fmt::print("\n");
@@ -40,6 +44,12 @@ void run_prepare(const data::PrepareOptions& o, bool verbose) {
              r.val_chunks, o.seed);
   print_shards("train", r.train_tokens, r.train_shards);
   print_shards("val", r.val_tokens, r.val_shards);
+  const double secs = std::max(r.encode_seconds, 1e-9);
+  fmt::print("encoded {:.2f} MB in {:.2f} s: {:.1f} MB/s, {:.0f} tokens/s, {:.2f} bytes/token; "
+             "{}-byte tokens in the shards\n", r.bytes_read / 1e6, r.encode_seconds,
+             r.bytes_read / 1e6 / secs, (r.train_tokens + r.val_tokens) / secs,
+             static_cast<double>(r.bytes_read) / std::max<int64_t>(1, r.train_tokens + r.val_tokens),
+             r.token_bytes);
   if (o.val_fraction > 0 && r.val_tokens == 0)
     fmt::print("warning: the input is a single chunk, so the validation split is empty; "
                "lower --chunk-bytes or add text\n");
@@ -59,8 +69,11 @@ void run_synth(const data::SynthOptions& o) {
              "loss), written to {}\n", r.entropy_nats, r.entropy_bits, r.entropy_json_path);
 }
 
-void run_inspect(const std::vector<std::string>& paths, int64_t show) {
+void run_inspect(const std::vector<std::string>& paths, int64_t show,
+                 const std::string& tokenizer_spec) {
   const data::ByteTokenizer tokenizer;
+  const std::unique_ptr<data::Tokenizer> bpe =
+      tokenizer_spec.empty() ? nullptr : data::load_tokenizer(tokenizer_spec);
   for (const std::string& path : paths) {
     const data::TokenShard shard(path);
     fmt::print("{}: llm.c token shard version {}, {} tokens of {} bytes\n", path, shard.version(),
@@ -69,9 +82,11 @@ void run_inspect(const std::vector<std::string>& paths, int64_t show) {
     if (n <= 0) continue;
     std::vector<int32_t> tokens(static_cast<size_t>(n));
     shard.read(0, n, tokens.data());
-    bool bytes = true;
+    bool bytes = !bpe;
     for (int32_t t : tokens) bytes = bytes && t < data::ByteTokenizer::kVocabSize;
-    if (bytes) {
+    if (bpe) {
+      fmt::print("first {} tokens as text ({}):\n{}\n", n, bpe->describe(), bpe->decode(tokens));
+    } else if (bytes) {
       std::string text;
       for (int32_t t : tokens) text += t == '\n' ? std::string("\n") : tokenizer.token_repr(t);
       fmt::print("first {} tokens as bytes:\n{}\n", n, text);
@@ -90,7 +105,7 @@ void register_data(CLI::App& app) {
   auto prepare_opts = std::make_shared<data::PrepareOptions>();
   auto verbose = std::make_shared<bool>(false);
   CLI::App* prepare = data_cmd->add_subcommand(
-      "prepare", "Text files or folders -> byte-level DIR/train_*.bin and DIR/val_*.bin");
+      "prepare", "Text files or folders -> token shards DIR/train_*.bin and DIR/val_*.bin");
   prepare->add_option("--input", prepare_opts->inputs,
                       "Text file or folder (walked recursively; binary files skipped)")
       ->required()->expected(1, -1);
@@ -103,6 +118,13 @@ void register_data(CLI::App& app) {
       ->capture_default_str();
   prepare->add_option("--chunk-bytes", prepare_opts->chunk_bytes,
                       "Split unit: chunks of about this many bytes, cut at line ends")
+      ->capture_default_str();
+  prepare->add_option("--tokenizer", prepare_opts->tokenizer,
+                      "'bytes', or a Hugging Face tokenizer.json (or its folder): byte-level BPE "
+                      "as GPT-2, Llama 3 and Qwen use")->capture_default_str();
+  prepare->add_option("--doc-separator", prepare_opts->doc_separator,
+                      "A token put before each file's text, e.g. \"<|endoftext|>\"");
+  prepare->add_option("--threads", prepare_opts->threads, "Encoding threads (0 = all cores)")
       ->capture_default_str();
   prepare->add_flag("-v,--verbose", *verbose, "List the skipped files");
   prepare->callback([prepare_opts, verbose] { run_prepare(*prepare_opts, *verbose); });
@@ -127,7 +149,12 @@ void register_data(CLI::App& app) {
   CLI::App* inspect = data_cmd->add_subcommand("inspect", "Validate shards and show their start");
   inspect->add_option("shards", *inspect_paths, "Shard files")->required()->expected(1, -1);
   inspect->add_option("--show", *show, "Tokens to print from each shard")->capture_default_str();
-  inspect->callback([inspect_paths, show] { run_inspect(*inspect_paths, *show); });
+  auto inspect_tokenizer = std::make_shared<std::string>();
+  inspect->add_option("--tokenizer", *inspect_tokenizer,
+                      "Decode with this tokenizer.json (or its folder)");
+  inspect->callback([inspect_paths, show, inspect_tokenizer] {
+    run_inspect(*inspect_paths, *show, *inspect_tokenizer);
+  });
 }
 
 }  // namespace meshtrain::cli

@@ -10,6 +10,7 @@ namespace meshtrain::cli {
 
 void register_train(CLI::App& app);
 void register_sample(CLI::App& app);
+void register_tokenize(CLI::App& app);
 void register_data(CLI::App& app);
 void register_bench(CLI::App& app);      // creates "bench", calls the two below
 void register_bench_train(CLI::App& bench);

@@ -1,6 +1,10 @@
 #include "meshtrain/data/text_prepare.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <chrono>
+#include <exception>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,8 +13,8 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/rng.h"
-#include "meshtrain/data/byte_tokenizer.h"
 #include "meshtrain/data/token_shard.h"
+#include "meshtrain/data/tokenizer.h"
 
 namespace meshtrain::data {
 
@@ -107,16 +111,25 @@ std::vector<std::string> collect_input_files(const std::vector<std::string>& inp
   return files;
 }
 
-std::vector<std::string_view> split_chunks(std::string_view text, int64_t chunk_bytes) {
+std::vector<std::string_view> split_chunks(std::string_view text, int64_t chunk_bytes,
+                                           bool before_printable) {
   MT_CHECK(chunk_bytes >= 1, "chunk size must be at least 1 byte, got {}", chunk_bytes);
   std::vector<std::string_view> chunks;
   size_t pos = 0;
   while (pos < text.size()) {
     const size_t want = pos + static_cast<size_t>(chunk_bytes);
     size_t end = text.size();
-    if (want < text.size()) {
-      const size_t nl = text.find('\n', want - 1);
-      if (nl != std::string_view::npos) end = nl + 1;
+    size_t from = want - 1;
+    while (want < text.size()) {
+      const size_t nl = text.find('\n', from);
+      if (nl == std::string_view::npos) break;
+      const bool ok = !before_printable ||
+                      (nl + 1 < text.size() && text[nl + 1] > ' ' && text[nl + 1] < 0x7f);
+      if (ok) {
+        end = nl + 1;
+        break;
+      }
+      from = nl + 1;
     }
     chunks.push_back(text.substr(pos, end - pos));
     pos = end;
@@ -152,12 +165,27 @@ PrepareResult prepare_text(const PrepareOptions& options) {
     fail("no text files found in the inputs ({} skipped as binary or duplicate)",
          result.skipped.size());
 
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(options.tokenizer);
+  const bool byte_level = options.tokenizer == "bytes" || options.tokenizer == "byte";
+  result.tokenizer = tokenizer->describe();
+  result.vocab_size = tokenizer->vocab_size();
+  result.token_bytes = tokenizer->vocab_size() > 65536 ? 4 : 2;
+  std::vector<int32_t> separator;
+  if (!options.doc_separator.empty()) {
+    const std::optional<int32_t> id = tokenizer->token_id(options.doc_separator);
+    if (!id)
+      fail("document separator '{}' is not a token of {}", options.doc_separator,
+           result.tokenizer);
+    separator.push_back(*id);
+  }
+
   // Pass 1: count chunks, so the validation choice is an exact share of them.
   std::vector<int64_t> chunks_per_file;
   for (const std::string& f : files) {
     const std::string text = read_file(f);
     result.bytes_read += static_cast<int64_t>(text.size());
-    chunks_per_file.push_back(static_cast<int64_t>(split_chunks(text, options.chunk_bytes).size()));
+    chunks_per_file.push_back(
+        static_cast<int64_t>(split_chunks(text, options.chunk_bytes, !byte_level).size()));
     result.chunks += chunks_per_file.back();
   }
   result.files_read = static_cast<int64_t>(files.size());
@@ -170,26 +198,52 @@ PrepareResult prepare_text(const PrepareOptions& options) {
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   if (ec) fail("cannot create output folder '{}': {}", options.out_dir, ec.message());
-  ShardSeriesWriter train(options.out_dir, "train", options.shard_tokens);
-  ShardSeriesWriter val(options.out_dir, "val", options.shard_tokens);
-  const ByteTokenizer tokenizer;
-  std::vector<uint16_t> tokens;
+  ShardSeriesWriter train(options.out_dir, "train", options.shard_tokens, result.token_bytes);
+  ShardSeriesWriter val(options.out_dir, "val", options.shard_tokens, result.token_bytes);
+  const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::vector<int32_t>> encoded;
   int64_t chunk_index = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string text = read_file(files[i]);
-    const auto chunks = split_chunks(text, options.chunk_bytes);
+    const auto chunks = split_chunks(text, options.chunk_bytes, !byte_level);
     MT_CHECK(static_cast<int64_t>(chunks.size()) == chunks_per_file[i],
              "'{}' changed while being prepared", files[i]);
-    for (std::string_view chunk : chunks) {
-      tokens.clear();
-      tokenizer.encode_into(chunk, tokens);
-      if (is_val[static_cast<size_t>(chunk_index++)]) {
-        val.append(tokens);
-        ++result.val_chunks;
-      } else {
-        train.append(tokens);
+    // Encode the file's chunks in parallel, then append them in order.
+    encoded.assign(chunks.size(), {});
+    const auto n = static_cast<int64_t>(chunks.size());
+    std::exception_ptr error;  // an exception may not leave an OpenMP region
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 4) if (n > 1 && threads > 1)
+    for (int64_t c = 0; c < n; ++c) {
+      try {
+        auto& out = encoded[static_cast<size_t>(c)];
+        if (c == 0) out = separator;
+        tokenizer->encode_into(chunks[static_cast<size_t>(c)], out);
+      } catch (...) {
+#pragma omp critical(prepare_error)
+        if (!error) error = std::current_exception();
       }
     }
+    if (error) std::rethrow_exception(error);
+    for (const std::vector<int32_t>& tokens : encoded) {
+      if (is_val[static_cast<size_t>(chunk_index++)]) {
+        val.append(std::span<const int32_t>(tokens));
+        ++result.val_chunks;
+      } else {
+        train.append(std::span<const int32_t>(tokens));
+      }
+    }
+  }
+  result.encode_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!byte_level) {  // the tokenizer travels with its shards (generation reads it there)
+    fs::path src = options.tokenizer;
+    if (fs::is_directory(src)) src /= "tokenizer.json";
+    const fs::path dst = fs::path(options.out_dir) / "tokenizer.json";
+    std::error_code copy_ec;
+    if (!fs::exists(dst) || !fs::equivalent(src, dst, copy_ec))
+      fs::copy_file(src, dst, fs::copy_options::overwrite_existing, copy_ec);
+    if (copy_ec) fail("cannot copy the tokenizer to '{}': {}", dst.string(), copy_ec.message());
   }
   result.train_tokens = train.tokens_written();
   result.val_tokens = val.tokens_written();

@@ -170,27 +170,42 @@ std::string shard_path(const std::string& dir, const std::string& prefix, int64_
   return (fs::path(dir) / fmt::format("{}_{:06d}.bin", prefix, index)).string();
 }
 
-ShardSeriesWriter::ShardSeriesWriter(std::string dir, std::string prefix, int64_t shard_tokens)
-    : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {
+ShardSeriesWriter::ShardSeriesWriter(std::string dir, std::string prefix, int64_t shard_tokens,
+                                     int token_bytes)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens),
+      token_bytes_(token_bytes) {
   MT_CHECK(shard_tokens_ >= 1 && shard_tokens_ <= kMaxShardTokens,
            "tokens per shard must be in [1, {}], got {}", kMaxShardTokens, shard_tokens_);
+  MT_CHECK(token_bytes_ == 2 || token_bytes_ == 4, "token shards hold 2- or 4-byte tokens, not {}",
+           token_bytes_);
 }
 
-void ShardSeriesWriter::append(std::span<const uint16_t> tokens) {
+template <typename T>
+void ShardSeriesWriter::append_any(std::span<const T> tokens) {
   MT_CHECK(!finished_, "ShardSeriesWriter for '{}' already finished", prefix_);
-  while (!tokens.empty()) {
-    const size_t room = static_cast<size_t>(shard_tokens_) - pending_.size();
-    const size_t n = std::min(room, tokens.size());
-    pending_.insert(pending_.end(), tokens.begin(), tokens.begin() + n);
-    tokens = tokens.subspan(n);
-    total_ += static_cast<int64_t>(n);
+  const int64_t limit = token_bytes_ == 2 ? int64_t{1} << 16 : int64_t{1} << 32;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto t = static_cast<int64_t>(tokens[i]);
+    MT_CHECK(t >= 0 && t < limit,
+             "token id {} does not fit {}-byte shard tokens (ids up to {}); vocabularies over "
+             "65536 need 4-byte shards", t, token_bytes_, limit - 1);
+    pending_.push_back(static_cast<uint32_t>(t));
+    ++total_;
     if (pending_.size() == static_cast<size_t>(shard_tokens_)) flush();
   }
 }
 
+void ShardSeriesWriter::append(std::span<const uint16_t> tokens) { append_any(tokens); }
+void ShardSeriesWriter::append(std::span<const int32_t> tokens) { append_any(tokens); }
+
 void ShardSeriesWriter::flush() {
   const std::string path = shard_path(dir_, prefix_, static_cast<int64_t>(written_.size()));
-  write_token_shard(path, pending_);
+  if (token_bytes_ == 4) {
+    write_token_shard_u32(path, pending_);
+  } else {
+    const std::vector<uint16_t> narrow(pending_.begin(), pending_.end());
+    write_token_shard(path, narrow);
+  }
   written_.push_back(path);
   pending_.clear();
 }

@@ -65,19 +65,28 @@ std::string shard_path(const std::string& dir, const std::string& prefix, int64_
 // Streams tokens into DIR/PREFIX_000000.bin, DIR/PREFIX_000001.bin, ... with at
 // most `shard_tokens` tokens each. finish() writes the last partial shard and
 // removes stale PREFIX_NNNNNN.bin files a previous, larger run left behind (a
-// glob over the folder would otherwise pick them up).
+// glob over the folder would otherwise pick them up). `token_bytes` 2 writes
+// version-1 (uint16) shards, 4 version-7 (uint32) ones for vocabularies over
+// 65536 (Llama 3's 128256).
 class ShardSeriesWriter {
  public:
-  ShardSeriesWriter(std::string dir, std::string prefix, int64_t shard_tokens);
+  ShardSeriesWriter(std::string dir, std::string prefix, int64_t shard_tokens,
+                    int token_bytes = 2);
   void append(std::span<const uint16_t> tokens);
+  // Throws meshtrain::Error for an id that does not fit the shards' width.
+  void append(std::span<const int32_t> tokens);
   std::vector<std::string> finish();
   int64_t tokens_written() const { return total_; }
+  int token_bytes() const { return token_bytes_; }
 
  private:
+  template <typename T>
+  void append_any(std::span<const T> tokens);
   void flush();
   std::string dir_, prefix_;
   int64_t shard_tokens_;
-  std::vector<uint16_t> pending_;
+  int token_bytes_;
+  std::vector<uint32_t> pending_;
   std::vector<std::string> written_;
   int64_t total_ = 0;
   bool finished_ = false;
