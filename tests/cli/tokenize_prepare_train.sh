@@ -54,6 +54,24 @@ print(f"loss {first:.3f} -> {last:.3f}")
 assert last < first - 0.3, (first, last)
 PY
 
+# Generate from the trained model with the tokenizer: greedy text is the same
+# with the KV cache and with full recomputation; tokens/s goes to stderr.
+test -s "$TMP/run/model.safetensors" || fail "no model file"
+"$BIN" sample --model "$TMP/run/model.safetensors" --tokenizer "$TOK" --prompt "The" \
+  --tokens 12 --temperature 0 --threads 1 >"$TMP/gen1" 2>"$TMP/gen1.err" || { cat "$TMP/gen1.err"; fail "sample failed"; }
+"$BIN" generate --model "$TMP/run/model.safetensors" --tokenizer "$TOK" --prompt "The" \
+  --tokens 12 --temperature 0 --threads 1 --no-kv-cache >"$TMP/gen2" 2>/dev/null
+cat "$TMP/gen1" "$TMP/gen1.err"
+cmp -s "$TMP/gen1" "$TMP/gen2" || fail "KV-cache generation differs from recomputation"
+grep -q "generated 12 tokens after a 2-token prompt: .* tokens/s .*KV cache on" "$TMP/gen1.err" \
+  || fail "no tokens/s line (the prompt is <|begin_of_text|> + 'The')"
+set +e
+"$BIN" sample --model "$TMP/run/model.safetensors" --prompt "x" --tokens 2 >/dev/null 2>"$TMP/err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "a 900-token model without a tokenizer exited $rc, expected 2"
+grep -q "pass --tokenizer" "$TMP/err" || { cat "$TMP/err"; fail "no tokenizer hint"; }
+
 # A model whose vocabulary is smaller than the tokenizer's: a clear error.
 set +e
 "$BIN" train --set model.preset=llama-tiny --set model.vocab_size=256 --set model.seq_len=16 \

@@ -1,4 +1,5 @@
 #include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/kv_decoders.h"
 
 #include <cmath>
 #include <limits>
@@ -419,4 +420,8 @@ void GPT::block_backward_half(int l, const float* residual, const GPTBlockActiva
                      p.ln1w.data<float>(), s.ln1_mean, s.ln1_rstd, BT, C);
 }
 
+}  // namespace meshtrain
+
+namespace meshtrain {
+std::unique_ptr<Decoder> GPT::make_decoder() const { return make_gpt_decoder(cfg_, param_buf_); }
 }  // namespace meshtrain

@@ -34,6 +34,7 @@
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
 #include "meshtrain/nn/tensor_parallel.h"
+#include "meshtrain/nn/decoder.h"
 
 namespace meshtrain {
 
@@ -215,6 +216,10 @@ class Model {
   // A tensor-parallel shard (spec().shard().tp_size > 1) needs its tp group
   // before forward(); a full replica ignores it.
   virtual void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group);
+
+  // A KV-cache decoder over this model's parameters (nn/decoder.h), or null
+  // when the model has none (generation then recomputes the prefix).
+  virtual std::unique_ptr<Decoder> make_decoder() const { return nullptr; }
 };
 
 }  // namespace meshtrain

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 
 namespace meshtrain {
 
@@ -23,6 +24,26 @@ int32_t sample_token(const float* logits, int V, const SampleOptions& opt, Rng& 
   std::vector<double> p(idx.size());
   double z = 0;
   for (size_t j = 0; j < idx.size(); ++j) z += (p[j] = std::exp((logits[idx[j]] - mx) / opt.temperature));
+  if (opt.top_p > 0.0f && opt.top_p < 1.0f) {
+    // Nucleus: keep the most likely tokens until their mass reaches top_p.
+    std::vector<size_t> order(idx.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return p[a] != p[b] ? p[a] > p[b] : idx[a] < idx[b];
+    });
+    std::vector<int32_t> kept_idx;
+    std::vector<double> kept_p;
+    double mass = 0;
+    for (size_t j : order) {
+      kept_idx.push_back(idx[j]);
+      kept_p.push_back(p[j]);
+      mass += p[j];
+      if (mass >= opt.top_p * z) break;
+    }
+    idx = std::move(kept_idx);
+    p = std::move(kept_p);
+    z = mass;
+  }
   double u = rng.uniform_double() * z;
   for (size_t j = 0; j < idx.size(); ++j) {
     u -= p[j];
@@ -35,6 +56,29 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, const S
                               Rng& rng, const std::function<void(int32_t)>& on_token) {
   MT_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
   const ModelSpec& spec = model.spec();
+  const auto stops = [&](int32_t tok) {
+    return std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), tok) != opt.stop_tokens.end();
+  };
+  if (std::unique_ptr<Decoder> dec = opt.kv_cache ? model.make_decoder() : nullptr) {
+    const int T = dec->capacity();
+    const auto refill = [&](size_t keep) {
+      dec->reset();
+      return dec->feed(std::span<const int32_t>(prompt.data() + prompt.size() - keep, keep));
+    };
+    const float* logits = refill(std::min<size_t>(prompt.size(), static_cast<size_t>(T)));
+    for (int n = 0; n < opt.max_new_tokens; ++n) {
+      const int32_t tok = sample_token(logits, spec.vocab_size(), opt, rng);
+      prompt.push_back(tok);
+      if (on_token) on_token(tok);
+      if (stops(tok) || n + 1 == opt.max_new_tokens) break;
+      if (dec->position() == T) {
+        logits = refill(static_cast<size_t>(std::max(1, T / 2)));  // context shift
+      } else {
+        logits = dec->feed(std::span<const int32_t>(&prompt.back(), 1));
+      }
+    }
+    return prompt;
+  }
   for (int n = 0; n < opt.max_new_tokens; ++n) {
     const int T = std::min<int>(static_cast<int>(prompt.size()), spec.seq_len());
     const int32_t* ctx = prompt.data() + prompt.size() - T;
@@ -43,6 +87,7 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, const S
     int32_t tok = sample_token(last, spec.vocab_size(), opt, rng);
     prompt.push_back(tok);
     if (on_token) on_token(tok);
+    if (stops(tok)) break;
   }
   return prompt;
 }

@@ -206,6 +206,17 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* Cm,
            int64_t ldc) {
   if (M == 0 || N == 0) return;
+  if (M == 1 && !trans_a && K > 0) {
+    // One row (token-by-token generation): a matrix-vector product reads the
+    // weights once; a GEMM would first pack (copy) them on every call.
+    if (trans_b)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(N), static_cast<blasint>(K),
+                  alpha, B, static_cast<blasint>(ldb), A, 1, beta, Cm, 1);
+    else
+      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<blasint>(K), static_cast<blasint>(N),
+                  alpha, B, static_cast<blasint>(ldb), A, 1, beta, Cm, 1);
+    return;
+  }
   const SgemmBackend b =
       sgemm_backend_for(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
   sgemm_with(b, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
