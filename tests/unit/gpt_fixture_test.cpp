@@ -3,6 +3,12 @@
 // of the `tiny` preset on fixed weights and batches.
 // Tolerance: fixture_compare.h.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "meshtrain/core/error.h"
 
 #include <algorithm>
 #include <cmath>
@@ -86,4 +92,20 @@ TEST(gpt_fixture, hf_fixture_loads_the_reference_weights) {
     ASSERT_EQ(want.shape(), t.shape()) << name;
     EXPECT_EQ(std::memcmp(t.raw(), want.raw(), want.nbytes()), 0) << name << " differs";
   }
+}
+
+// A Hugging Face checkpoint folder: the head count comes from config.json
+// beside the weights (C = 16 is no standard GPT-2 width, so nothing else says it).
+TEST(gpt_fixture, hf_head_count_comes_from_config_json_beside_the_weights) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("mt_hf_gpt2_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(fixture("gpt_tiny_hf.safetensors"), dir / "model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string weights = (dir / "model.safetensors").string();
+  EXPECT_THROW(read_gpt_config(weights), Error) << "without config.json the heads are unknown";
+  std::ofstream(dir / "config.json") << R"({"model_type": "gpt2", "n_head": 2, "n_embd": 16})";
+  EXPECT_EQ(read_gpt_config(weights).n_head, 2);
+  EXPECT_THROW(read_gpt_config(weights, /*n_head_hint=*/4), Error) << "a contradicting hint";
+  std::filesystem::remove_all(dir);
 }

@@ -3,6 +3,9 @@
 #include <cstring>
 #include <map>
 #include <regex>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "meshtrain/core/error.h"
@@ -58,6 +61,23 @@ int known_gpt2_heads(int n_embd) {
 
 }  // namespace
 
+// The head count from a Hugging Face config.json beside the weights (as
+// checkpoints are published: config.json + model.safetensors), or 0.
+static int config_json_heads(const std::string& weights_path) {
+  const std::filesystem::path cfg = std::filesystem::path(weights_path).parent_path() / "config.json";
+  std::ifstream in(cfg);
+  if (!in) return 0;
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail("{} beside model file {} is not valid JSON: {}", cfg.string(), weights_path, e.what());
+  }
+  for (const char* key : {"n_head", "num_attention_heads"})
+    if (j.contains(key) && j[key].is_number_integer()) return j[key].get<int>();
+  return 0;
+}
+
 GPTConfig hf_gpt2_config(const SafetensorsFile& f, int n_head_hint) {
   const std::string& path = f.path();
   auto names = normalized_names(f);
@@ -88,6 +108,7 @@ GPTConfig hf_gpt2_config(const SafetensorsFile& f, int n_head_hint) {
            "model file {}: transformer blocks h.N are not numbered 0..{}", path, c.n_layer - 1);
 
   int recorded = metadata_int(path, f.metadata(), "n_head");
+  if (recorded <= 0) recorded = config_json_heads(path);
   if (recorded > 0) {
     MT_CHECK(n_head_hint <= 0 || n_head_hint == recorded,
              "model file {} records n_head={} but n_head={} was requested", path, recorded,
