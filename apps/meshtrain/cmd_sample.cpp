@@ -126,6 +126,7 @@ void run_sample(const SampleArgs& a) {
   });
   const auto end = std::chrono::steady_clock::now();
   std::fputc('\n', stdout);
+  std::fflush(stdout);  // the text before the figures on a terminal
   const double prefill = std::chrono::duration<double>(first - start).count();
   const double rest = std::chrono::duration<double>(end - first).count();
   fmt::print(stderr,
