@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -39,20 +40,56 @@ std::string type_of(const json& j) {
                                                                       : std::string("?");
 }
 
-// Transparent hashing so lookups by string_view allocate nothing.
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using PieceMap = std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>;
-
 // Per-thread cache of encoded pieces: natural text repeats its words, and a
-// lookup is far cheaper than merging. Tagged with the tokenizer's serial.
-struct PieceCache {
+// lookup is far cheaper than merging. A flat open-addressing table over two
+// arenas (piece bytes, ids), so a lookup touches one slot and no nodes; it
+// starts over when half full or when a thread switches tokenizers (serial).
+class PieceCache {
+ public:
+  static constexpr size_t kSlots = size_t{1} << 18;
+
+  // The cached ids of `piece`, or null.
+  const int32_t* find(std::string_view piece, uint64_t hash, uint32_t* count) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = hash & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
+      const Slot& s = slots_[i];
+      if (s.len == 0) return nullptr;
+      if (s.hash == hash && s.len == piece.size() &&
+          std::memcmp(bytes_.data() + s.key_at, piece.data(), piece.size()) == 0) {
+        *count = s.count;
+        return ids_.data() + s.ids_at;
+      }
+    }
+  }
+  void insert(std::string_view piece, uint64_t hash, const int32_t* ids, uint32_t count) {
+    if (slots_.empty()) slots_.resize(kSlots);
+    if (used_ * 2 >= kSlots) clear();
+    size_t i = hash & (kSlots - 1);
+    while (slots_[i].len != 0) i = (i + 1) & (kSlots - 1);
+    slots_[i] = Slot{hash, static_cast<uint32_t>(bytes_.size()), static_cast<uint32_t>(ids_.size()),
+                     static_cast<uint32_t>(piece.size()), count};
+    bytes_.append(piece);
+    ids_.insert(ids_.end(), ids, ids + count);
+    ++used_;
+  }
+  void clear() {
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    bytes_.clear();
+    ids_.clear();
+    used_ = 0;
+  }
   uint64_t serial = 0;
-  PieceMap map;
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_at = 0, ids_at = 0, len = 0, count = 0;  // len 0 = empty (pieces are non-empty)
+  };
+  std::vector<Slot> slots_;
+  std::string bytes_;
+  std::vector<int32_t> ids_;
+  size_t used_ = 0;
 };
-constexpr size_t kCacheMaxEntries = 1 << 18;
 constexpr size_t kCacheMaxPieceBytes = 128;
 }  // namespace
 
@@ -312,18 +349,19 @@ void BpeTokenizer::encode_piece_cached(std::string_view piece, std::vector<int32
     return;
   }
   thread_local PieceCache cache;
-  if (cache.serial != serial_ || cache.map.size() >= kCacheMaxEntries) {
-    cache.map.clear();
+  if (cache.serial != serial_) {
+    cache.clear();
     cache.serial = serial_;
   }
-  const auto it = cache.map.find(piece);
-  if (it != cache.map.end()) {
-    out.insert(out.end(), it->second.begin(), it->second.end());
+  const uint64_t hash = std::hash<std::string_view>{}(piece);
+  uint32_t count = 0;
+  if (const int32_t* ids = cache.find(piece, hash, &count)) {
+    out.insert(out.end(), ids, ids + count);
     return;
   }
   const size_t start = out.size();
   model_->encode_piece(piece, out);
-  cache.map.emplace(std::string(piece), std::vector<int32_t>(out.begin() + static_cast<ptrdiff_t>(start), out.end()));
+  cache.insert(piece, hash, out.data() + start, static_cast<uint32_t>(out.size() - start));
 }
 
 void BpeTokenizer::encode_segment(std::string_view text, size_t step,
