@@ -51,7 +51,7 @@ BpeModel::BpeModel(std::vector<std::string> vocab, std::vector<Merge> merges, bo
 }
 
 int32_t BpeModel::id_of(std::string_view bytes) const {
-  const auto it = by_bytes_.find(std::string(bytes));
+  const auto it = by_bytes_.find(bytes);
   return it == by_bytes_.end() ? -1 : it->second;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,7 +42,13 @@ class BpeModel {
   void merge_long(std::vector<int32_t>& syms) const;
 
   std::vector<std::string> vocab_;
-  std::unordered_map<std::string, int32_t> by_bytes_;
+  // Transparent hashing: lookups by string_view allocate nothing (the
+  // ignore_merges check runs once per piece).
+  struct BytesHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int32_t, BytesHash, std::equal_to<>> by_bytes_;
   std::array<int32_t, 256> byte_id_{};
   std::vector<Slot> pairs_;  // open addressing, power-of-two size
   uint64_t pair_mask_ = 0;
