@@ -17,7 +17,7 @@ for l in scalar avx2 avx512; do
   levels+=("$l")
 done
 [ ${#levels[@]} -gt 0 ] || { echo "skipped: this CPU has only the scalar level"; exit 77; }
-suites=(kernels_test llama_kernels_test llama_test llama_tp_mp_test precision_convert_test precision_gemm_test gpt_test comm_collectives_mp_test)
+suites=(kernels_test llama_kernels_test llama_test llama_tp_mp_test gpt_tp_mp_test precision_convert_test precision_gemm_test gpt_test comm_collectives_mp_test)
 for l in "${levels[@]}"; do
   for s in "${suites[@]}"; do
     echo "== MESHTRAIN_ISA=$l $s"

@@ -47,8 +47,8 @@ expect 1 "outside the vocabulary" -- "$BIN" train "${COMMON[@]}" --set model.pre
 expect 1 "disagree" -- "$BIN" train "${COMMON[@]}" --set model.preset="" \
   --set "init_from=$TMP/run/model.safetensors" --set model.seq_len=64
 expect 1 "not available" -- "$BIN" train "${COMMON[@]}" --set parallel.pp=2
-# Tensor parallelism exists (for the llama family): the GPT preset says it has none.
-expect 1 "model family 'gpt' has no tensor or pipeline parallelism yet" -- "$BIN" train "${COMMON[@]}" --set parallel.tp=2 --nproc 2
+# A tp that does not divide the heads (tiny GPT: 2) is named.
+expect 1 "parallel.tp = 3 must divide the model's n_head (2)" -- "$BIN" train "${COMMON[@]}" --set parallel.tp=3 --nproc 3
 expect 1 "parallel.tp = 2 must divide the 1 rank(s)" -- "$BIN" train "${COMMON[@]}" --set model.preset=llama-tiny --set parallel.tp=2
 # Every ZeRO stage reduces in bf16 (tests/unit/zero_bf16_grads_mp_test.cpp); a wire format
 # that does not exist is named.

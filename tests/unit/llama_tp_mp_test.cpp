@@ -14,7 +14,6 @@
 #include <cmath>
 #include <limits>
 
-#include "harness.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/nn/llama.h"
@@ -23,6 +22,7 @@
 #include "meshtrain/nn/vocab_parallel_loss.h"
 #include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/train/train_step.h"
+#include "tp_shard_harness.h"
 
 using namespace meshtrain;
 using namespace meshtrain::comm;
@@ -30,11 +30,7 @@ using namespace meshtrain::comm::testing;
 
 namespace {
 
-CommOptions opts() {
-  CommOptions o = CommOptions::from_env();
-  o.timeout_s = 60;
-  return o;
-}
+using namespace tp_test;
 
 // llama-tiny with an MLP width that splits into odd parts (2 x 19; 4 x 11
 // for tp = 4, with as many kv heads as query heads).
@@ -45,92 +41,11 @@ LlamaConfig tiny(int n_kv_head = 2, int ffn_hidden = 38) {
   return c;
 }
 
-struct Batch {
-  std::vector<int32_t> inputs, targets;
-  int B = 2, T = 16;
-  MicroBatch view() const { return {inputs.data(), targets.data(), B, T}; }
-};
-
-Batch batch(const LlamaConfig& c, uint64_t seed) {
-  Batch b;
-  b.T = c.seq_len;
-  Rng rng(seed);
-  for (int i = 0; i < b.B * b.T; ++i) {
-    b.inputs.push_back(static_cast<int32_t>(rng.next_u64() % c.vocab_size));
-    // Every 7th target ignored; the rest anywhere in the real vocabulary.
-    b.targets.push_back(i % 7 == 3 ? -1 : static_cast<int32_t>(rng.next_u64() % c.vocab_size));
-  }
-  return b;
-}
-
-// Largest |a - b| over a tensor, against the tensor's largest |b|.
-std::string compare(const ParamLayout& shard_layout, const std::vector<float>& got,
-                    const std::vector<float>& want, double tol, const char* what) {
-  std::string e;
-  for (const ParamInfo& p : shard_layout.params) {
-    double worst = 0, scale = 1e-12;
-    for (int64_t i = p.begin; i < p.end(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
-    }
-    if (worst > tol * scale)
-      e += fmt::format("{} {}: off by {:.3g} (largest {:.3g}); ", what, p.name, worst, scale);
-  }
-  return e;
-}
-
-std::vector<float> to_vector(const Tensor& t) {
-  return {t.data<float>(), t.data<float>() + t.numel()};
-}
-
-// Trains `steps` of plain SGD on both the whole model and this rank's shard;
-// returns "" or what differed.
-std::string shard_matches_whole(Communicator& c, const LlamaConfig& cfg, const Recompute& rc,
-                                Precision prec, int steps, double tol, bool sp) {
-  auto full_spec = LlamaSpec::make(cfg);
-  ModelShard which{c.rank(), c.size()};
-  which.sequence_parallel = sp;
-  auto shard_spec = LlamaSpec::make(cfg, which);
-  auto whole = full_spec->build();
-  auto shard = shard_spec->build();
-  shard->set_tensor_parallel_group(parallel::make_tp_group(c));
-  for (Model* m : {whole.get(), shard.get()}) {
-    m->init_weights(11);
-    m->set_recompute(rc);
-    m->set_precision(prec);
-  }
-  const ParamLayout& fl = full_spec->layout();
-  const ParamLayout& sl = shard_spec->layout();
-  std::vector<float> sliced(static_cast<size_t>(sl.numel));
-  copy_logical_to_shard(fl, sl, c.rank(), whole->param_buffer().data<float>(), sliced.data());
-  std::string e = compare(sl, to_vector(shard->param_buffer()), sliced, 0, "initial weight");
-  for (int step = 0; step < steps && e.empty(); ++step) {
-    Batch b = batch(cfg, 100 + step);
-    whole->zero_grad();
-    shard->zero_grad();
-    const float lw = whole->forward(b.view());
-    const float ls = shard->forward(b.view());
-    if (!(std::fabs(lw - ls) <= tol * std::fabs(lw)))
-      e += fmt::format("step {}: loss {} on the shard, {} whole; ", step, ls, lw);
-    whole->backward(1.f);
-    shard->backward(1.f);
-    copy_logical_to_shard(fl, sl, c.rank(), whole->grad_buffer().data<float>(), sliced.data());
-    e += compare(sl, to_vector(shard->grad_buffer()), sliced, tol, "gradient");
-    // SGD on both, so later steps start from the (slightly different) trained weights.
-    for (Model* m : {whole.get(), shard.get()}) {
-      float* p = m->param_buffer().data<float>();
-      const float* g = m->grad_buffer().data<float>();
-      for (int64_t i = 0; i < m->param_buffer().numel(); ++i) p[i] -= 0.5f * g[i];
-    }
-  }
-  return e;
-}
-
 void expect_matches(int tp, const LlamaConfig& cfg, Recompute rc = {},
                     Precision prec = Precision::FP32, double tol = 1e-5, int steps = 4,
                     bool sp = false) {
   auto w = run_world(tp, [&](Communicator& c) {
-    return shard_matches_whole(c, cfg, rc, prec, steps, tol, sp);
+    return shard_matches_whole(c, LlamaSpec::make(cfg), rc, prec, steps, tol, sp);
   }, opts());
   EXPECT_TRUE(w.ok()) << (sp ? "sequence parallel\n" : "") << w.report();
 }
@@ -304,7 +219,7 @@ TEST(llama_tp, communication_volume_matches_the_megatron_formulas) {
       auto m = LlamaSpec::make(cfg, which)->build();
       m->set_tensor_parallel_group(parallel::make_tp_group(c));
       m->init_weights(3);
-      Batch b = batch(cfg, 9);
+      Batch b = batch(*LlamaSpec::make(cfg), 9);
       const CommCounters before = c.counters();
       m->forward(b.view());
       m->backward(1.f);

@@ -2,6 +2,7 @@
 #include "meshtrain/nn/kv_decoders.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "meshtrain/core/rng.h"
@@ -16,6 +17,8 @@
 #include "meshtrain/kernels/cpu/matmul_half.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/nn/gpt_activations.h"
+#include "meshtrain/nn/shard_slicing.h"
+#include "meshtrain/nn/vocab_parallel_loss.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain {
@@ -23,13 +26,13 @@ namespace meshtrain {
 using namespace cpu;
 
 GPT::GPT(std::shared_ptr<const GPTSpec> spec, ModelBuffers buffers)
-    : spec_(std::move(spec)), cfg_(spec_->config()) {
-  ModelBuffers b = adopt_buffers(std::move(buffers), cfg_.num_params());
+    : spec_(std::move(spec)), cfg_(spec_->config()), dims_(spec_->dims()) {
+  ModelBuffers b = adopt_buffers(std::move(buffers), dims_.num_params());
   param_buf_ = std::move(b.params);
   grad_buf_ = std::move(b.grads);
   k_ = &kernels_for(param_buf_.device());
-  params_ = GPTParams::view(cfg_, param_buf_);
-  grads_ = GPTParams::view(cfg_, grad_buf_);
+  params_ = GPTParams::view(dims_, param_buf_);
+  grads_ = GPTParams::view(dims_, grad_buf_);
 }
 
 GPT::GPT(const GPTConfig& cfg) : GPT(GPTSpec::make(cfg), ModelBuffers{}) {}
@@ -42,40 +45,69 @@ GPT::GPT(const GPTConfig& cfg, Tensor param_buffer, Tensor grad_buffer, bool zer
 
 GPT::~GPT() = default;
 
-void GPT::init_weights(uint64_t seed) {
+namespace {
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// GPT-2 initialization of a whole model's parameters (`layout`, into p),
+// drawn in buffer order: N(0, 0.02) matrices and embeddings (the real
+// vocabulary's rows only), residual projections scaled by 1/sqrt(2L), unit
+// LayerNorm gains, zero biases.
+void init_full(const GPTConfig& cfg, const ParamLayout& layout, float* p, uint64_t seed) {
   Rng rng(seed);
   const float std = 0.02f;
-  const float resid_std = std / std::sqrt(2.0f * cfg_.n_layer);
-  auto normal = [&](const Tensor& t, float s) {
-    float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = s * rng.normal();
-  };
-  auto fill = [](const Tensor& t, float v) {
-    float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = v;
-  };
-  param_buf_.zero_();
-  // Real vocabulary rows only; padded rows stay zero.
-  normal(params_.wte.slice_flat(0, static_cast<int64_t>(cfg_.vocab_size) * cfg_.n_embd), std);
-  normal(params_.wpe, std);
-  for (auto& l : params_.layers) {
-    fill(l.ln1w, 1.f);
-    fill(l.ln2w, 1.f);
-    normal(l.qkvw, std);
-    normal(l.attprojw, resid_std);
-    normal(l.fcw, std);
-    normal(l.fcprojw, resid_std);
+  const float resid_std = std / std::sqrt(2.0f * cfg.n_layer);
+  std::fill(p, p + layout.numel, 0.f);
+  for (const ParamInfo& info : layout.params) {
+    float* x = p + info.begin;
+    int64_t n = info.numel();
+    float scale = std;
+    if (info.name == "wte.weight") {
+      n = static_cast<int64_t>(cfg.vocab_size) * cfg.n_embd;
+    } else if (ends_with(info.name, "ln_1.weight") || ends_with(info.name, "ln_2.weight") ||
+               ends_with(info.name, "ln_f.weight")) {
+      std::fill(x, x + n, 1.f);
+      continue;
+    } else if (ends_with(info.name, "c_proj.weight")) {
+      scale = resid_std;
+    } else if (info.shape.size() < 2) {
+      continue;  // biases
+    }
+    for (int64_t i = 0; i < n; ++i) x[i] = scale * rng.normal();
   }
-  fill(params_.lnfw, 1.f);
+}
+
+}  // namespace
+
+void GPT::init_weights(uint64_t seed) {
+  if (dims_.tp_size == 1) return init_full(cfg_, spec_->layout(), param_buf_.data<float>(), seed);
+  // A shard starts as its slices of the whole model's initial weights, so
+  // any tp trains exactly like tp = 1.
+  auto full = GPTSpec::make(cfg_);
+  std::vector<float> whole(static_cast<size_t>(full->layout().numel));
+  init_full(cfg_, full->layout(), whole.data(), seed);
+  copy_logical_to_shard(full->layout(), spec_->layout(), dims_.tp_rank, whole.data(),
+                        param_buf_.data<float>());
+}
+
+void GPT::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) {
+  if (group)
+    MT_CHECK(group->size() == dims_.tp_size && group->rank() == dims_.tp_rank,
+             "tp group is rank {} of {}, the model shard is tp rank {} of {}", group->rank(),
+             group->size(), dims_.tp_rank, dims_.tp_size);
+  tp_ = std::move(group);
 }
 
 int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, const Recompute& recompute,
                               Precision precision) {
-  return 4 * GPTActivations::buffer_floats(cfg, B, T, recompute, precision);
+  return 4 * GPTActivations::buffer_floats(GPTDims::make(cfg, {}), B, T, recompute, precision);
 }
 
 int64_t GPT::workspace_bytes(const GPTConfig& cfg, int T, int nthreads) {
-  return 4 * GPTActivations::workspace_floats(cfg, T, nthreads);
+  return 4 * GPTActivations::workspace_floats(GPTDims::make(cfg, {}), T, nthreads);
 }
 
 void GPT::set_recompute(const Recompute& recompute) {
@@ -88,14 +120,14 @@ void GPT::set_recompute(const Recompute& recompute) {
 }
 
 void GPT::set_precision(Precision p) {
-  if (!half_.set_precision(p, cfg_.num_params())) return;
+  if (!half_.set_precision(p, dims_.num_params())) return;
   // The activation layout depends on the precision: drop it and the last forward.
   acts_.reset();
   have_targets_ = false;
 }
 
 void GPT::use_external_half_copy(Tensor buffer) {
-  half_.use_external(std::move(buffer), cfg_.num_params());
+  half_.use_external(std::move(buffer), dims_.num_params());
 }
 
 const uint16_t* GPT::half_weight(const Tensor& p) const {
@@ -115,7 +147,7 @@ void GPT::ensure_activations(int B, int T) {
       acts_->recompute == recompute_ && acts_->precision == half_.precision())
     return;
   acts_.reset();  // free first so peak memory holds one layout
-  acts_ = std::make_unique<GPTActivations>(cfg_, B, T, nt, recompute_, half_.precision());
+  acts_ = std::make_unique<GPTActivations>(dims_, B, T, nt, recompute_, half_.precision());
 }
 
 const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
@@ -123,77 +155,296 @@ const float* GPT::losses() const { return acts_ ? acts_->losses : nullptr; }
 
 void GPT::zero_grad() { grad_buf_.zero_(); }
 
+// ---- the pieces every block uses --------------------------------------------
+
+void GPT::linear_forward(float* out, GemmIn in, const Tensor& w, const float* bias, int64_t N,
+                         int64_t K, int64_t OC, bool accumulate) {
+  if (half_.mixed())
+    k_->matmul_forward_half(half_.format(), out, in.h, half_weight(w), bias, N, K, OC, accumulate);
+  else
+    k_->matmul_forward(out, in.f, w.data<float>(), bias, N, K, OC, accumulate);
+}
+
+void GPT::linear_backward(float* dinp, const Tensor& dw, float* dbias, const float* dout,
+                          GemmIn in, const Tensor& w, int64_t N, int64_t K, int64_t OC) {
+  // Mixed precision rounds the output gradient once into dout_h for both products.
+  if (half_.mixed())
+    k_->matmul_backward_half(half_.format(), dinp, dw.data<float>(), dbias, dout, acts_->dout_h,
+                             in.h, half_weight(w), N, K, OC, false);
+  else
+    k_->matmul_backward(dinp, dw.data<float>(), dbias, dout, in.f, w.data<float>(), N, K, OC, false);
+}
+
+void GPT::norm_forward(float* out, uint16_t* out_h, float* mean, float* rstd, const float* x,
+                       const Tensor& w, const Tensor& b, int64_t rows) {
+  const int64_t C = dims_.C;
+  if (!half_.mixed())
+    return k_->layernorm_forward(out, mean, rstd, x, w.data<float>(), b.data<float>(), rows, C);
+  // Computed in f32 in the staging area (dbt4c: free in forward, and when
+  // backward recomputes a block), stored rounded.
+  float* stage = acts_->dbt4c;
+  k_->layernorm_forward(stage, mean, rstd, x, w.data<float>(), b.data<float>(), rows, C);
+  k_->to_half(half_.format(), stage, out_h, rows * C);
+}
+
+void GPT::norm_backward(float* dinp, const Tensor& dw, const Tensor& db, const float* dout,
+                        const float* x, const Tensor& w, const float* mean, const float* rstd,
+                        int64_t rows) {
+  const int64_t C = dims_.C;
+  if (!dims_.sp)
+    return k_->layernorm_backward(dinp, dw.data<float>(), db.data<float>(), dout, x,
+                                  w.data<float>(), mean, rstd, rows, C);
+  // Each rank saw its rows only: this step's parameter gradients are summed
+  // over tp before they join what earlier micro-batches accumulated.
+  float* d = acts_->dnorm;
+  std::memset(d, 0, sizeof(float) * 2 * C);
+  k_->layernorm_backward(dinp, d, d + C, dout, x, w.data<float>(), mean, rstd, rows, C);
+  tp_->allreduce_sum(d, 2 * C);
+  k_->add_inplace(dw.data<float>(), d, C);
+  k_->add_inplace(db.data<float>(), d + C, C);
+}
+
+GPT::GemmIn GPT::gather_rows(GemmIn local, int64_t N) {
+  if (!dims_.sp) return local;
+  const int64_t count = dims_.local_rows(N) * dims_.C;
+  GPTActivations& a = *acts_;
+  if (half_.mixed()) {
+    tp_->allgather_half(local.h, a.gathered_h, count);
+    return {nullptr, a.gathered_h};
+  }
+  tp_->allgather(local.f, a.gathered, count);
+  return {a.gathered, nullptr};
+}
+
+const float* GPT::gather_grad(const float* local, int64_t N) {
+  if (!dims_.sp) return local;
+  tp_->allgather(local, acts_->gathered2, dims_.local_rows(N) * dims_.C);
+  return acts_->gathered2;
+}
+
+void GPT::row_parallel_forward(float* out, const float* residual, GemmIn in, const Tensor& w,
+                               const Tensor& bias, int64_t N, int64_t K) {
+  const int64_t C = dims_.C;
+  if (dims_.sp) {
+    // The partial products of all N rows, reduce-scattered to this rank's
+    // rows; then its residual and the bias.
+    float* partial = acts_->dbtc;  // free in forward
+    linear_forward(partial, in, w, nullptr, N, K, C, false);
+    const int64_t Nl = dims_.local_rows(N);
+    tp_->reduce_scatter(partial, out, Nl * C);
+    k_->add_inplace(out, residual, Nl * C);
+    const float* b = bias.data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < Nl; ++i) k_->add_inplace(out + i * C, b, C);
+    return;
+  }
+  if (dims_.tp_size == 1 || dims_.tp_rank == 0) {
+    // The residual and the bias are added once (by tp rank 0); the add is
+    // fused into the GEMM.
+    k_->copy(out, residual, N * C);
+    linear_forward(out, in, w, bias.data<float>(), N, K, C, /*accumulate=*/true);
+  } else {
+    linear_forward(out, in, w, nullptr, N, K, C, false);
+  }
+  if (dims_.tp_size > 1) tp_->allreduce_sum(out, N * C);
+}
+
+const float* GPT::reduce_input_grad(float* dinp, int64_t N) {
+  const int64_t C = dims_.C;
+  if (dims_.sp) {
+    tp_->reduce_scatter(dinp, acts_->dbtc_local, dims_.local_rows(N) * C);
+    return acts_->dbtc_local;
+  }
+  if (dims_.tp_size > 1) tp_->allreduce_sum(dinp, N * C);
+  return dinp;
+}
+
+// ---- blocks -------------------------------------------------------------------
+
 // The one code path for a block's forward, used by forward and by backward's
 // recompute, so recomputed activations are the same floats.
 void GPT::attention_core_forward(const GPTBlockActivations& s) {
-  const int64_t C = cfg_.n_embd, NH = cfg_.n_head;
   GPTActivations& a = *acts_;
-  k_->attention_forward(s.atty, s.att_lse, s.qkv, B_, T_, C, NH, a.workspace.data<float>(), a.nthreads);
+  k_->attention_forward(s.atty, s.att_lse, s.qkv, B_, T_, dims_.A, dims_.NH,
+                        a.workspace.data<float>(), a.nthreads);
 }
 
+// Mixed precision: LayerNorm and GELU compute in f32 into the staging area
+// and store their output rounded; the attention output is rounded for its
+// GEMM into atty_h.
 void GPT::block_forward(int l, const float* residual, const GPTBlockActivations& s,
                         float* residual3) {
-  const int64_t C = cfg_.n_embd;
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const int64_t C = dims_.C, A = dims_.A, F = dims_.F;
+  const int64_t N = static_cast<int64_t>(B_) * T_, Nl = dims_.local_rows(N);
   const GPTLayerParams& p = params_.layers[l];
-  if (half_.mixed()) return block_forward_half(l, residual, s, residual3);
-  k_->layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
-                    p.ln1b.data<float>(), BT, C);
-  k_->matmul_forward(s.qkv, s.ln1, p.qkvw.data<float>(), p.qkvb.data<float>(), BT, C, 3 * C, false);
+  const bool mixed = half_.mixed();
+  norm_forward(s.ln1, s.ln1_h, s.ln1_mean, s.ln1_rstd, residual, p.ln1w, p.ln1b, Nl);
+  linear_forward(s.qkv, gather_rows({s.ln1, s.ln1_h}, N), p.qkvw, p.qkvb.data<float>(), N, C, 3 * A,
+                 false);
   attention_core_forward(s);
-  // residual2 = residual + atty @ Wproj^T + b (the add is fused into the GEMM)
-  k_->copy(s.residual2, residual, BT * C);
-  k_->matmul_forward(s.residual2, s.atty, p.attprojw.data<float>(), p.attprojb.data<float>(), BT, C,
-                 C, /*accumulate=*/true);
-  k_->layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.residual2, p.ln2w.data<float>(),
-                    p.ln2b.data<float>(), BT, C);
-  k_->matmul_forward(s.fch, s.ln2, p.fcw.data<float>(), p.fcb.data<float>(), BT, C, 4 * C, false);
-  k_->gelu_forward(s.fch_gelu, s.fch, BT * 4 * C);
+  GemmIn att{s.atty, nullptr};
+  if (mixed) {
+    k_->to_half(half_.format(), s.atty, acts_->atty_h, N * A);
+    att = {nullptr, acts_->atty_h};
+  }
+  row_parallel_forward(s.residual2, residual, att, p.attprojw, p.attprojb, N, A);
+  norm_forward(s.ln2, s.ln2_h, s.ln2_mean, s.ln2_rstd, s.residual2, p.ln2w, p.ln2b, Nl);
+  linear_forward(s.fch, gather_rows({s.ln2, s.ln2_h}, N), p.fcw, p.fcb.data<float>(), N, C, F, false);
+  if (mixed) {
+    float* stage = acts_->dbt4c;
+    k_->gelu_forward(stage, s.fch, N * F);
+    k_->to_half(half_.format(), stage, s.fch_gelu_h, N * F);
+  } else {
+    k_->gelu_forward(s.fch_gelu, s.fch, N * F);
+  }
   // Backward never reads a block's own output, so its recompute stops here.
   if (!residual3) return;
-  k_->copy(residual3, s.residual2, BT * C);
-  k_->matmul_forward(residual3, s.fch_gelu, p.fcprojw.data<float>(), p.fcprojb.data<float>(), BT,
-                 4 * C, C, /*accumulate=*/true);
+  row_parallel_forward(residual3, s.residual2, {s.fch_gelu, s.fch_gelu_h}, p.fcprojw, p.fcprojb, N, F);
 }
 
-// Mixed precision: the same block with 16-bit GEMM operands. LayerNorm and
-// GELU compute in f32 into the staging area (dbt4c: unused by forward, and
-// free when backward recomputes a block) and store their output rounded.
-void GPT::block_forward_half(int l, const float* residual, const GPTBlockActivations& s,
-                             float* residual3) {
-  const int64_t C = cfg_.n_embd;
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
-  const cpu::Half h = half_.format();
+// Block l's backward (after any recompute): every GEMM's output gradient is
+// rounded once under mixed precision; GELU, attention and LayerNorm
+// backward and all gradient accumulation run in f32.
+void GPT::block_backward(int l, const float* residual, const GPTBlockActivations& s) {
+  GPTActivations& a = *acts_;
+  const int64_t C = dims_.C, A = dims_.A, F = dims_.F;
+  const int64_t N = static_cast<int64_t>(B_) * T_, Nl = dims_.local_rows(N);
   const GPTLayerParams& p = params_.layers[l];
-  float* stage = acts_->dbt4c;
-  k_->layernorm_forward(stage, s.ln1_mean, s.ln1_rstd, residual, p.ln1w.data<float>(),
-                    p.ln1b.data<float>(), BT, C);
-  k_->to_half(h, stage, s.ln1_h, BT * C);
-  k_->matmul_forward_half(h, s.qkv, s.ln1_h, half_weight(p.qkvw), p.qkvb.data<float>(), BT, C, 3 * C, false);
-  attention_core_forward(s);
-  k_->to_half(h, s.atty, acts_->atty_h, BT * C);
-  k_->copy(s.residual2, residual, BT * C);
-  k_->matmul_forward_half(h, s.residual2, acts_->atty_h, half_weight(p.attprojw),
-                      p.attprojb.data<float>(), BT, C, C, /*accumulate=*/true);
-  k_->layernorm_forward(stage, s.ln2_mean, s.ln2_rstd, s.residual2, p.ln2w.data<float>(),
-                    p.ln2b.data<float>(), BT, C);
-  k_->to_half(h, stage, s.ln2_h, BT * C);
-  k_->matmul_forward_half(h, s.fch, s.ln2_h, half_weight(p.fcw), p.fcb.data<float>(), BT, C, 4 * C, false);
-  k_->gelu_forward(stage, s.fch, BT * 4 * C);
-  k_->to_half(h, stage, s.fch_gelu_h, BT * 4 * C);
-  if (!residual3) return;
-  k_->copy(residual3, s.residual2, BT * C);
-  k_->matmul_forward_half(h, residual3, s.fch_gelu_h, half_weight(p.fcprojw), p.fcprojb.data<float>(),
-                      BT, 4 * C, C, /*accumulate=*/true);
+  GPTLayerParams& g = grads_.layers[l];
+  float* dres = a.dresidual;  // this rank's rows (all N without sequence parallelism)
+  float* dbt4c = a.dbt4c;
+  float* dbtc = a.dbtc;
+  // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). A
+  // row-parallel GEMM's output gradient is every row's (gathered under sp),
+  // so its bias gradient is whole on every rank.
+  linear_backward(dbt4c, g.fcprojw, g.fcprojb.data<float>(), gather_grad(dres, N),
+                  {s.fch_gelu, s.fch_gelu_h}, p.fcprojw, N, F, C);
+  k_->gelu_backward(dbt4c, s.fch, dbt4c, N * F);
+  linear_backward(dbtc, g.fcw, g.fcb.data<float>(), dbt4c, gather_rows({s.ln2, s.ln2_h}, N), p.fcw,
+                  N, C, F);
+  norm_backward(dres, g.ln2w, g.ln2b, reduce_input_grad(dbtc, N), s.residual2, p.ln2w, s.ln2_mean,
+                s.ln2_rstd, Nl);
+  // Attention: residual2 = residual + attproj(attn(qkv(ln1(residual)))).
+  GemmIn att{s.atty, nullptr};
+  if (half_.mixed()) {  // the attention output as its GEMM saw it
+    k_->to_half(half_.format(), s.atty, a.atty_h, N * A);
+    att = {nullptr, a.atty_h};
+  }
+  float* datty = dbtc;  // (N, A)
+  linear_backward(datty, g.attprojw, g.attprojb.data<float>(), gather_grad(dres, N), att, p.attprojw,
+                  N, A, C);
+  float* dqkv = dbt4c;  // (N, 3A)
+  k_->attention_backward(dqkv, datty, s.qkv, s.atty, s.att_lse, B_, T_, A, dims_.NH,
+                         a.workspace.data<float>(), a.nthreads);
+  linear_backward(dbtc, g.qkvw, g.qkvb.data<float>(), dqkv, gather_rows({s.ln1, s.ln1_h}, N), p.qkvw,
+                  N, C, 3 * A);
+  norm_backward(dres, g.ln1w, g.ln1b, reduce_input_grad(dbtc, N), residual, p.ln1w, s.ln1_mean,
+                s.ln1_rstd, Nl);
 }
+
+// ---- embedding ----------------------------------------------------------------
+
+void GPT::embed(const int32_t* inputs) {
+  GPTActivations& a = *acts_;
+  const int B = B_, T = T_;
+  const int64_t C = dims_.C, N = static_cast<int64_t>(B) * T;
+  const bool mixed = half_.mixed();
+  const cpu::Half h = half_.format();
+  const uint16_t* wte_h = mixed ? half_weight(params_.wte) : nullptr;
+  const float* wte = params_.wte.data<float>();
+  const float* wpe = params_.wpe.data<float>();
+  // The token embedding is read from the 16-bit copy under mixed precision
+  // (rounded like every other weight the model computes with), so ZeRO needs
+  // no f32 wte.
+  if (dims_.tp_size == 1) {
+    if (!mixed) return k_->encoder_forward(a.encoded, inputs, wte, wpe, B, T, C);
+    float* enc = a.encoded;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      float* o = enc + i * C;
+      k_->from_half(h, wte_h + static_cast<int64_t>(inputs[i]) * C, o, C);
+      const float* p = wpe + (i % T) * C;
+      for (int64_t c = 0; c < C; ++c) o[c] += p[c];
+    }
+    return;
+  }
+  // Vocabulary-parallel: this shard's rows [v0, v0 + Vl); a token elsewhere
+  // is another shard's, summed in by the allreduce (exactly: one term is
+  // non-zero). Sequence parallelism reduce-scatters all N rows' lookups.
+  const int64_t v0 = dims_.v_begin, Vl = dims_.Vl;
+  float* looked_up = dims_.sp ? a.gathered2 : a.encoded;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t row = static_cast<int64_t>(inputs[i]) - v0;
+    float* dst = looked_up + i * C;
+    if (row < 0 || row >= Vl)
+      std::memset(dst, 0, sizeof(float) * C);
+    else if (mixed)
+      k_->from_half(h, wte_h + row * C, dst, C);
+    else
+      std::memcpy(dst, wte + row * C, sizeof(float) * C);
+  }
+  const int64_t Nl = dims_.local_rows(N);
+  if (dims_.sp)
+    tp_->reduce_scatter(looked_up, a.encoded, Nl * C);
+  else
+    tp_->allreduce_sum(a.encoded, N * C);
+  // The positions of this rank's rows (rows [r Nl, (r + 1) Nl) under sp).
+  const int64_t first = dims_.sp ? dims_.tp_rank * Nl : 0;
+  float* enc = a.encoded;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < Nl; ++i) {
+    float* o = enc + i * C;
+    const float* p = wpe + ((first + i) % T) * C;
+    for (int64_t c = 0; c < C; ++c) o[c] += p[c];
+  }
+}
+
+void GPT::embed_backward() {
+  const int B = B_, T = T_;
+  const int64_t C = dims_.C, N = static_cast<int64_t>(B) * T;
+  const int32_t* inputs = inputs_copy_.data();
+  if (dims_.tp_size == 1)
+    return k_->encoder_backward(grads_.wte.data<float>(), grads_.wpe.data<float>(), acts_->dresidual,
+                                inputs, B, T, C);
+  // Every token's gradient (gathered under sp): the whole position table's
+  // gradient on every rank, and this shard's vocabulary rows; rows in
+  // position order (deterministic).
+  const float* d = gather_grad(acts_->dresidual, N);
+  const int64_t v0 = dims_.v_begin, Vl = dims_.Vl;
+  float* dwte = grads_.wte.data<float>();
+  float* dwpe = grads_.wpe.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t b = 0; b < B; ++b) {
+      const float* src = d + (b * T + t) * C;
+      float* dst = dwpe + t * C;
+      for (int64_t c = 0; c < C; ++c) dst[c] += src[c];
+    }
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t r = static_cast<int64_t>(inputs[i]) - v0;
+    if (r < 0 || r >= Vl) continue;  // another shard's row
+    float* row = dwte + r * C;
+    const float* src = d + i * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) row[c] += src[c];
+  }
+}
+
+// ---- forward and backward -----------------------------------------------------
 
 float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
   MT_CHECK(B >= 1, "batch size must be >= 1 (got {})", B);
   MT_CHECK(T >= 1 && T <= cfg_.seq_len,
            "sequence length {} is outside [1, {}] (the model's context, model.seq_len)", T,
            cfg_.seq_len);
-  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
+  MT_CHECK(dims_.tp_size == 1 || tp_, "a tensor-parallel gpt shard needs its tp group "
+           "(set_tensor_parallel_group) before forward");
+  const int64_t C = dims_.C, V = dims_.V, Vl = dims_.Vl;
   const int64_t BT = static_cast<int64_t>(B) * T;
+  MT_CHECK(!dims_.sp || BT % dims_.tp_size == 0, "sequence parallelism splits the micro-batch's "
+           "{} x {} = {} tokens over tp = {}: make batch x seq_len a multiple of {}", B, T, BT,
+           dims_.tp_size, dims_.tp_size);
   for (int64_t i = 0; i < BT; ++i) {
     MT_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id {} at batch {} position {} is outside the "
              "vocabulary [0, {})", inputs[i], i / T, i % T, V);
@@ -210,56 +461,37 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   inputs_copy_.assign(inputs, inputs + BT);
   if (targets) targets_copy_.assign(targets, targets + BT);
   have_targets_ = targets != nullptr;
+  const int64_t Nl = dims_.local_rows(BT);
 
   const int L = cfg_.n_layer;
   use_params(ParamEvent::Need, 0, false);
-  if (half_.mixed()) {
-    // The token embedding is read from the 16-bit copy (rounded like every
-    // other weight the model computes with), so ZeRO needs no f32 wte.
-    refresh_half_weights(0);
-    const cpu::Half h = half_.format();
-    const uint16_t* wte_h = half_weight(params_.wte);
-    const float* wpe = params_.wpe.data<float>();
-    float* enc = a.encoded;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < BT; ++i) {
-      float* o = enc + i * C;
-      k_->from_half(h, wte_h + static_cast<int64_t>(inputs[i]) * C, o, C);
-      const float* p = wpe + (i % T) * C;
-      for (int64_t c = 0; c < C; ++c) o[c] += p[c];
-    }
-  } else {
-    k_->encoder_forward(a.encoded, inputs, params_.wte.data<float>(), params_.wpe.data<float>(), B, T,
-                    C);
-  }
+  refresh_half_weights(0);
+  embed(inputs);
   use_params(ParamEvent::Done, 0, false);
   for (int l = 0; l < L; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
     use_params(ParamEvent::Need, 1 + l, false);
     refresh_half_weights(1 + l);
-    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-    block_forward(l, residual, a.blocks[l], a.residual3 + l * BT * C);
+    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * Nl * C;
+    block_forward(l, residual, a.blocks[l], a.residual3 + l * Nl * C);
     if (recompute_.recomputes_block(l) || recompute_.recomputes_attention()) scratch_block_ = l;
     use_params(ParamEvent::Done, 1 + l, false);
   }
-  const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
+  const float* last = a.residual3 + (L - 1) * Nl * C;
   use_params(ParamEvent::Need, L + 1, false);
-  const bool mixed = half_.mixed();
-  k_->layernorm_forward(mixed ? a.dbt4c : a.lnf, a.lnf_mean, a.lnf_rstd, last,
-                    params_.lnfw.data<float>(), params_.lnfb.data<float>(), BT, C);
-  if (mixed) k_->to_half(half_.format(), a.dbt4c, a.lnf_h, BT * C);
+  norm_forward(a.lnf, a.lnf_h, a.lnf_mean, a.lnf_rstd, last, params_.lnfw, params_.lnfb, Nl);
   use_params(ParamEvent::Need, 0, false);
-  if (mixed) {  // wte's 16-bit copy is current since the embedding lookup
-    k_->matmul_forward_half(half_.format(), a.logits, a.lnf_h, half_weight(params_.wte), nullptr,
-                        BT, C, Vp, false);
-  } else {
-    k_->matmul_forward(a.logits, a.lnf, params_.wte.data<float>(), nullptr, BT, C, Vp, false);
-  }
+  // wte's 16-bit copy is current since the embedding lookup.
+  linear_forward(a.logits, gather_rows({a.lnf, a.lnf_h}, BT), params_.wte, nullptr, BT, C, Vl, false);
   use_params(ParamEvent::Done, 0, false);
   use_params(ParamEvent::Done, L + 1, false);
   if (!targets) return std::numeric_limits<float>::quiet_NaN();
 
-  const int64_t counted = k_->softmax_cross_entropy_forward(a.losses, a.logits, targets, BT, V, Vp);
+  const int64_t counted =
+      dims_.tp_size == 1
+          ? k_->softmax_cross_entropy_forward(a.losses, a.logits, targets, BT, V, Vl)
+          : vocab_parallel_cross_entropy_forward(a.losses, a.lse, a.loss_scratch, a.logits, targets,
+                                                 BT, {dims_.v_begin, Vl, V}, *tp_);
   MT_CHECK(counted > 0, "every target in the batch is ignored (< 0); nothing to learn from");
   double sum = 0.0;
   for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
@@ -275,52 +507,54 @@ void GPT::backward(float loss_scale) {
   MT_CHECK(recompute_.mode == Recompute::Mode::None || thread_count() == a.nthreads,
            "thread count changed from {} to {} between forward and backward; recompute = {} "
            "needs the forward's", a.nthreads, thread_count(), recompute_.name());
-  const int B = B_, T = T_;
-  const int64_t C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
-  const int64_t BT = static_cast<int64_t>(B) * T;
+  const int64_t C = dims_.C, V = dims_.V, Vl = dims_.Vl;
+  const int64_t BT = static_cast<int64_t>(B_) * T_, Nl = dims_.local_rows(BT);
   const int32_t* targets = targets_copy_.data();
-  const int64_t total = cfg_.num_params();
+  const int64_t total = dims_.num_params();
 
   const int L = cfg_.n_layer;
   // Classifier: logits -> dlogits in place, then through the tied embedding.
   use_params(ParamEvent::Need, 0, true);
   use_params(ParamEvent::Need, L + 1, true);
-  k_->softmax_cross_entropy_backward(a.logits, targets, loss_scale / static_cast<float>(counted_), BT,
-                                 V, Vp);
+  const float dloss = loss_scale / static_cast<float>(counted_);
+  if (dims_.tp_size == 1)
+    k_->softmax_cross_entropy_backward(a.logits, targets, dloss, BT, V, Vl);
+  else
+    vocab_parallel_cross_entropy_backward(a.logits, a.lse, targets, dloss, BT, {dims_.v_begin, Vl, V});
   float* dlnf = a.dbtc;
   const bool mixed = half_.mixed();
   const cpu::Half h = half_.format();
+  const GemmIn lnf = gather_rows({a.lnf, a.lnf_h}, BT);
   // dlnf = dlogits wte needs wte; dwte += dlogits^T lnf does not, so it comes
   // after Done 0 (gpt.h): ZeRO-3 has freed the gathered wte before the whole
   // wte gradient is written. Same kernels and GEMMs as one matmul_backward.
   if (mixed)
-    k_->matmul_backward_half(h, dlnf, nullptr, nullptr, a.logits, a.dout_h, a.lnf_h,
-                         half_weight(params_.wte), BT, C, Vp, false);
+    k_->matmul_backward_half(h, dlnf, nullptr, nullptr, a.logits, a.dout_h, lnf.h,
+                             half_weight(params_.wte), BT, C, Vl, false);
   else
-    k_->matmul_backward(dlnf, nullptr, nullptr, a.logits, a.lnf, params_.wte.data<float>(), BT, C, Vp, false);
+    k_->matmul_backward(dlnf, nullptr, nullptr, a.logits, lnf.f, params_.wte.data<float>(), BT, C,
+                        Vl, false);
   use_params(ParamEvent::Done, 0, true);
   use_params(ParamEvent::GradBegin, 0, true);
   if (mixed)  // dlogits as rounded into dout_h above (rounded once)
-    k_->matmul_backward_weight_half(h, grads_.wte.data<float>(), a.dout_h, a.lnf_h, BT, C, Vp);
+    k_->matmul_backward_weight_half(h, grads_.wte.data<float>(), a.dout_h, lnf.h, BT, C, Vl);
   else
-    k_->matmul_backward(nullptr, grads_.wte.data<float>(), nullptr, a.logits, a.lnf, nullptr, BT, C,
-                    Vp, false);
+    k_->matmul_backward(nullptr, grads_.wte.data<float>(), nullptr, a.logits, lnf.f, nullptr, BT, C,
+                        Vl, false);
   use_params(ParamEvent::GradEnd, 0, true);
   // Residual-stream gradient starts at zero; layernorm backward accumulates.
   float* dres = a.dresidual;
-  std::fill(dres, dres + BT * C, 0.f);
-  const float* last = a.residual3 + (cfg_.n_layer - 1) * BT * C;
-  k_->layernorm_backward(dres, grads_.lnfw.data<float>(), grads_.lnfb.data<float>(), dlnf, last,
-                     params_.lnfw.data<float>(), a.lnf_mean, a.lnf_rstd, BT, C);
+  std::fill(dres, dres + Nl * C, 0.f);
+  const float* last = a.residual3 + (L - 1) * Nl * C;
+  norm_backward(dres, grads_.lnfw, grads_.lnfb, reduce_input_grad(dlnf, BT), last, params_.lnfw,
+                a.lnf_mean, a.lnf_rstd, Nl);
   use_params(ParamEvent::Done, L + 1, true);
   if (grad_ready_hook_) grad_ready_hook_(total - 2 * C, total);
 
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+  for (int l = L - 1; l >= 0; --l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", l, "compute");
     use_params(ParamEvent::Need, 1 + l, true);
-    const GPTLayerParams& p = params_.layers[l];
-    GPTLayerParams& g = grads_.layers[l];
-    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * Nl * C;
     const GPTBlockActivations& s = a.blocks[l];
     // Re-run what the policy did not keep, unless the scratch slot still
     // holds this block from forward (the last block that used it).
@@ -333,95 +567,25 @@ void GPT::backward(float loss_scale) {
       attention_core_forward(s);
       scratch_block_ = l;
     }
-    const float* ln1 = s.ln1;
-    const float* qkv = s.qkv;
-    const float* atty = s.atty;
-    const float* residual2 = s.residual2;
-    const float* ln2 = s.ln2;
-    const float* fch = s.fch;
-    const float* fch_gelu = s.fch_gelu;
-    float* dbt4c = a.dbt4c;
-    float* dbtc = a.dbtc;
-
-    if (mixed) {
-      block_backward_half(l, residual, s, g);
-      use_params(ParamEvent::Done, 1 + l, true);
-      if (grad_ready_hook_) {
-        auto [b, e] = params_.layer_range(l);
-        grad_ready_hook_(b, e);
-      }
-      continue;
-    }
-    // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-    k_->matmul_backward(dbt4c, g.fcprojw.data<float>(), g.fcprojb.data<float>(), dres, fch_gelu,
-                    p.fcprojw.data<float>(), BT, 4 * C, C, false);
-    k_->gelu_backward(dbt4c, fch, dbt4c, BT * 4 * C);
-    k_->matmul_backward(dbtc, g.fcw.data<float>(), g.fcb.data<float>(), dbt4c, ln2,
-                    p.fcw.data<float>(), BT, C, 4 * C, false);
-    k_->layernorm_backward(dres, g.ln2w.data<float>(), g.ln2b.data<float>(), dbtc, residual2,
-                       p.ln2w.data<float>(), s.ln2_mean, s.ln2_rstd, BT, C);
-    // Attention: residual2 = residual + attproj(attn(qkv(ln1(residual))))
-    k_->matmul_backward(dbtc, g.attprojw.data<float>(), g.attprojb.data<float>(), dres, atty,
-                    p.attprojw.data<float>(), BT, C, C, false);
-    float* dqkv = dbt4c;
-    k_->attention_backward(dqkv, dbtc, qkv, atty, s.att_lse, B, T, C, NH,
-                       a.workspace.data<float>(), a.nthreads);
-    k_->matmul_backward(dbtc, g.qkvw.data<float>(), g.qkvb.data<float>(), dqkv, ln1,
-                    p.qkvw.data<float>(), BT, C, 3 * C, false);
-    k_->layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
-                       p.ln1w.data<float>(), s.ln1_mean, s.ln1_rstd, BT, C);
+    block_backward(l, residual, s);
     use_params(ParamEvent::Done, 1 + l, true);
     if (grad_ready_hook_) {
       auto [b, e] = params_.layer_range(l);
       grad_ready_hook_(b, e);
     }
   }
-  k_->encoder_backward(grads_.wte.data<float>(), grads_.wpe.data<float>(), dres, inputs_copy_.data(),
-                   B, T, C);
+  embed_backward();
   if (grad_ready_hook_) {
     auto [b, e] = params_.layer_range(0);
     grad_ready_hook_(0, b);
   }
 }
 
-}  // namespace meshtrain
-
-namespace meshtrain {
-
-// Mixed precision backward of block l (after any recompute): every GEMM's
-// output gradient is rounded once into dout_h; weight gradients accumulate
-// in f32; GELU, attention and LayerNorm backward run in f32 as in fp32.
-void GPT::block_backward_half(int l, const float* residual, const GPTBlockActivations& s,
-                              GPTLayerParams& g) {
-  GPTActivations& a = *acts_;
-  const int64_t C = cfg_.n_embd, NH = cfg_.n_head;
-  const int64_t BT = static_cast<int64_t>(B_) * T_;
-  const cpu::Half h = half_.format();
-  const GPTLayerParams& p = params_.layers[l];
-  float* dres = a.dresidual;
-  float* dbt4c = a.dbt4c;
-  float* dbtc = a.dbtc;
-  k_->matmul_backward_half(h, dbt4c, g.fcprojw.data<float>(), g.fcprojb.data<float>(), dres, a.dout_h,
-                       s.fch_gelu_h, half_weight(p.fcprojw), BT, 4 * C, C, false);
-  k_->gelu_backward(dbt4c, s.fch, dbt4c, BT * 4 * C);
-  k_->matmul_backward_half(h, dbtc, g.fcw.data<float>(), g.fcb.data<float>(), dbt4c, a.dout_h, s.ln2_h,
-                       half_weight(p.fcw), BT, C, 4 * C, false);
-  k_->layernorm_backward(dres, g.ln2w.data<float>(), g.ln2b.data<float>(), dbtc, s.residual2,
-                     p.ln2w.data<float>(), s.ln2_mean, s.ln2_rstd, BT, C);
-  k_->to_half(h, s.atty, a.atty_h, BT * C);  // the attention output as its GEMM saw it
-  k_->matmul_backward_half(h, dbtc, g.attprojw.data<float>(), g.attprojb.data<float>(), dres, a.dout_h,
-                       a.atty_h, half_weight(p.attprojw), BT, C, C, false);
-  float* dqkv = dbt4c;
-  k_->attention_backward(dqkv, dbtc, s.qkv, s.atty, s.att_lse, B_, T_, C, NH, a.workspace.data<float>(),
-                     a.nthreads);
-  k_->matmul_backward_half(h, dbtc, g.qkvw.data<float>(), g.qkvb.data<float>(), dqkv, a.dout_h, s.ln1_h,
-                       half_weight(p.qkvw), BT, C, 3 * C, false);
-  k_->layernorm_backward(dres, g.ln1w.data<float>(), g.ln1b.data<float>(), dbtc, residual,
-                     p.ln1w.data<float>(), s.ln1_mean, s.ln1_rstd, BT, C);
+std::unique_ptr<Decoder> GPT::make_decoder() const {
+  MT_CHECK(dims_.tp_size == 1,
+           "generation with a KV cache runs on the whole model, not a tensor-parallel shard "
+           "(tp = {})", dims_.tp_size);
+  return make_gpt_decoder(cfg_, param_buf_);
 }
 
-}  // namespace meshtrain
-
-namespace meshtrain {
-std::unique_ptr<Decoder> GPT::make_decoder() const { return make_gpt_decoder(cfg_, param_buf_); }
 }  // namespace meshtrain

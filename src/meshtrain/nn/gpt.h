@@ -1,6 +1,16 @@
 // GPT-2 model with explicit forward and backward (no autograd): parameters in
 // one flat buffer, gradients in another, activations laid out up front for the
 // largest (B, T) seen.
+//
+// Tensor parallelism (Megatron): the same code on a shard (GPTDims, layout in
+// gpt_spec.cpp) with four tp allreduces per layer and step: after the
+// row-parallel attention and MLP projections (forward) and of the column-
+// parallel c_attn and c_fc GEMMs' input gradients (backward); a row-parallel
+// bias is added once. The tied embedding is vocabulary-parallel: the lookup
+// is summed over the group (one allreduce) and the head's loss never
+// gathers the logits (nn/vocab_parallel_loss.h). Sequence parallelism turns
+// each allreduce into a reduce-scatter, with allgathers before the GEMMs,
+// and sums each step's LayerNorm parameter gradients over tp.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -42,6 +52,8 @@ class GPT final : public Model {
   void init_weights(uint64_t seed) override;
 
   const ModelSpec& spec() const override { return *spec_; }
+  const GPTDims& dims() const { return dims_; }
+  void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) override;
   const Tensor& param_buffer() const override { return param_buf_; }
   const Tensor& grad_buffer() const override { return grad_buf_; }
   const GPTConfig& config() const { return cfg_; }
@@ -57,9 +69,10 @@ class GPT final : public Model {
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T);
   float forward(const MicroBatch& b) override { return forward(b.inputs, b.targets, b.B, b.T); }
   // Logits of the last forward, (B, T, padded_vocab); after backward() the
-  // buffer holds the logit gradients instead.
+  // buffer holds the logit gradients instead. A tensor-parallel shard's are
+  // its vocabulary columns (dims().Vl wide).
   const float* logits() const override;
-  int logits_stride() const override { return cfg_.padded_vocab; }
+  int logits_stride() const override { return static_cast<int>(dims_.Vl); }
   // Per-position losses of the last forward with targets, (B, T).
   const float* losses() const;
 
@@ -138,21 +151,57 @@ class GPT final : public Model {
   static int64_t workspace_bytes(const GPTConfig& cfg, int T, int nthreads);
 
  private:
+  // A GEMM's input as the model stores it: f32, or its 16-bit rounding
+  // under mixed precision.
+  struct GemmIn {
+    const float* f = nullptr;
+    const uint16_t* h = nullptr;
+  };
   void ensure_activations(int B, int T);
   // Block l's forward from `input` into `s`; with `output`, also the block's
   // output (the residual stream); backward's recompute passes null (stored).
   void block_forward(int l, const float* input, const GPTBlockActivations& s, float* output);
+  void block_backward(int l, const float* input, const GPTBlockActivations& s);
   void attention_core_forward(const GPTBlockActivations& s);
-  // Mixed precision versions of block_forward and a block's backward.
-  void block_forward_half(int l, const float* input, const GPTBlockActivations& s, float* output);
-  void block_backward_half(int l, const float* input, const GPTBlockActivations& s,
-                           GPTLayerParams& g);
+  // The token and position embeddings of the batch into the residual stream.
+  void embed(const int32_t* inputs);
+  // Their gradients from the residual stream's (the lookup reads no parameters).
+  void embed_backward();
+  // out (N, OC) (+)= in (N, K) W^T (+ bias), in the model's precision.
+  void linear_forward(float* out, GemmIn in, const Tensor& w, const float* bias, int64_t N,
+                      int64_t K, int64_t OC, bool accumulate);
+  // dinp (N, K) = dout W (may be null); dW += dout^T in; dbias += column sums.
+  void linear_backward(float* dinp, const Tensor& dw, float* dbias, const float* dout, GemmIn in,
+                       const Tensor& w, int64_t N, int64_t K, int64_t OC);
+  // LayerNorm over `rows` rows into out (f32) or out_h (its 16-bit rounding).
+  void norm_forward(float* out, uint16_t* out_h, float* mean, float* rstd, const float* x,
+                    const Tensor& w, const Tensor& b, int64_t rows);
+  // LayerNorm backward over this rank's rows; under sequence parallelism the
+  // weight and bias gradients are summed over tp before they accumulate.
+  void norm_backward(float* dinp, const Tensor& dw, const Tensor& db, const float* dout,
+                     const float* x, const Tensor& w, const float* mean, const float* rstd,
+                     int64_t rows);
+  // Sequence parallelism: this rank's rows of a C-wide GEMM input
+  // allgathered (all N rows); otherwise `local` itself.
+  GemmIn gather_rows(GemmIn local, int64_t N);
+  // The same for a residual-stream gradient (f32).
+  const float* gather_grad(const float* local, int64_t N);
+  // Row-parallel GEMM into `out` (this rank's rows): residual + in W^T + bias,
+  // the products summed over the tp group (Megatron's g).
+  void row_parallel_forward(float* out, const float* residual, GemmIn in, const Tensor& w,
+                            const Tensor& bias, int64_t N, int64_t K);
+  // The (N, C) input gradient of a column-parallel GEMM summed over the tp
+  // group (f's backward): in place, or reduce-scattered to this rank's rows
+  // under sequence parallelism; returns where it is.
+  const float* reduce_input_grad(float* dinp, int64_t N);
   // Mixed precision: the 16-bit copy of parameter `p` (a view of params()).
   const uint16_t* half_weight(const Tensor& p) const;
   // Rounds unit `unit`'s weight matrices from params() into the 16-bit copy.
   void refresh_half_weights(int unit);
   std::shared_ptr<const GPTSpec> spec_;
   GPTConfig cfg_;
+  GPTDims dims_;
+  std::shared_ptr<TensorParallelGroup> tp_;
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Recompute recompute_;
   HalfWeights half_;  // mixed precision's 16-bit compute copy (own, or ZeRO's)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/nn/model.h"
 
 namespace meshtrain {
 
@@ -37,6 +38,43 @@ void GPTConfig::validate() const {
            "model.vocab_size must be in [2, 65536] (tokens are uint16), got {}", vocab_size);
   MT_CHECK(padded_vocab >= vocab_size, "padded vocabulary {} is smaller than vocabulary {}",
            padded_vocab, vocab_size);
+}
+
+GPTDims GPTDims::make(const GPTConfig& cfg, const ModelShard& shard) {
+  cfg.validate();
+  const int tp = shard.tp_size, r = shard.tp_rank;
+  MT_CHECK(tp >= 1 && r >= 0 && r < tp, "tensor-parallel rank {} of {} is out of range", r, tp);
+  MT_CHECK(shard.layer_begin == 0 && shard.layer_end < 0 && shard.first_stage && shard.last_stage,
+           "gpt: pipeline stages are not supported yet");
+  auto divides = [&](int64_t n, const char* what) {
+    MT_CHECK(n % tp == 0, "parallel.tp = {} must divide the model's {} ({}): choose a tp that "
+             "divides it", tp, what, n);
+  };
+  divides(cfg.n_head, "n_head");
+  divides(cfg.padded_vocab, "padded vocabulary (padded_vocab)");
+  GPTDims d;
+  d.C = cfg.n_embd;
+  d.hd = cfg.head_dim();
+  d.NH = cfg.n_head / tp;
+  d.A = d.NH * d.hd;
+  d.F = 4 * d.C / tp;  // C = n_head * hd, so tp divides it
+  d.Vl = cfg.padded_vocab / tp;
+  d.v_begin = d.Vl * r;
+  d.V = cfg.vocab_size;
+  d.Vp = cfg.padded_vocab;
+  d.T = cfg.seq_len;
+  d.L = cfg.n_layer;
+  d.tp_rank = r;
+  d.tp_size = tp;
+  d.sp = shard.sequence_parallel && tp > 1;
+  return d;
+}
+
+int64_t GPTDims::num_params() const {
+  // Per layer: ln_1, ln_2 (2C each), c_attn (3A x C + 3A), attn c_proj
+  // (C x A + C), c_fc (F x C + F), mlp c_proj (C x F + C).
+  const int64_t per_layer = 4 * C + 3 * A * C + 3 * A + C * A + C + F * C + F + C * F + C;
+  return Vl * C + T * C + L * per_layer + 2 * C;
 }
 
 std::string GPTConfig::describe() const {

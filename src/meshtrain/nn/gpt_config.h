@@ -27,6 +27,32 @@ struct GPTConfig {
   std::string describe() const;
 };
 
+struct ModelShard;
+
+// The sizes one GPT instance computes with: the whole model, or one
+// tensor-parallel shard, which holds n_head / tp heads (q, k and v each
+// A = C / tp wide), 4C / tp of the MLP width and padded_vocab / tp rows of
+// the tied embedding; C, the LayerNorms, the position table and the
+// row-parallel biases are whole on every shard.
+struct GPTDims {
+  int64_t C = 0, hd = 0;
+  int64_t NH = 0;          // heads held
+  int64_t A = 0;           // attention width held: NH * hd (C for the whole model)
+  int64_t F = 0;           // MLP width held (4C for the whole model)
+  int64_t Vl = 0;          // vocabulary rows held (the tied embedding and head)
+  int64_t v_begin = 0;     // first of them
+  int64_t V = 0, Vp = 0;   // the real and padded vocabulary (whole model)
+  int64_t T = 0;           // rows of the position table
+  int L = 0, tp_rank = 0, tp_size = 1;
+  bool sp = false;  // sequence parallelism: the C-wide rows split over tp
+  // Rows of an N-row micro-batch this instance keeps of the residual stream.
+  int64_t local_rows(int64_t N) const { return sp ? N / tp_size : N; }
+  // Elements of the flat parameter buffer.
+  int64_t num_params() const;
+  // Throws a clear error naming the numbers when the shape cannot be split.
+  static GPTDims make(const GPTConfig& cfg, const ModelShard& shard);
+};
+
 // Round V up: to 128 when V > 1024 (GPT-2: 50257 -> 50304), else to 64.
 int pad_vocab(int vocab_size);
 

@@ -1,11 +1,17 @@
 #include "meshtrain/nn/gpt_params.h"
 
+#include "meshtrain/nn/model.h"
+
 namespace meshtrain {
 
 GPTParams GPTParams::view(const GPTConfig& cfg, const Tensor& flat) {
-  MT_CHECK(flat.numel() == cfg.num_params(), "flat buffer has {} elements, model needs {}",
-           flat.numel(), cfg.num_params());
-  const int64_t C = cfg.n_embd;
+  return view(GPTDims::make(cfg, {}), flat);
+}
+
+GPTParams GPTParams::view(const GPTDims& d, const Tensor& flat) {
+  MT_CHECK(flat.numel() == d.num_params(), "flat buffer has {} elements, model needs {}",
+           flat.numel(), d.num_params());
+  const int64_t C = d.C, A = d.A, F = d.F;
   GPTParams p;
   p.flat = flat;
   int64_t off = 0;
@@ -14,21 +20,21 @@ GPTParams GPTParams::view(const GPTConfig& cfg, const Tensor& flat) {
     off += t.numel();
     return t;
   };
-  p.wte = take({cfg.padded_vocab, C});
-  p.wpe = take({cfg.seq_len, C});
-  p.layers.resize(cfg.n_layer);
+  p.wte = take({d.Vl, C});
+  p.wpe = take({d.T, C});
+  p.layers.resize(d.L);
   for (auto& l : p.layers) {
     l.ln1w = take({C});
     l.ln1b = take({C});
-    l.qkvw = take({3 * C, C});
-    l.qkvb = take({3 * C});
-    l.attprojw = take({C, C});
+    l.qkvw = take({3 * A, C});
+    l.qkvb = take({3 * A});
+    l.attprojw = take({C, A});
     l.attprojb = take({C});
     l.ln2w = take({C});
     l.ln2b = take({C});
-    l.fcw = take({4 * C, C});
-    l.fcb = take({4 * C});
-    l.fcprojw = take({C, 4 * C});
+    l.fcw = take({F, C});
+    l.fcb = take({F});
+    l.fcprojw = take({C, F});
     l.fcprojb = take({C});
   }
   p.lnfw = take({C});

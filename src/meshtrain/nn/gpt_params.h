@@ -32,6 +32,8 @@ struct GPTParams {
 
   // Views into `flat`, which must hold exactly cfg.num_params() elements.
   static GPTParams view(const GPTConfig& cfg, const Tensor& flat);
+  // A tensor-parallel shard's views (d.num_params() elements; shapes: gpt_spec.cpp).
+  static GPTParams view(const GPTDims& d, const Tensor& flat);
   // Every parameter with its name, in buffer order.
   std::vector<std::pair<std::string, Tensor>> named() const;
   // Element range [begin, end) of layer l inside the flat buffer.

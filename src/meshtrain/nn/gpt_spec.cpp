@@ -5,41 +5,55 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/nn/gpt.h"
+#include "meshtrain/nn/gpt_activations.h"
 
 namespace meshtrain {
 
 namespace {
 
 // gpt_params.h's layout as data; units: 0 = embeddings, 1..L = layers,
-// L+1 = final LayerNorm.
-ParamLayout gpt_layout(const GPTConfig& cfg) {
-  const int64_t C = cfg.n_embd;
-  const int L = cfg.n_layer;
+// L+1 = final LayerNorm. A tensor-parallel shard (GPTDims) lists the same
+// parameters with its slices: c_attn (its heads' q, k and v rows: 3 parts)
+// and c_fc by rows, with their biases (column-parallel), both c_proj
+// matrices by columns (row-parallel; their biases whole), wte by rows (a
+// vocabulary-parallel embedding and tied head); the rest whole.
+ParamLayout gpt_layout(const GPTDims& d) {
+  const int64_t C = d.C, A = d.A, F = d.F, tp = d.tp_size;
+  const int L = d.L;
   ParamLayout lay;
   int64_t at = 0;
-  auto add = [&](std::string name, Shape shape, int unit, bool half_weight) {
-    ParamInfo p{std::move(name), shape, at, unit, shape.size() >= 2, half_weight};
+  auto add = [&](std::string name, Shape shape, int unit, bool half_weight, int split_dim = -1,
+                 int parts = 1) {
+    ParamInfo p;
+    p.name = std::move(name), p.shape = shape, p.begin = at, p.unit = unit;
+    p.decay = shape.size() >= 2, p.half_weight = half_weight;
+    if (tp > 1 && split_dim >= 0) {
+      p.split_dim = split_dim;
+      p.split_parts = parts;
+      p.full_shape = shape;
+      p.full_shape[split_dim] *= tp;
+    }
     at = p.end();
     lay.params.push_back(std::move(p));
   };
   auto unit = [&](std::string name, int64_t begin) { lay.units.push_back({std::move(name), begin, at}); };
-  add("wte.weight", {cfg.padded_vocab, C}, 0, true);
-  add("wpe.weight", {cfg.seq_len, C}, 0, false);
+  add("wte.weight", {d.Vl, C}, 0, true, 0);
+  add("wpe.weight", {d.T, C}, 0, false);
   unit("embeddings", 0);
   for (int l = 0; l < L; ++l) {
     const int64_t begin = at;
     const std::string h = "h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C}, 1 + l, false);
     add(h + "ln_1.bias", {C}, 1 + l, false);
-    add(h + "attn.c_attn.weight", {3 * C, C}, 1 + l, true);
-    add(h + "attn.c_attn.bias", {3 * C}, 1 + l, false);
-    add(h + "attn.c_proj.weight", {C, C}, 1 + l, true);
+    add(h + "attn.c_attn.weight", {3 * A, C}, 1 + l, true, 0, 3);
+    add(h + "attn.c_attn.bias", {3 * A}, 1 + l, false, 0, 3);
+    add(h + "attn.c_proj.weight", {C, A}, 1 + l, true, 1);
     add(h + "attn.c_proj.bias", {C}, 1 + l, false);
     add(h + "ln_2.weight", {C}, 1 + l, false);
     add(h + "ln_2.bias", {C}, 1 + l, false);
-    add(h + "mlp.c_fc.weight", {4 * C, C}, 1 + l, true);
-    add(h + "mlp.c_fc.bias", {4 * C}, 1 + l, false);
-    add(h + "mlp.c_proj.weight", {C, 4 * C}, 1 + l, true);
+    add(h + "mlp.c_fc.weight", {F, C}, 1 + l, true, 0);
+    add(h + "mlp.c_fc.bias", {F}, 1 + l, false, 0);
+    add(h + "mlp.c_proj.weight", {C, F}, 1 + l, true, 1);
     add(h + "mlp.c_proj.bias", {C}, 1 + l, false);
     unit("layer " + std::to_string(l), begin);
   }
@@ -68,15 +82,23 @@ int get_int(const nlohmann::json& j, const char* key, const std::string& where) 
 
 }  // namespace
 
-GPTSpec::GPTSpec(const GPTConfig& cfg) : cfg_(cfg) {
+GPTSpec::GPTSpec(const GPTConfig& cfg, const ModelShard& shard) : cfg_(cfg), shard_(shard) {
   cfg_.validate();
-  layout_ = gpt_layout(cfg_);
-  MT_CHECK(layout_.numel == cfg_.num_params(), "GPT layout has {} elements, the config {}",
-           layout_.numel, cfg_.num_params());
+  dims_ = GPTDims::make(cfg_, shard_);
+  layout_ = gpt_layout(dims_);
+  MT_CHECK(layout_.numel == dims_.num_params(), "GPT layout has {} elements, the dims {}",
+           layout_.numel, dims_.num_params());
+  if (dims_.tp_size == 1)
+    MT_CHECK(layout_.numel == cfg_.num_params(), "GPT layout has {} elements, the config {}",
+             layout_.numel, cfg_.num_params());
 }
 
-std::shared_ptr<const GPTSpec> GPTSpec::make(const GPTConfig& cfg) {
-  return std::make_shared<GPTSpec>(cfg);
+std::shared_ptr<const GPTSpec> GPTSpec::make(const GPTConfig& cfg, const ModelShard& shard) {
+  return std::make_shared<GPTSpec>(cfg, shard);
+}
+
+std::shared_ptr<const ModelSpec> GPTSpec::sharded(const ModelShard& shard) const {
+  return make(cfg_, shard);
 }
 
 nlohmann::json GPTSpec::to_json() const {
@@ -98,23 +120,21 @@ GPTConfig GPTSpec::config_from_json(const nlohmann::json& j, const std::string& 
 
 ModelMemory GPTSpec::memory(int B, int T, int threads, const Recompute& recompute,
                             Precision precision) const {
-  const int64_t C = cfg_.n_embd;
+  const GPTDims& d = dims_;
   ModelMemory m;
   // Exact: the model's own activation layout for the policy and precision.
-  m.activations = GPT::activation_bytes(cfg_, B, T, recompute, precision);
-  // Attention: per thread, two 64 x Tp score blocks and the head's K and V
-  // packed as hd x Tp panels, Tp = T rounded up to 32 (q, k, v and the head
-  // gradients are read and written in place).
-  const int64_t Tp = (static_cast<int64_t>(T) + 31) / 32 * 32;
-  m.workspace = 4 * static_cast<int64_t>(threads) * (2 * 64 * Tp + 2 * cfg_.head_dim() * Tp);
+  m.activations = 4 * GPTActivations::buffer_floats(d, B, T, recompute, precision);
+  m.workspace = 4 * GPTActivations::workspace_floats(d, T, threads);
   const bool widened = precision == Precision::FP16 ||
                        (precision == Precision::BF16 &&
                         cpu::bf16_gemm_path() == cpu::HalfGemmPath::FallbackSgemm);
   if (widened) {
     // The two f32 copies of the largest GEMM operands (kernels/cpu/gemm_bf16.h):
-    // A = an output gradient (N x max(4C, Vp)); B = a weight or the fc output.
-    const int64_t N = static_cast<int64_t>(B) * T, Vp = cfg_.padded_vocab;
-    m.workspace += 4 * (N * std::max(4 * C, Vp) + std::max({N * 4 * C, Vp * C, 4 * C * C}));
+    // A = an input or output gradient (N x the widest dimension); B = a
+    // weight (out x in) or the input of a weight-gradient product (N x in).
+    const int64_t N = static_cast<int64_t>(B) * T, C = d.C, A = d.A, F = d.F, Vl = d.Vl;
+    m.workspace += 4 * (N * std::max({C, 3 * A, F, Vl}) +
+                        std::max({3 * A * C, C * A, F * C, Vl * C, N * C, N * A, N * F}));
   }
   return m;
 }

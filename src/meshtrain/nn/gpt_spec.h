@@ -11,9 +11,13 @@ namespace meshtrain {
 class GPTSpec final : public ModelSpec, public std::enable_shared_from_this<GPTSpec> {
  public:
   static constexpr const char* kFamily = "gpt";
-  static std::shared_ptr<const GPTSpec> make(const GPTConfig& cfg);
+  static std::shared_ptr<const GPTSpec> make(const GPTConfig& cfg, const ModelShard& shard = {});
 
   const GPTConfig& config() const { return cfg_; }
+  const GPTDims& dims() const { return dims_; }
+  ModelShard shard() const override { return shard_; }
+  // A tensor-parallel shard (gpt_layout in gpt_spec.cpp names the splits).
+  std::shared_ptr<const ModelSpec> sharded(const ModelShard& shard) const override;
   std::string family() const override { return kFamily; }
   nlohmann::json to_json() const override;
   std::string describe() const override { return cfg_.describe(); }
@@ -29,10 +33,12 @@ class GPTSpec final : public ModelSpec, public std::enable_shared_from_this<GPTS
   // an earlier version: the GPTConfig fields without "family").
   static GPTConfig config_from_json(const nlohmann::json& j, const std::string& where);
 
-  explicit GPTSpec(const GPTConfig& cfg);  // use make()
+  GPTSpec(const GPTConfig& cfg, const ModelShard& shard);  // use make()
 
  private:
   GPTConfig cfg_;
+  ModelShard shard_;
+  GPTDims dims_;
   ParamLayout layout_;
 };
 

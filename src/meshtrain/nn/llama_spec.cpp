@@ -18,7 +18,9 @@ LlamaSpec::LlamaSpec(const LlamaConfig& cfg, const ModelShard& shard) : cfg_(cfg
   int64_t at = 0;
   // `shape` is the slice held; split_dim the dimension tp splits (-1: whole).
   auto add = [&](std::string name, Shape shape, int unit, int split_dim = -1) {
-    ParamInfo p{std::move(name), shape, at, unit, shape.size() >= 2, shape.size() >= 2};
+    ParamInfo p;
+    p.name = std::move(name), p.shape = shape, p.begin = at, p.unit = unit;
+    p.decay = p.half_weight = shape.size() >= 2;
     if (tp > 1 && split_dim >= 0) {
       p.split_dim = split_dim;
       p.full_shape = shape;

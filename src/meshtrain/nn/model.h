@@ -56,6 +56,10 @@ struct ParamInfo {
   // shards to logical tensors through these.
   Shape full_shape;  // empty: same as shape
   int split_dim = -1;
+  // The split dimension is `split_parts` equal blocks, each split into tp
+  // slices; the shard holds slice tp_rank of every block, in block order
+  // (GPT's fused q|k|v: 3 blocks, so each shard keeps its heads' q, k and v).
+  int split_parts = 1;
   const Shape& logical_shape() const { return full_shape.empty() ? shape : full_shape; }
   int64_t numel() const { return shape_numel(shape); }
   int64_t end() const { return begin + numel(); }

@@ -19,14 +19,21 @@ std::vector<ShardRun> shard_runs(const ParamLayout& full, const ParamLayout& sha
       runs.push_back({s.begin, f.begin, s.numel(), true});
       continue;
     }
-    // Row-major: the split dimension's slice is `outer` runs of `inner` elements.
+    // Row-major: the split dimension's slice is `outer` x `parts` runs of
+    // `inner` x (its part's slice) elements.
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < s.split_dim; ++d) outer *= s.shape[d];
     for (size_t d = s.split_dim + 1; d < s.shape.size(); ++d) inner *= s.shape[d];
-    const int64_t local = s.shape[s.split_dim], whole = f.shape[s.split_dim];
+    const int64_t parts = s.split_parts;
+    MT_CHECK(parts >= 1 && s.shape[s.split_dim] % parts == 0,
+             "shard parameter {}: {} rows do not split into {} parts", s.name,
+             s.shape[s.split_dim], parts);
+    const int64_t local = s.shape[s.split_dim] / parts, whole = f.shape[s.split_dim] / parts;
     for (int64_t o = 0; o < outer; ++o)
-      runs.push_back({s.begin + o * local * inner, f.begin + (o * whole + tp_rank * local) * inner,
-                      local * inner, false});
+      for (int64_t k = 0; k < parts; ++k)
+        runs.push_back({s.begin + (o * parts + k) * local * inner,
+                        f.begin + (o * parts * whole + k * whole + tp_rank * local) * inner,
+                        local * inner, false});
   }
   return runs;
 }

@@ -30,6 +30,8 @@ class TensorParallelGroup {
   // block, rank 1's, ...]; reduce_scatter sums `all` over the group and
   // leaves this rank's block in `mine`.
   virtual void allgather(const float* mine, float* all, int64_t count) = 0;
+  // The same for 16-bit values (mixed precision's stored GEMM inputs).
+  virtual void allgather_half(const uint16_t* mine, uint16_t* all, int64_t count) = 0;
   virtual void reduce_scatter(const float* all, float* mine, int64_t count) = 0;
 };
 

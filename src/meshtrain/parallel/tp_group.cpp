@@ -38,6 +38,13 @@ void CommTensorParallelGroup::allgather(const float* mine, float* all, int64_t c
   });
 }
 
+void CommTensorParallelGroup::allgather_half(const uint16_t* mine, uint16_t* all, int64_t count) {
+  // Moved, not reduced: the 16-bit format does not matter.
+  timed(seconds_, "tp allgather", [&] {
+    comm_.allgather(mine, all, static_cast<size_t>(count) * comm_.size(), DType::BF16).wait();
+  });
+}
+
 void CommTensorParallelGroup::reduce_scatter(const float* all, float* mine, int64_t count) {
   timed(seconds_, "tp reduce-scatter", [&] {
     comm_.reduce_scatter(all, mine, static_cast<size_t>(count) * comm_.size(), DType::F32,

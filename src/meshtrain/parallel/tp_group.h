@@ -19,6 +19,7 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   void allreduce_sum(float* data, int64_t count) override;
   void allreduce_max(float* data, int64_t count) override;
   void allgather(const float* mine, float* all, int64_t count) override;
+  void allgather_half(const uint16_t* mine, uint16_t* all, int64_t count) override;
   void reduce_scatter(const float* all, float* mine, int64_t count) override;
   const comm::Communicator& communicator() const { return comm_; }
   // Seconds spent in this group's collectives so far.

@@ -1,5 +1,6 @@
-// Tensor parallelism through the whole engine: `meshtrain train --nproc N
-// --set parallel.tp=T` on the Llama family reproduces the single-rank run
+// Tensor parallelism through the whole engine, for each model family (GPT
+// and Llama): `meshtrain train --nproc N --set parallel.tp=T` reproduces
+// the single-rank run
 // (every step's loss, validation loss and the final model file's tensors,
 // assembled from the tp shards, within 1e-5), for tp alone and composed
 // with data parallelism (dp 2 x tp 2) under replicated buckets and ZeRO 1-3
@@ -10,6 +11,7 @@
 // dp 4, and one written at dp 2 resumes at tp 2, continuing the same run.
 // Shapes tp cannot split are clear errors.
 #include <map>
+#include <tuple>
 
 #include "dp_harness.h"
 
@@ -20,21 +22,27 @@ namespace {
 constexpr int kSteps = 12;
 constexpr double kTol = 1e-5;
 
-// llama-tiny (GQA 4/2), the SwiGLU width split into odd halves (2 x 19),
-// a 256-token vocabulary split 128 + 128, clipping on (train.clip = 1).
+// The family under test (the suite's parameter).
+std::string g_family;
+
+// llama-tiny (GQA 4/2) with the SwiGLU width split into odd halves
+// (2 x 19), or GPT's tiny preset with 4 heads; a 256-token vocabulary split
+// 128 + 128, clipping on (train.clip = 1).
 std::string settings() {
   std::string s = tiny_settings(kSteps);
   const std::string from = "model.preset=tiny";
-  s.replace(s.find(from), from.size(), "model.preset=llama-tiny --set model.ffn_hidden=38");
+  s.replace(s.find(from), from.size(),
+            g_family == "llama" ? "model.preset=llama-tiny --set model.ffn_hidden=38"
+                                : "model.preset=tiny --set model.n_head=4");
   return s + " --set train.clip=1";
 }
 
 const RunResult& reference(int mb, int accum) {
-  static std::map<std::pair<int, int>, RunResult> cache;
-  auto it = cache.find({mb, accum});
+  static std::map<std::tuple<std::string, int, int>, RunResult> cache;
+  auto it = cache.find({g_family, mb, accum});
   if (it == cache.end())
-    it = cache.emplace(std::pair{mb, accum},
-                       train("tpref_" + std::to_string(mb) + "_" + std::to_string(accum),
+    it = cache.emplace(std::tuple{g_family, mb, accum},
+                       train(g_family + "_tpref_" + std::to_string(mb) + "_" + std::to_string(accum),
                              settings() + " --set train.micro_batch=" + std::to_string(mb) +
                                  " --set train.grad_accum=" + std::to_string(accum) +
                                  " --nproc 1")).first;
@@ -43,12 +51,17 @@ const RunResult& reference(int mb, int accum) {
 
 RunResult run(const std::string& name, int nproc, int tp, int stage, int mb, int accum,
               const std::string& extra = "") {
-  return train(name, settings() + " --nproc " + std::to_string(nproc) + " --set parallel.tp=" +
-                         std::to_string(tp) + " --set zero.stage=" + std::to_string(stage) +
-                         " --set zero.persist_threshold=0 --set train.micro_batch=" +
-                         std::to_string(mb) + " --set train.grad_accum=" + std::to_string(accum) +
-                         extra);
+  return train(g_family + "_" + name,
+               settings() + " --nproc " + std::to_string(nproc) + " --set parallel.tp=" +
+                   std::to_string(tp) + " --set zero.stage=" + std::to_string(stage) +
+                   " --set zero.persist_threshold=0 --set train.micro_batch=" + std::to_string(mb) +
+                   " --set train.grad_accum=" + std::to_string(accum) + extra);
 }
+
+class tp_train : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { g_family = GetParam(); }
+};
 
 // The gradient norm each step reports (and clips with) is the logical
 // model's: the same as one rank's.
@@ -77,36 +90,36 @@ void expect_memory_as_predicted(const RunResult& r) {
 
 }  // namespace
 
-TEST(llama_tp_train, tp2_matches_one_rank) {
+TEST_P(tp_train, tp2_matches_one_rank) {
   RunResult r = run("tp2", 2, 2, 0, 4, 1);
   EXPECT_NE(r.log.find("mesh: dp 1 x tp 2"), std::string::npos) << r.log;
   expect_same_training(r, reference(4, 1), kTol);
   expect_same_grad_norms(r, reference(4, 1));
 }
 
-TEST(llama_tp_train, dp2_tp2_replicated_matches_one_rank) {
+TEST_P(tp_train, dp2_tp2_replicated_matches_one_rank) {
   RunResult r = run("dp2tp2_0", 4, 2, 0, 2, 1);
   expect_same_training(r, reference(4, 1), kTol);
   expect_memory_as_predicted(r);
 }
 
-TEST(llama_tp_train, dp2_tp2_zero1_accumulating) {
+TEST_P(tp_train, dp2_tp2_zero1_accumulating) {
   RunResult r = run("dp2tp2_1", 4, 2, 1, 1, 2);
   expect_same_training(r, reference(2, 2), kTol);
   expect_same_grad_norms(r, reference(2, 2));
 }
 
-TEST(llama_tp_train, dp2_tp2_zero2_selective_recompute) {
+TEST_P(tp_train, dp2_tp2_zero2_selective_recompute) {
   expect_same_training(run("dp2tp2_2", 4, 2, 2, 2, 1, " --set recompute=selective"),
                        reference(4, 1), kTol);
 }
 
-TEST(llama_tp_train, dp2_tp2_zero3_full_recompute_accumulating) {
+TEST_P(tp_train, dp2_tp2_zero3_full_recompute_accumulating) {
   expect_same_training(run("dp2tp2_3", 4, 2, 3, 1, 2, " --set recompute=full"), reference(2, 2),
                        kTol);
 }
 
-TEST(llama_tp_train, sequence_parallel_matches_one_rank) {
+TEST_P(tp_train, sequence_parallel_matches_one_rank) {
   const std::string sp = " --set parallel.sequence_parallel=true";
   RunResult r = run("sp_tp2", 2, 2, 0, 4, 1, sp);
   EXPECT_NE(r.log.find("sequence parallel"), std::string::npos) << r.log;
@@ -120,7 +133,7 @@ TEST(llama_tp_train, sequence_parallel_matches_one_rank) {
                        reference(4, 1), kTol);
 }
 
-TEST(llama_tp_train, tp_that_does_not_divide_is_a_clear_error) {
+TEST_P(tp_train, tp_that_does_not_divide_is_a_clear_error) {
   RunResult r = run("tp_bad_heads", 3, 3, 0, 4, 1);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.log.find("parallel.tp = 3 must divide the model's n_head (4)"), std::string::npos)
@@ -128,14 +141,6 @@ TEST(llama_tp_train, tp_that_does_not_divide_is_a_clear_error) {
   RunResult w = run("tp_bad_world", 3, 2, 0, 4, 1);
   EXPECT_NE(w.status, 0);
   EXPECT_NE(w.log.find("parallel.tp = 2 must divide the 3 rank(s)"), std::string::npos) << w.log;
-}
-
-TEST(llama_tp_train, gpt_without_tensor_parallelism_says_so) {
-  std::string s = tiny_settings(2) + " --nproc 2 --set parallel.tp=2";
-  RunResult r = train("tp_gpt", s);
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.log.find("model family 'gpt' has no tensor or pipeline parallelism yet"),
-            std::string::npos) << r.log;
 }
 
 namespace {
@@ -167,22 +172,25 @@ std::string step6(const std::string& name) {
 
 }  // namespace
 
-TEST(llama_tp_train, checkpoint_at_tp2_resumes_at_tp1_and_dp2) {
+TEST_P(tp_train, checkpoint_at_tp2_resumes_at_tp1_and_dp2) {
   // Asynchronous saves (the default) of the logical layout from a tp group.
-  RunResult a = run("ck_tp2", 2, 2, 0, 4, 1, save_at_6("ck_tp2"));
+  RunResult a = run("ck_tp2", 2, 2, 0, 4, 1, save_at_6(g_family + "_ck_tp2"));
   ASSERT_EQ(a.status, 0) << a.log;
   expect_same_training(a, reference(4, 1), kTol);
-  expect_resumes("ck_tp2_to_1", 1, 1, 0, 4, step6("ck_tp2"));
-  expect_resumes("ck_tp2_to_dp2", 2, 1, 1, 2, step6("ck_tp2"));
+  expect_resumes("ck_tp2_to_1", 1, 1, 0, 4, step6(g_family + "_ck_tp2"));
+  expect_resumes("ck_tp2_to_dp2", 2, 1, 1, 2, step6(g_family + "_ck_tp2"));
 }
 
-TEST(llama_tp_train, checkpoint_at_dp2_tp2_zero3_resumes_at_dp4_and_back_at_tp2) {
-  RunResult a = run("ck_d2t2", 4, 2, 3, 2, 1, save_at_6("ck_d2t2"));
+TEST_P(tp_train, checkpoint_at_dp2_tp2_zero3_resumes_at_dp4_and_back_at_tp2) {
+  RunResult a = run("ck_d2t2", 4, 2, 3, 2, 1, save_at_6(g_family + "_ck_d2t2"));
   ASSERT_EQ(a.status, 0) << a.log;
-  expect_resumes("ck_d2t2_to_dp4", 4, 1, 2, 1, step6("ck_d2t2"));
+  expect_resumes("ck_d2t2_to_dp4", 4, 1, 2, 1, step6(g_family + "_ck_d2t2"));
   // A checkpoint written without tensor parallelism resumes at tp = 2.
-  RunResult b = run("ck_dp2", 2, 1, 1, 2, 1, save_at_6("ck_dp2"));
+  RunResult b = run("ck_dp2", 2, 1, 1, 2, 1, save_at_6(g_family + "_ck_dp2"));
   ASSERT_EQ(b.status, 0) << b.log;
-  expect_resumes("ck_dp2_to_tp2", 2, 2, 0, 4, step6("ck_dp2"));
-  expect_resumes("ck_dp2_to_dp2_tp2_zero2", 4, 2, 2, 2, step6("ck_dp2"));
+  expect_resumes("ck_dp2_to_tp2", 2, 2, 0, 4, step6(g_family + "_ck_dp2"));
+  expect_resumes("ck_dp2_to_dp2_tp2_zero2", 4, 2, 2, 2, step6(g_family + "_ck_dp2"));
 }
+
+INSTANTIATE_TEST_SUITE_P(family, tp_train, ::testing::Values("llama", "gpt"),
+                         [](const auto& info) { return info.param; });

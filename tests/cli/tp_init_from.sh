@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
-# Fine-tuning a Hugging Face Llama directory (the llama-tiny fixture) under
-# tensor parallelism: `init_from` at parallel.tp = 2 gives every shard its
-# slices of the checkpoint, so each step's loss equals the run at tp = 1
-# (1e-5 relative), and the final model file (assembled from the shards)
-# holds the same tensors.
+# Fine-tuning Hugging Face checkpoints under tensor parallelism, for both
+# families: a Llama directory (the llama-tiny fixture) and a GPT-2
+# safetensors file (the tiny GPT fixture, 2 heads). `init_from` at
+# parallel.tp = 2 gives every shard its slices of the checkpoint, so each
+# step's loss equals the run at tp = 1 (1e-5 relative), and the final model
+# file (assembled from the shards) holds the same tensors.
 set -uo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
-FIX="$SRC/tests/fixtures/llama_tiny_hf"
 mkdir -p "$TMP/data"
 write_token_shard "$TMP/data/train_000000.bin" 61 2
+for FIX in "$SRC/tests/fixtures/llama_tiny_hf" "$SRC/tests/fixtures/gpt_tiny_hf.safetensors"; do
+# GPT-2 weights do not store the head count: the fixture has 2.
+HEADS=(); [[ $FIX == *gpt* ]] && HEADS=(--set model.n_head=2)
 for tp in 1 2; do
-  "$BIN" train --set init_from="$FIX" --set model.preset= --set data.train="$TMP/data/train_*.bin" \
+  "$BIN" train --set init_from="$FIX" --set model.preset= "${HEADS[@]}" --set data.train="$TMP/data/train_*.bin" \
     --set train.steps=4 --set train.micro_batch=2 --set train.eval_every=0 --set train.threads=1 \
     --set parallel.tp=$tp --set telemetry.dir="$TMP/run$tp" --nproc $tp >"$TMP/train$tp" 2>&1 \
-    || { cat "$TMP/train$tp"; fail "training from the fixture at tp $tp failed"; }
-  grep -q "loaded weights from $FIX" "$TMP/train$tp" || { cat "$TMP/train$tp"; fail "tp $tp did not start from the fixture"; }
+    || { cat "$TMP/train$tp"; fail "training from $FIX at tp $tp failed"; }
+  grep -q "loaded weights from $FIX" "$TMP/train$tp" || { cat "$TMP/train$tp"; fail "tp $tp did not start from $FIX"; }
 done
 grep -q "mesh: dp 1 x tp 2" "$TMP/train2" || fail "tp 2 run did not report its mesh"
-python3 - "$TMP/run1" "$TMP/run2" <<'PY' || fail "tp 2 differs from tp 1"
+python3 - "$TMP/run1" "$TMP/run2" <<'PY' || fail "tp 2 differs from tp 1 starting from $FIX"
 import json, struct, sys
 def losses(d):
     return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
@@ -44,4 +47,5 @@ for k in ta:
     assert err <= 1e-5 * scale + 1e-7, (k, err, scale)
 print("tp 2 = tp 1:", a)
 PY
+done
 echo "PASS"
