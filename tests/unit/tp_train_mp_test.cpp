@@ -133,6 +133,31 @@ TEST_P(tp_train, sequence_parallel_matches_one_rank) {
                        reference(4, 1), kTol);
 }
 
+// Whole-model uses mid-run under dp 2 x tp 2 with ZeRO-3: every rank gathers
+// (ZeRO over dp, then the shards over tp) and rank 0 samples text with the
+// whole model's KV-cache decoder and writes the model file. Training is
+// unchanged, every collective still matches across ranks (debug
+// fingerprints), and the samples are the one-rank run's text.
+TEST_P(tp_train, sampling_and_saving_mid_run) {
+  const std::string mid = " --set train.sample_every=5 --set train.save_every=7";
+  auto samples = [](const std::string& log) {
+    std::string out;
+    for (size_t at = log.find("sample:"); at != std::string::npos; at = log.find("sample:", at + 1))
+      out += log.substr(at, log.find('\n', at) - at) + "\n";
+    return out;
+  };
+  const RunResult ref = run("sample_ref", 1, 1, 0, 4, 1, mid);
+  ASSERT_EQ(ref.status, 0) << ref.log;
+  ASSERT_FALSE(samples(ref.log).empty()) << ref.log;
+  const RunResult r = train(g_family + "_sample_dp2tp2",
+                            settings() + mid + " --nproc 4 --set parallel.tp=2 --set zero.stage=3 "
+                            "--set zero.persist_threshold=0 --set train.micro_batch=2",
+                            "env MESHTRAIN_COMM_DEBUG=1");
+  ASSERT_EQ(r.status, 0) << r.log;
+  EXPECT_EQ(samples(r.log), samples(ref.log));
+  expect_same_training(r, reference(4, 1), kTol);
+}
+
 TEST_P(tp_train, tp_that_does_not_divide_is_a_clear_error) {
   RunResult r = run("tp_bad_heads", 3, 3, 0, 4, 1);
   EXPECT_NE(r.status, 0);

@@ -1,5 +1,4 @@
 #include "meshtrain/nn/gpt.h"
-#include "meshtrain/nn/kv_decoders.h"
 
 #include <cmath>
 #include <cstring>
@@ -581,11 +580,5 @@ void GPT::backward(float loss_scale) {
   }
 }
 
-std::unique_ptr<Decoder> GPT::make_decoder() const {
-  MT_CHECK(dims_.tp_size == 1,
-           "generation with a KV cache runs on the whole model, not a tensor-parallel shard "
-           "(tp = {})", dims_.tp_size);
-  return make_gpt_decoder(cfg_, param_buf_);
-}
 
 }  // namespace meshtrain

@@ -57,7 +57,6 @@ class GPT final : public Model {
   const Tensor& param_buffer() const override { return param_buf_; }
   const Tensor& grad_buffer() const override { return grad_buf_; }
   const GPTConfig& config() const { return cfg_; }
-  std::unique_ptr<Decoder> make_decoder() const override;
   GPTParams& params() { return params_; }
   const GPTParams& params() const { return params_; }
   GPTParams& grads() { return grads_; }

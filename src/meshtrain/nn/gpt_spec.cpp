@@ -6,6 +6,7 @@
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/nn/gpt_activations.h"
+#include "meshtrain/nn/kv_decoders.h"
 
 namespace meshtrain {
 
@@ -137,6 +138,13 @@ ModelMemory GPTSpec::memory(int B, int T, int threads, const Recompute& recomput
                         std::max({3 * A * C, C * A, F * C, Vl * C, N * C, N * A, N * F}));
   }
   return m;
+}
+
+std::unique_ptr<Decoder> GPTSpec::make_decoder(const Tensor& params) const {
+  MT_CHECK(dims_.tp_size == 1,
+           "generation with a KV cache runs on the whole model, not a tensor-parallel shard "
+           "(tp = {})", dims_.tp_size);
+  return make_gpt_decoder(cfg_, params);
 }
 
 std::unique_ptr<Model> GPTSpec::build(ModelBuffers buffers) const {

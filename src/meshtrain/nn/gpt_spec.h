@@ -28,6 +28,7 @@ class GPTSpec final : public ModelSpec, public std::enable_shared_from_this<GPTS
   ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,
                      Precision precision) const override;
   std::unique_ptr<Model> build(ModelBuffers buffers = {}) const override;
+  std::unique_ptr<Decoder> make_decoder(const Tensor& params) const override;
 
   // The config from a description written by to_json() (or a checkpoint of
   // an earlier version: the GPTConfig fields without "family").

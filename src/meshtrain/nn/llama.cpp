@@ -1,5 +1,4 @@
 #include "meshtrain/nn/llama.h"
-#include "meshtrain/nn/kv_decoders.h"
 
 #include <cstring>
 #include <limits>
@@ -415,8 +414,4 @@ void Llama::backward(float loss_scale) {
   ready(0);
 }
 
-}  // namespace meshtrain
-
-namespace meshtrain {
-std::unique_ptr<Decoder> Llama::make_decoder() const { return make_llama_decoder(spec_, params_); }
 }  // namespace meshtrain

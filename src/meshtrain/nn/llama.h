@@ -43,7 +43,6 @@ class Llama final : public Model {
 
   const ModelSpec& spec() const override { return *spec_; }
   const LlamaConfig& config() const { return cfg_; }
-  std::unique_ptr<Decoder> make_decoder() const override;
   const Tensor& param_buffer() const override { return params_; }
   const Tensor& grad_buffer() const override { return grads_; }
 

@@ -6,6 +6,7 @@
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/nn/llama.h"
 #include "meshtrain/nn/llama_activations.h"
+#include "meshtrain/nn/kv_decoders.h"
 
 namespace meshtrain {
 
@@ -143,6 +144,10 @@ ModelMemory LlamaSpec::memory(int B, int T, int nthreads, const Recompute& recom
                         std::max({Q * C, 2 * H * C, C * H, C * A, Vl * C, N * C, N * H, N * A}));
   }
   return m;
+}
+
+std::unique_ptr<Decoder> LlamaSpec::make_decoder(const Tensor& params) const {
+  return make_llama_decoder(std::static_pointer_cast<const LlamaSpec>(shared_from_this()), params);
 }
 
 std::unique_ptr<Model> LlamaSpec::build(ModelBuffers buffers) const {

@@ -47,6 +47,7 @@ class LlamaSpec final : public ModelSpec, public std::enable_shared_from_this<Ll
   ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,
                      Precision precision) const override;
   std::unique_ptr<Model> build(ModelBuffers buffers = {}) const override;
+  std::unique_ptr<Decoder> make_decoder(const Tensor& params) const override;
 
   // Offsets into the flat buffer (elements).
   struct LayerOffsets {

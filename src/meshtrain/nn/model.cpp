@@ -64,6 +64,8 @@ std::shared_ptr<const ModelSpec> ModelSpec::sharded(const ModelShard& shard) con
        "use parallel.tp = 1", family(), shard.tp_rank, shard.tp_size);
 }
 
+std::unique_ptr<Decoder> ModelSpec::make_decoder(const Tensor&) const { return nullptr; }
+
 void Model::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) {
   MT_CHECK(spec().shard().tp_size == 1 || !group,
            "model family '{}' has no tensor parallelism", spec().family());

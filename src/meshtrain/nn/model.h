@@ -162,6 +162,11 @@ class ModelSpec {
   virtual ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,
                              Precision precision) const = 0;
   virtual std::unique_ptr<Model> build(ModelBuffers buffers = {}) const = 0;
+  // A KV-cache decoder (nn/decoder.h) over a whole model's parameters in
+  // this (full) spec's layout, e.g. a tensor-parallel run's gathered
+  // parameters; null when the family has none. It reads `params` at each
+  // feed, so they must outlive it.
+  virtual std::unique_ptr<Decoder> make_decoder(const Tensor& params) const;
 };
 
 // A batch of token sequences: inputs (B, T); targets (B, T) or null
@@ -222,8 +227,9 @@ class Model {
   virtual void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group);
 
   // A KV-cache decoder over this model's parameters (nn/decoder.h), or null
-  // when the model has none (generation then recomputes the prefix).
-  virtual std::unique_ptr<Decoder> make_decoder() const { return nullptr; }
+  // when the model has none (generation then recomputes the prefix); a
+  // tensor-parallel shard refuses (decode from the gathered whole model).
+  std::unique_ptr<Decoder> make_decoder() const { return spec().make_decoder(param_buffer()); }
 };
 
 }  // namespace meshtrain

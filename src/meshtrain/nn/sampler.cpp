@@ -52,33 +52,42 @@ int32_t sample_token(const float* logits, int V, const SampleOptions& opt, Rng& 
   return idx.back();
 }
 
+namespace {
+bool is_stop(const SampleOptions& opt, int32_t tok) {
+  return std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), tok) != opt.stop_tokens.end();
+}
+}  // namespace
+
+std::vector<int32_t> generate(Decoder& dec, const ModelSpec& spec, std::vector<int32_t> prompt,
+                              const SampleOptions& opt, Rng& rng,
+                              const std::function<void(int32_t)>& on_token) {
+  MT_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
+  const int T = dec.capacity();
+  const auto refill = [&](size_t keep) {
+    dec.reset();
+    return dec.feed(std::span<const int32_t>(prompt.data() + prompt.size() - keep, keep));
+  };
+  const float* logits = refill(std::min<size_t>(prompt.size(), static_cast<size_t>(T)));
+  for (int n = 0; n < opt.max_new_tokens; ++n) {
+    const int32_t tok = sample_token(logits, spec.vocab_size(), opt, rng);
+    prompt.push_back(tok);
+    if (on_token) on_token(tok);
+    if (is_stop(opt, tok) || n + 1 == opt.max_new_tokens) break;
+    if (dec.position() == T) {
+      logits = refill(static_cast<size_t>(std::max(1, T / 2)));  // context shift
+    } else {
+      logits = dec.feed(std::span<const int32_t>(&prompt.back(), 1));
+    }
+  }
+  return prompt;
+}
+
 std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, const SampleOptions& opt,
                               Rng& rng, const std::function<void(int32_t)>& on_token) {
   MT_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
   const ModelSpec& spec = model.spec();
-  const auto stops = [&](int32_t tok) {
-    return std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), tok) != opt.stop_tokens.end();
-  };
-  if (std::unique_ptr<Decoder> dec = opt.kv_cache ? model.make_decoder() : nullptr) {
-    const int T = dec->capacity();
-    const auto refill = [&](size_t keep) {
-      dec->reset();
-      return dec->feed(std::span<const int32_t>(prompt.data() + prompt.size() - keep, keep));
-    };
-    const float* logits = refill(std::min<size_t>(prompt.size(), static_cast<size_t>(T)));
-    for (int n = 0; n < opt.max_new_tokens; ++n) {
-      const int32_t tok = sample_token(logits, spec.vocab_size(), opt, rng);
-      prompt.push_back(tok);
-      if (on_token) on_token(tok);
-      if (stops(tok) || n + 1 == opt.max_new_tokens) break;
-      if (dec->position() == T) {
-        logits = refill(static_cast<size_t>(std::max(1, T / 2)));  // context shift
-      } else {
-        logits = dec->feed(std::span<const int32_t>(&prompt.back(), 1));
-      }
-    }
-    return prompt;
-  }
+  if (std::unique_ptr<Decoder> dec = opt.kv_cache ? model.make_decoder() : nullptr)
+    return generate(*dec, spec, std::move(prompt), opt, rng, on_token);
   for (int n = 0; n < opt.max_new_tokens; ++n) {
     const int T = std::min<int>(static_cast<int>(prompt.size()), spec.seq_len());
     const int32_t* ctx = prompt.data() + prompt.size() - T;
@@ -87,7 +96,7 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, const S
     int32_t tok = sample_token(last, spec.vocab_size(), opt, rng);
     prompt.push_back(tok);
     if (on_token) on_token(tok);
-    if (stops(tok)) break;
+    if (is_stop(opt, tok)) break;
   }
   return prompt;
 }

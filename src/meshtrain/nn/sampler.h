@@ -29,5 +29,10 @@ int32_t sample_token(const float* logits, int V, const SampleOptions& opt, Rng& 
 // every token recomputes the last seq_len tokens.
 std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, const SampleOptions& opt,
                               Rng& rng, const std::function<void(int32_t)>& on_token = {});
+// The same with a decoder of a model of `spec` (ModelSpec::make_decoder, e.g.
+// over a tensor-parallel run's gathered parameters).
+std::vector<int32_t> generate(Decoder& decoder, const ModelSpec& spec, std::vector<int32_t> prompt,
+                              const SampleOptions& opt, Rng& rng,
+                              const std::function<void(int32_t)>& on_token = {});
 
 }  // namespace meshtrain

@@ -203,27 +203,32 @@ void TrainingRun::loop() {
                        stall * 1e3));
     }
     const bool save_due = opt_.save_every > 0 && (step + 1) % opt_.save_every == 0 && !last;
-    // Samples need the whole vocabulary's logits: not under tensor parallelism.
     const bool sample_due = opt_.sample_every > 0 && (step + 1) % opt_.sample_every == 0 &&
-                            spec_.vocab_size() <= 256 && opt_.tp == 1;
-    // ZeRO: rank 0 needs the whole, current model (collective on every rank).
+                            spec_.vocab_size() <= 256;
+    // ZeRO: rank 0 needs the whole, current model (collective on every rank);
+    // tensor parallelism: the shards assembled (collective over tp).
     if (save_due || sample_due) sync_->gather_full_parameters();
-    if (save_due) {
-      const Tensor params = logical_parameters();
-      if (lead_) save_model_safetensors(opt_.run_dir + "/model.safetensors", *opt_.model, params);
-    }
+    const Tensor whole = save_due || sample_due ? logical_parameters() : Tensor();
+    if (save_due && lead_) save_model_safetensors(opt_.run_dir + "/model.safetensors", *opt_.model, whole);
     if (lead_ && sample_due) {
-      // A short generation so a person sees what the model has learned so far.
+      // A short generation so a person sees what the model has learned so
+      // far, by the whole model's KV-cache decoder (any tp).
       SampleOptions so;
       so.max_new_tokens = 120;
       so.temperature = 0.8f;
       so.top_k = 40;
       Rng rng(opt_.seed + static_cast<uint64_t>(step));
       std::vector<int32_t> prompt = {batches[0].inputs.data<int32_t>()[0]};
+      std::unique_ptr<Decoder> dec = opt_.model->make_decoder(whole);
+      std::vector<int32_t> out;
+      if (dec)
+        out = generate(*dec, *opt_.model, prompt, so, rng);
+      else if (opt_.tp == 1)
+        out = generate(*model_, prompt, so, rng);
       std::string text;
-      for (int32_t tok : generate(*model_, prompt, so, rng)) text.push_back(static_cast<char>(tok));
+      for (int32_t tok : out) text.push_back(static_cast<char>(tok));
       for (char& ch : text) if (ch == '\n' || ch == '\t') ch = ' ';
-      note(fmt::format("step {:>6} | sample: {}", step + 1, text));
+      if (!out.empty()) note(fmt::format("step {:>6} | sample: {}", step + 1, text));
     }
     if (save_due || sample_due) sync_->release_full_parameters();
     if (lead_) {
