@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Interleaved tensor-parallel benchmark on a wide Llama preset: meshtrain at
+"""Interleaved tensor-parallel benchmark on a wide preset (llama-wide or
+gpt-wide): meshtrain at
 one rank, at tp = N (one tp group, with and without sequence parallelism),
 at dp = N, and PyTorch's own tensor
-parallelism (tools/peers/bench_llama_tp_torch.py: ColwiseParallel /
+parallelism (tools/peers/bench_tp_torch.py: ColwiseParallel /
 RowwiseParallel plans over gloo) on the same model, batch, context and
 threads per rank, alternating so machine noise hits all alike. Prints
 medians, the tp speed-up over one rank and over dp, the ratio to PyTorch,
 and the model state (parameters, gradients, optimizer) one rank holds.
 
   python3 bench/tp_vs_torch.py --preset llama-wide --nproc 2 --batch 4 --seq 128 --rounds 3
+  python3 bench/tp_vs_torch.py --preset gpt-wide --nproc 2 --batch 4 --seq 128 --rounds 3
 """
 import argparse
 import os
@@ -40,7 +42,7 @@ def main():
         f"tp {n}": ours + ["--nproc", str(n), "--tp", str(n)],
         f"tp {n} + sp": ours + ["--nproc", str(n), "--tp", str(n), "--sequence-parallel"],
         f"dp {n}": ours + ["--nproc", str(n)],
-        f"PyTorch tp {n}": [sys.executable, os.path.join(ROOT, "tools", "peers", "bench_llama_tp_torch.py"),
+        f"PyTorch tp {n}": [sys.executable, os.path.join(ROOT, "tools", "peers", "bench_tp_torch.py"),
                             "--nproc", str(n), "--tp", str(n), "--json"] + shape,
     }
     tok, state = {k: [] for k in runs}, {}

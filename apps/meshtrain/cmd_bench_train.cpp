@@ -263,7 +263,7 @@ void register_bench_train(CLI::App& bench) {
   c->add_option("--warmup", args->warmup, "Untimed warm-up steps")->capture_default_str();
   c->add_flag("--json", args->json, "Print one JSON object");
   c->add_option("--nproc", args->nproc, "Launch N ranks training data-parallel (aggregate tokens/s)");
-  c->add_option("--tp", args->tp, "Tensor-parallel ranks per group (--nproc a multiple of it; llama presets)")
+  c->add_option("--tp", args->tp, "Tensor-parallel ranks per group (--nproc a multiple of it)")
       ->capture_default_str();
   c->add_flag("--sequence-parallel", args->sequence_parallel,
               "With --tp: split the norms and residual stream over the tp group too");

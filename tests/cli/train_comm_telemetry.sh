@@ -5,7 +5,8 @@
 # total is the time the reductions ran, the exposed part what training
 # waited for). Data parallelism alone has no tensor-parallel part
 # (comm_tp_ms 0); at dp 2 x tp 2 the tp collectives are counted as exposed
-# communication (total >= exposed >= tp > 0) and drawn in the trace.
+# communication (total >= exposed >= tp > 0) and drawn in the trace, the
+# overlapped ones (backward's input-gradient sums) as their waits.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 "$BIN" data synth --out "$TMP/data" --tokens 40000 >/dev/null
@@ -55,5 +56,7 @@ t = json.load(open(sys.argv[1] + "/trace.json"))
 events = t["traceEvents"] if isinstance(t, dict) else t
 names = {e.get("name") for e in events if e.get("cat") == "comm"}
 assert "tp allreduce" in names, sorted(n for n in names if n)
+# Backward's input-gradient sums run beside the weight-gradient GEMMs: only their waits show.
+assert "tp allreduce wait" in names, sorted(n for n in names if n)
 PY
 echo "ok"

@@ -166,12 +166,29 @@ void GPT::linear_forward(float* out, GemmIn in, const Tensor& w, const float* bi
 
 void GPT::linear_backward(float* dinp, const Tensor& dw, float* dbias, const float* dout,
                           GemmIn in, const Tensor& w, int64_t N, int64_t K, int64_t OC) {
+  // Undefined dw / w: that product is skipped (column_parallel_backward).
+  float* dw_p = dw.defined() ? dw.data<float>() : nullptr;
   // Mixed precision rounds the output gradient once into dout_h for both products.
   if (half_.mixed())
-    k_->matmul_backward_half(half_.format(), dinp, dw.data<float>(), dbias, dout, acts_->dout_h,
-                             in.h, half_weight(w), N, K, OC, false);
+    k_->matmul_backward_half(half_.format(), dinp, dw_p, dbias, dout, acts_->dout_h, in.h,
+                             w.defined() ? half_weight(w) : nullptr, N, K, OC, false);
   else
-    k_->matmul_backward(dinp, dw.data<float>(), dbias, dout, in.f, w.data<float>(), N, K, OC, false);
+    k_->matmul_backward(dinp, dw_p, dbias, dout, in.f, w.defined() ? w.data<float>() : nullptr, N,
+                        K, OC, false);
+}
+
+PendingGradient GPT::column_parallel_backward(float* dinp, const Tensor& dw, float* dbias,
+                                              const float* dout, GemmIn in, const Tensor& w,
+                                              int64_t N, int64_t K, int64_t OC) {
+  if (dims_.tp_size == 1) {  // nothing to overlap: one fused call
+    linear_backward(dinp, dw, dbias, dout, in, w, N, K, OC);
+    return {dinp, nullptr};
+  }
+  linear_backward(dinp, Tensor(), nullptr, dout, {}, w, N, K, OC);
+  PendingGradient sum = start_reduce_input_grad(dinp, N);
+  // The same rounding of dout again under mixed precision (same values).
+  linear_backward(nullptr, dw, dbias, dout, in, Tensor(), N, K, OC);
+  return sum;
 }
 
 void GPT::norm_forward(float* out, uint16_t* out_h, float* mean, float* rstd, const float* x,
@@ -248,14 +265,12 @@ void GPT::row_parallel_forward(float* out, const float* residual, GemmIn in, con
   if (dims_.tp_size > 1) tp_->allreduce_sum(out, N * C);
 }
 
-const float* GPT::reduce_input_grad(float* dinp, int64_t N) {
+PendingGradient GPT::start_reduce_input_grad(float* dinp, int64_t N) {
   const int64_t C = dims_.C;
-  if (dims_.sp) {
-    tp_->reduce_scatter(dinp, acts_->dbtc_local, dims_.local_rows(N) * C);
-    return acts_->dbtc_local;
-  }
-  if (dims_.tp_size > 1) tp_->allreduce_sum(dinp, N * C);
-  return dinp;
+  if (dims_.sp)
+    return {acts_->dbtc_local, tp_->start_reduce_scatter(dinp, acts_->dbtc_local, dims_.local_rows(N) * C)};
+  if (dims_.tp_size > 1) return {dinp, tp_->start_allreduce_sum(dinp, N * C)};
+  return {dinp, nullptr};
 }
 
 // ---- blocks -------------------------------------------------------------------
@@ -319,10 +334,9 @@ void GPT::block_backward(int l, const float* residual, const GPTBlockActivations
   linear_backward(dbt4c, g.fcprojw, g.fcprojb.data<float>(), gather_grad(dres, N),
                   {s.fch_gelu, s.fch_gelu_h}, p.fcprojw, N, F, C);
   k_->gelu_backward(dbt4c, s.fch, dbt4c, N * F);
-  linear_backward(dbtc, g.fcw, g.fcb.data<float>(), dbt4c, gather_rows({s.ln2, s.ln2_h}, N), p.fcw,
-                  N, C, F);
-  norm_backward(dres, g.ln2w, g.ln2b, reduce_input_grad(dbtc, N), s.residual2, p.ln2w, s.ln2_mean,
-                s.ln2_rstd, Nl);
+  PendingGradient dln2 = column_parallel_backward(dbtc, g.fcw, g.fcb.data<float>(), dbt4c,
+                                                  gather_rows({s.ln2, s.ln2_h}, N), p.fcw, N, C, F);
+  norm_backward(dres, g.ln2w, g.ln2b, dln2.get(), s.residual2, p.ln2w, s.ln2_mean, s.ln2_rstd, Nl);
   // Attention: residual2 = residual + attproj(attn(qkv(ln1(residual)))).
   GemmIn att{s.atty, nullptr};
   if (half_.mixed()) {  // the attention output as its GEMM saw it
@@ -335,10 +349,10 @@ void GPT::block_backward(int l, const float* residual, const GPTBlockActivations
   float* dqkv = dbt4c;  // (N, 3A)
   k_->attention_backward(dqkv, datty, s.qkv, s.atty, s.att_lse, B_, T_, A, dims_.NH,
                          a.workspace.data<float>(), a.nthreads);
-  linear_backward(dbtc, g.qkvw, g.qkvb.data<float>(), dqkv, gather_rows({s.ln1, s.ln1_h}, N), p.qkvw,
-                  N, C, 3 * A);
-  norm_backward(dres, g.ln1w, g.ln1b, reduce_input_grad(dbtc, N), residual, p.ln1w, s.ln1_mean,
-                s.ln1_rstd, Nl);
+  PendingGradient dln1 = column_parallel_backward(dbtc, g.qkvw, g.qkvb.data<float>(), dqkv,
+                                                  gather_rows({s.ln1, s.ln1_h}, N), p.qkvw, N, C,
+                                                  3 * A);
+  norm_backward(dres, g.ln1w, g.ln1b, dln1.get(), residual, p.ln1w, s.ln1_mean, s.ln1_rstd, Nl);
 }
 
 // ---- embedding ----------------------------------------------------------------
@@ -533,6 +547,8 @@ void GPT::backward(float loss_scale) {
   else
     k_->matmul_backward(dlnf, nullptr, nullptr, a.logits, lnf.f, params_.wte.data<float>(), BT, C,
                         Vl, false);
+  // The head's input gradient is summed over tp while dwte is computed.
+  PendingGradient dlnf_sum = start_reduce_input_grad(dlnf, BT);
   use_params(ParamEvent::Done, 0, true);
   use_params(ParamEvent::GradBegin, 0, true);
   if (mixed)  // dlogits as rounded into dout_h above (rounded once)
@@ -545,8 +561,8 @@ void GPT::backward(float loss_scale) {
   float* dres = a.dresidual;
   std::fill(dres, dres + Nl * C, 0.f);
   const float* last = a.residual3 + (L - 1) * Nl * C;
-  norm_backward(dres, grads_.lnfw, grads_.lnfb, reduce_input_grad(dlnf, BT), last, params_.lnfw,
-                a.lnf_mean, a.lnf_rstd, Nl);
+  norm_backward(dres, grads_.lnfw, grads_.lnfb, dlnf_sum.get(), last, params_.lnfw, a.lnf_mean,
+                a.lnf_rstd, Nl);
   use_params(ParamEvent::Done, L + 1, true);
   if (grad_ready_hook_) grad_ready_hook_(total - 2 * C, total);
 

@@ -172,6 +172,12 @@ class GPT final : public Model {
   // dinp (N, K) = dout W (may be null); dW += dout^T in; dbias += column sums.
   void linear_backward(float* dinp, const Tensor& dw, float* dbias, const float* dout, GemmIn in,
                        const Tensor& w, int64_t N, int64_t K, int64_t OC);
+  // A column-parallel GEMM's backward with its input gradient summed over
+  // tp while the weight gradient is computed (the overlap): dinp = dout W,
+  // the reduction started, then dW and dbias; returns the pending sum.
+  PendingGradient column_parallel_backward(float* dinp, const Tensor& dw, float* dbias,
+                                           const float* dout, GemmIn in, const Tensor& w,
+                                           int64_t N, int64_t K, int64_t OC);
   // LayerNorm over `rows` rows into out (f32) or out_h (its 16-bit rounding).
   void norm_forward(float* out, uint16_t* out_h, float* mean, float* rstd, const float* x,
                     const Tensor& w, const Tensor& b, int64_t rows);
@@ -189,10 +195,10 @@ class GPT final : public Model {
   // the products summed over the tp group (Megatron's g).
   void row_parallel_forward(float* out, const float* residual, GemmIn in, const Tensor& w,
                             const Tensor& bias, int64_t N, int64_t K);
-  // The (N, C) input gradient of a column-parallel GEMM summed over the tp
-  // group (f's backward): in place, or reduce-scattered to this rank's rows
-  // under sequence parallelism; returns where it is.
-  const float* reduce_input_grad(float* dinp, int64_t N);
+  // Starts summing the (N, C) input gradient of a column-parallel GEMM over
+  // the tp group (f's backward): in place, or reduce-scattered to this
+  // rank's rows under sequence parallelism; get() waits and says where.
+  PendingGradient start_reduce_input_grad(float* dinp, int64_t N);
   // Mixed precision: the 16-bit copy of parameter `p` (a view of params()).
   const uint16_t* half_weight(const Tensor& p) const;
   // Rounds unit `unit`'s weight matrices from params() into the 16-bit copy.

@@ -94,7 +94,7 @@ static GPTConfig make(int L, int H, int C, int T, int V) {
 }
 
 std::vector<std::string> gpt_preset_names() {
-  return {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "char-6L", "char-4L", "char-2L", "tiny"};
+  return {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "char-6L", "char-4L", "char-2L", "gpt-wide", "tiny"};
 }
 
 GPTConfig gpt_preset(const std::string& name) {
@@ -108,6 +108,9 @@ GPTConfig gpt_preset(const std::string& name) {
   // (docs/PERFORMANCE.md, "The demo").
   if (name == "char-4L") return make(4, 4, 192, 128, 256);
   if (name == "char-2L") return make(2, 4, 128, 128, 256);
+  // Few wide layers, where splitting each layer over tensor-parallel ranks
+  // pays on a CPU: 2 layers of 1024, 16 heads, 8192 tokens.
+  if (name == "gpt-wide") return make(2, 16, 1024, 256, 8192);
   // For tests: small enough for finite differences.
   if (name == "tiny") return make(2, 2, 16, 16, 61);
   std::string names;

@@ -56,7 +56,8 @@ struct GPTDims {
 // Round V up: to 128 when V > 1024 (GPT-2: 50257 -> 50304), else to 64.
 int pad_vocab(int vocab_size);
 
-// Named presets: gpt2, gpt2-medium, gpt2-large, gpt2-xl, char-6L, tiny.
+// Named presets: gpt2, gpt2-medium, gpt2-large, gpt2-xl, char-6L/4L/2L,
+// gpt-wide (tensor-parallel benchmarks), tiny.
 GPTConfig gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
 

@@ -98,14 +98,24 @@ void Llama::row_parallel_forward(float* out, const float* residual, const float*
   if (dims_.tp_size > 1) tp_->allreduce_sum(out, N * C);
 }
 
-const float* Llama::reduce_input_grad(float* dinp, int64_t N) {
+PendingGradient Llama::start_reduce_input_grad(float* dinp, int64_t N) {
   const int64_t C = dims_.C;
-  if (dims_.sp) {
-    tp_->reduce_scatter(dinp, acts_->dbtc_local, dims_.local_rows(N) * C);
-    return acts_->dbtc_local;
+  if (dims_.sp)
+    return {acts_->dbtc_local, tp_->start_reduce_scatter(dinp, acts_->dbtc_local, dims_.local_rows(N) * C)};
+  if (dims_.tp_size > 1) return {dinp, tp_->start_allreduce_sum(dinp, N * C)};
+  return {dinp, nullptr};
+}
+
+PendingGradient Llama::column_parallel_backward(float* dinp, int64_t w_offset, const float* dout,
+                                                const float* inp, int64_t N, int64_t C, int64_t OC) {
+  if (dims_.tp_size == 1) {  // nothing to overlap: one fused call
+    linear_backward(dinp, w_offset, dout, inp, N, C, OC);
+    return {dinp, nullptr};
   }
-  if (dims_.tp_size > 1) tp_->allreduce_sum(dinp, N * C);
-  return dinp;
+  linear_backward(dinp, w_offset, dout, nullptr, N, C, OC);
+  PendingGradient sum = start_reduce_input_grad(dinp, N);
+  linear_backward(nullptr, w_offset, dout, inp, N, C, OC);
+  return sum;
 }
 
 const float* Llama::gather_rows(const float* local, float* full, int64_t N) {
@@ -155,12 +165,15 @@ void Llama::linear_forward(float* out, const float* inp, int64_t w_offset, int64
 
 void Llama::linear_backward(float* dinp, int64_t w_offset, const float* dout, const float* inp,
                             int64_t N, int64_t C, int64_t OC) {
+  float* dw = inp ? g(w_offset) : nullptr;
   if (!half_.mixed())
-    return k_->matmul_backward(dinp, g(w_offset), nullptr, dout, inp, w(w_offset), N, C, OC, false);
+    return k_->matmul_backward(dinp, dw, nullptr, dout, inp, dinp ? w(w_offset) : nullptr, N, C, OC,
+                               false);
   const Half h = half_.format();
-  k_->to_half(h, inp, acts_->in_h, N * C);  // the same 16-bit values the forward GEMM saw
-  k_->matmul_backward_half(h, dinp, g(w_offset), nullptr, dout, acts_->dout_h, acts_->in_h,
-                       hw(w_offset), N, C, OC, false);
+  // The same 16-bit values the forward GEMM saw.
+  if (inp) k_->to_half(h, inp, acts_->in_h, N * C);
+  k_->matmul_backward_half(h, dinp, dw, nullptr, dout, acts_->dout_h, acts_->in_h,
+                           dinp ? hw(w_offset) : nullptr, N, C, OC, false);
 }
 
 void Llama::ensure_activations(int B, int T) {
@@ -339,8 +352,9 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   // MLP: out = residual2 + act Wdown^T, act = swiglu(ln2 Wgu^T), ln2 = RMSNorm(residual2).
   linear_backward(a.dact, o.down, gather_rows(dres, a.gathered2, N), s.act, N, H, C);
   k_->swiglu_backward(a.dgate_up, a.dact, s.gate_up, N, H);
-  linear_backward(a.dbtc, o.gate_up, a.dgate_up, gather_rows(s.ln2, a.gathered, N), N, C, 2 * H);
-  norm_backward(dres, o.ln2, reduce_input_grad(a.dbtc, N), s.residual2, s.ln2_rstd, Nl);
+  PendingGradient dln2 = column_parallel_backward(a.dbtc, o.gate_up, a.dgate_up,
+                                                  gather_rows(s.ln2, a.gathered, N), N, C, 2 * H);
+  norm_backward(dres, o.ln2, dln2.get(), s.residual2, s.ln2_rstd, Nl);
   // Attention: residual2 = input + atty Wo^T.
   linear_backward(a.datty, o.o, gather_rows(dres, a.gathered2, N), s.atty, N, A, C);
   if (dims_.gqa()) {
@@ -354,8 +368,9 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   }
   k_->rope_backward(a.dqkv, B_, T_, NH, hd, Q, rope_);
   k_->rope_backward(a.dqkv + A, B_, T_, NKV, hd, Q, rope_);
-  linear_backward(a.dbtc, o.qkv, a.dqkv, gather_rows(s.ln1, a.gathered, N), N, C, Q);
-  norm_backward(dres, o.ln1, reduce_input_grad(a.dbtc, N), input, s.ln1_rstd, Nl);
+  PendingGradient dln1 =
+      column_parallel_backward(a.dbtc, o.qkv, a.dqkv, gather_rows(s.ln1, a.gathered, N), N, C, Q);
+  norm_backward(dres, o.ln1, dln1.get(), input, s.ln1_rstd, Nl);
 }
 
 void Llama::backward(float loss_scale) {
@@ -375,10 +390,11 @@ void Llama::backward(float loss_scale) {
   else
     vocab_parallel_cross_entropy_backward(a.logits, a.lse, targets_.data(), dloss, N, {v0, Vl, V});
   const int64_t Nl = dims_.local_rows(N);
-  linear_backward(a.dbtc, spec_->head_offset(), a.logits, gather_rows(a.lnf, a.gathered, N), N, C, Vl);
+  PendingGradient dlnf = column_parallel_backward(a.dbtc, spec_->head_offset(), a.logits,
+                                                  gather_rows(a.lnf, a.gathered, N), N, C, Vl);
   std::memset(a.dresidual, 0, sizeof(float) * Nl * C);
   const float* last = a.residual + (L - 1) * Nl * C;
-  norm_backward(a.dresidual, spec_->norm_offset(), reduce_input_grad(a.dbtc, N), last, a.lnf_rstd, Nl);
+  norm_backward(a.dresidual, spec_->norm_offset(), dlnf.get(), last, a.lnf_rstd, Nl);
   use(ParamEvent::Done, L + 1, true);
   ready(L + 1);
   for (int l = L - 1; l >= 0; --l) {

@@ -77,9 +77,15 @@ class Llama final : public Model {
   // model's precision.
   void linear_forward(float* out, const float* inp, int64_t w_offset, int64_t N, int64_t C,
                       int64_t OC, bool accumulate = false);
-  // dinp (N, C) = dout @ W (may be null); dW += dout^T @ inp.
+  // dinp (N, C) = dout @ W (may be null); dW += dout^T @ inp (skipped with
+  // a null inp).
   void linear_backward(float* dinp, int64_t w_offset, const float* dout, const float* inp,
                        int64_t N, int64_t C, int64_t OC);
+  // A column-parallel GEMM's backward with its input gradient summed over
+  // tp while the weight gradient is computed (the overlap): dinp = dout W,
+  // the reduction started, then dW; returns the pending sum.
+  PendingGradient column_parallel_backward(float* dinp, int64_t w_offset, const float* dout,
+                                           const float* inp, int64_t N, int64_t C, int64_t OC);
   const uint16_t* hw(int64_t offset) const { return half_.at(offset); }
   // Block l from `input`; with `output`, also its output (backward's recompute passes null).
   void block_forward(int l, const float* input, const LlamaBlockActivations& s, float* output);
@@ -95,10 +101,10 @@ class Llama final : public Model {
   // scatter under sequence parallelism). The whole model adds in one GEMM.
   void row_parallel_forward(float* out, const float* residual, const float* inp, int64_t w_offset,
                             int64_t N, int64_t K);
-  // The (N, C) input gradient of a column-parallel GEMM summed over the tp
-  // group (f's backward): in place, or reduce-scattered to this rank's rows
-  // under sequence parallelism; returns where it is.
-  const float* reduce_input_grad(float* dinp, int64_t N);
+  // Starts summing the (N, C) input gradient of a column-parallel GEMM over
+  // the tp group (f's backward): in place, or reduce-scattered to this
+  // rank's rows under sequence parallelism; get() waits and says where.
+  PendingGradient start_reduce_input_grad(float* dinp, int64_t N);
   // Sequence parallelism: this rank's rows of an (N, C) activation
   // allgathered into `full` (returned); otherwise `local` itself.
   const float* gather_rows(const float* local, float* full, int64_t N);

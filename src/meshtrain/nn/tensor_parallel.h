@@ -12,11 +12,24 @@
 // With sequence parallelism the rows (tokens) between those GEMMs are split
 // over the group: f becomes an allgather forward and a reduce-scatter
 // backward, g a reduce-scatter forward and an allgather backward.
+//
+// Overlap: start_allreduce_sum / start_reduce_scatter return at once with the
+// collective in flight, so a model can run compute that does not depend on
+// it (the weight-gradient GEMM while a column-parallel GEMM's input gradient
+// is summed) and wait() before it reads the result.
 #pragma once
 #include <cstdint>
 #include <memory>
 
 namespace meshtrain {
+
+// A collective started by a start_* call: wait() before reading or writing
+// its buffers (and before the next collective's result is needed).
+class TensorParallelWork {
+ public:
+  virtual ~TensorParallelWork() = default;
+  virtual void wait() = 0;
+};
 
 class TensorParallelGroup {
  public:
@@ -33,6 +46,45 @@ class TensorParallelGroup {
   // The same for 16-bit values (mixed precision's stored GEMM inputs).
   virtual void allgather_half(const uint16_t* mine, uint16_t* all, int64_t count) = 0;
   virtual void reduce_scatter(const float* all, float* mine, int64_t count) = 0;
+  // Asynchronous forms (same order rule: every rank starts them in the same
+  // order). The default runs the blocking call and returns finished work.
+  virtual std::unique_ptr<TensorParallelWork> start_allreduce_sum(float* data, int64_t count);
+  virtual std::unique_ptr<TensorParallelWork> start_reduce_scatter(const float* all, float* mine,
+                                                                   int64_t count);
 };
+
+// An input gradient being summed over the tp group: where the sum will be,
+// and the collective to wait for. get() waits (once) and returns the data.
+class PendingGradient {
+ public:
+  PendingGradient(const float* data, std::unique_ptr<TensorParallelWork> work)
+      : data_(data), work_(std::move(work)) {}
+  const float* get() {
+    if (work_) work_->wait(), work_.reset();
+    return data_;
+  }
+
+ private:
+  const float* data_;
+  std::unique_ptr<TensorParallelWork> work_;
+};
+
+namespace detail {
+struct DoneWork final : TensorParallelWork {
+  void wait() override {}
+};
+}  // namespace detail
+
+inline std::unique_ptr<TensorParallelWork> TensorParallelGroup::start_allreduce_sum(float* data,
+                                                                                  int64_t count) {
+  allreduce_sum(data, count);
+  return std::make_unique<detail::DoneWork>();
+}
+
+inline std::unique_ptr<TensorParallelWork> TensorParallelGroup::start_reduce_scatter(
+    const float* all, float* mine, int64_t count) {
+  reduce_scatter(all, mine, count);
+  return std::make_unique<detail::DoneWork>();
+}
 
 }  // namespace meshtrain

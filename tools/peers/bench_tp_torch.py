@@ -1,10 +1,20 @@
 #!/usr/bin/env python3
-"""PyTorch peer for `meshtrain bench train --preset llama-wide --nproc N --tp T`:
+"""PyTorch peer for `meshtrain bench train --preset P --nproc N --tp T`:
 PyTorch's own tensor parallelism (torch.distributed.tensor.parallel) on the
-same Llama shapes, N CPU processes over gloo, one thread each by default.
+same Llama or GPT shapes, N CPU processes over gloo, one thread each by
+default.
 
-  python3 tools/peers/bench_llama_tp_torch.py --preset llama-wide --nproc 2 --tp 2 \\
+  python3 tools/peers/bench_tp_torch.py --preset llama-wide --nproc 2 --tp 2 \\
       --batch 4 --seq 128 --threads 1 --steps 6 --warmup 2
+  python3 tools/peers/bench_tp_torch.py --preset gpt-wide ...
+
+GPT (gpt-* presets): as tools/peers/bench_train_torch.py with q, k, v as
+separate biased projections (ColwiseParallel by heads, like meshtrain's
+split of the fused c_attn), c_fc ColwiseParallel, both projections
+RowwiseParallel (their biases added after the reduction), LayerNorms and the
+position table replicated; the embedding and the head are two vocabulary-
+parallel (Shard(0)) tensors, not one tied tensor, as parallelize_module
+shards modules one at a time (the peer does a little more optimizer work).
 
 Model: as tools/peers/bench_llama_torch.py, with q, k, v and gate, up as
 separate projections so the plan can split them by heads / width:
@@ -34,6 +44,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_llama_torch import Llama, RMSNorm, pad_vocab, rotate  # noqa: E402
+
+GPT_PRESETS = {
+    # (n_layer, n_head, n_embd, seq_len, vocab) as in src/meshtrain/nn/gpt_config.cpp
+    "gpt-wide": (2, 16, 1024, 256, 8192),
+    "char-6L": (6, 6, 384, 256, 256),
+}
 
 PRESETS = {
     # as in src/meshtrain/nn/llama_config.cpp
@@ -71,36 +87,96 @@ class TPBlock(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
+class GPTTPBlock(nn.Module):
+    def __init__(self, H, C):
+        super().__init__()
+        self.hd = C // H
+        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+        self.q = nn.Linear(C, C)
+        self.k = nn.Linear(C, C)
+        self.v = nn.Linear(C, C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        h = self.ln_1(x)
+        q, k, v = (m(h).view(B, T, -1, self.hd).transpose(1, 2) for m in (self.q, self.k, self.v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPTTP(nn.Module):
+    def __init__(self, L, H, C, T, V):
+        super().__init__()
+        self.embed = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(T, C)
+        self.layers = nn.ModuleList(GPTTPBlock(H, C) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C, eps=1e-5)
+        self.head = nn.Linear(C, V, bias=False)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() >= 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def logits(self, idx):
+        T = idx.shape[1]
+        x = self.embed(idx) + self.wpe.weight[:T]
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.ln_f(x))
+
+
+def build(preset):
+    """The model, its tensor-parallel plan (module name -> style) and its vocabulary."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    plan = {
+        "embed": RowwiseParallel(input_layouts=Replicate()),
+        "head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
+    }
+    if preset in GPT_PRESETS:
+        L, H, C, T, V = GPT_PRESETS[preset]
+        model = GPTTP(L, H, C, T, V)
+        cols, rows = ("q", "k", "v", "c_fc"), ("c_proj", "mlp_proj")
+    else:
+        L, H, KV, C, F_, T, V, theta = PRESETS[preset]
+        model = Llama(L, H, KV, C, F_, T, V, theta, block=TPBlock)
+        cols, rows = ("q", "k", "v", "gate", "up"), ("o", "down")
+    for i in range(L):
+        for name in cols:
+            plan[f"layers.{i}.{name}"] = ColwiseParallel()
+        for name in rows:
+            plan[f"layers.{i}.{name}"] = RowwiseParallel()
+    return model, plan, V, T
+
+
 def worker(rank, args, out_q):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(args.port))
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", rank=rank, world_size=args.nproc)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, loss_parallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
     dp = args.nproc // args.tp
     mesh = init_device_mesh("cpu", (dp, args.tp), mesh_dim_names=("dp", "tp"))
     tp_mesh = mesh["tp"]
     torch.manual_seed(1)
-    L, H, KV, C, F_, T, V, theta = PRESETS[args.preset]
+    model, plan, V, T = build(args.preset)
     assert V == pad_vocab(V), "the loss_parallel peer needs an unpadded vocabulary"
     seq = args.seq or T
-    model = Llama(L, H, KV, C, F_, T, V, theta, block=TPBlock)
-    plan = {
-        "embed": RowwiseParallel(input_layouts=Replicate()),
-        "head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
-    }
-    for i in range(L):
-        for name in ("q", "k", "v", "gate", "up"):
-            plan[f"layers.{i}.{name}"] = ColwiseParallel()
-        for name in ("o", "down"):
-            plan[f"layers.{i}.{name}"] = RowwiseParallel()
     parallelize_module(model, tp_mesh, plan)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+    # foreach kernels take lists of one kind: sharded (DTensor) and replicated
+    # (plain) parameters in separate groups, each with or without decay.
+    groups = {}
+    for p in model.parameters():
+        groups.setdefault((hasattr(p, "to_local"), p.dim() >= 2), []).append(p)
+    opt = torch.optim.AdamW([{"params": ps, "weight_decay": 0.1 if decay else 0.0}
+                             for (_, decay), ps in groups.items()],
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     dp_group = mesh["dp"].get_group() if dp > 1 else None
     gen = torch.Generator().manual_seed(1 + mesh.get_local_rank("dp"))
@@ -138,8 +214,8 @@ def worker(rank, args, out_q):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="PyTorch tensor-parallel CPU Llama training step (meshtrain peer)")
-    ap.add_argument("--preset", default="llama-wide", choices=sorted(PRESETS))
+    ap = argparse.ArgumentParser(description="PyTorch tensor-parallel CPU Llama/GPT training step (meshtrain peer)")
+    ap.add_argument("--preset", default="llama-wide", choices=sorted(PRESETS) + sorted(GPT_PRESETS))
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4)
