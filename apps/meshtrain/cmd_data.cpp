@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/data/byte_tokenizer.h"
+#include "meshtrain/data/instruct_prepare.h"
 #include "meshtrain/data/synth_dataset.h"
 #include "meshtrain/data/text_prepare.h"
 #include "meshtrain/data/token_shard.h"
@@ -55,6 +56,24 @@ void run_prepare(const data::PrepareOptions& o, bool verbose) {
                "lower --chunk-bytes or add text\n");
 }
 
+void run_instruct(const data::InstructOptions& o) {
+  if (o.seq_len < 2)
+    throw UsageError(fmt::format("--seq-len must be the training window (model.seq_len), >= 2; "
+                                 "got {}", o.seq_len));
+  if (o.val_fraction < 0.0 || o.val_fraction >= 1.0)
+    throw UsageError(fmt::format("--val-fraction must be in [0, 1), got {}", o.val_fraction));
+  if (o.threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", o.threads));
+  const data::InstructResult r = data::prepare_instruct(o);
+  fmt::print("tokenizer {}, template {}\n", r.tokenizer, o.chat_template);
+  fmt::print("examples {} ({} train, {} validation, seed {}); {} longer than seq_len {} were cut, "
+             "{} dropped with nothing trained left\n", r.examples, r.train_examples,
+             r.val_examples, o.seed, r.truncated, o.seq_len, r.dropped);
+  print_shards("train", r.train_examples * o.seq_len, r.train_shards);
+  print_shards("val", r.val_examples * o.seq_len, r.val_shards);
+  fmt::print("tokens {} in the examples, {} of them trained on (the responses); one example per "
+             "window: {} window tokens\n", r.tokens, r.trained_tokens, r.padded_tokens);
+}
+
 void run_synth(const data::SynthOptions& o) {
   if (o.tokens < 1) throw UsageError(fmt::format("--tokens must be >= 1, got {}", o.tokens));
   if (o.shard_tokens < 1 || o.shard_tokens > data::kMaxShardTokens)
@@ -76,8 +95,17 @@ void run_inspect(const std::vector<std::string>& paths, int64_t show,
       tokenizer_spec.empty() ? nullptr : data::load_tokenizer(tokenizer_spec);
   for (const std::string& path : paths) {
     const data::TokenShard shard(path);
-    fmt::print("{}: llm.c token shard version {}, {} tokens of {} bytes\n", path, shard.version(),
-               shard.num_tokens(), shard.token_bytes());
+    if (shard.masked()) {
+      std::vector<uint8_t> mask(static_cast<size_t>(shard.num_tokens()));
+      shard.read_mask(0, shard.num_tokens(), mask.data());
+      const int64_t trained = std::count(mask.begin(), mask.end(), uint8_t{1});
+      fmt::print("{}: masked instruction shard, {} tokens of {} bytes in windows of {} ({} "
+                 "examples), {} trained on\n", path, shard.num_tokens(), shard.token_bytes(),
+                 shard.window(), shard.num_tokens() / shard.window(), trained);
+    } else {
+      fmt::print("{}: llm.c token shard version {}, {} tokens of {} bytes\n", path,
+                 shard.version(), shard.num_tokens(), shard.token_bytes());
+    }
     const int64_t n = std::min(show, shard.num_tokens());
     if (n <= 0) continue;
     std::vector<int32_t> tokens(static_cast<size_t>(n));
@@ -128,6 +156,34 @@ void register_data(CLI::App& app) {
       ->capture_default_str();
   prepare->add_flag("-v,--verbose", *verbose, "List the skipped files");
   prepare->callback([prepare_opts, verbose] { run_prepare(*prepare_opts, *verbose); });
+
+  auto instruct_opts = std::make_shared<data::InstructOptions>();
+  CLI::App* instruct = data_cmd->add_subcommand(
+      "instruct", "Instruction data (JSONL prompt/response or chat messages) -> masked shards "
+                  "DIR/train_*.bin, DIR/val_*.bin: only the responses are trained on");
+  instruct->add_option("--input", instruct_opts->inputs, "JSONL file(s), one example per line")
+      ->required()->expected(1, -1);
+  instruct->add_option("--out", instruct_opts->out_dir, "Output folder")->required();
+  instruct->add_option("--seq-len", instruct_opts->seq_len,
+                       "The training window (model.seq_len): one example per window, padded")
+      ->required();
+  instruct->add_option("--tokenizer", instruct_opts->tokenizer,
+                       "'bytes', or a Hugging Face tokenizer.json (or its folder)")
+      ->capture_default_str();
+  instruct->add_option("--template", instruct_opts->chat_template,
+                       "plain | chatml | llama3 (docs/FINE_TUNING.md shows each)")
+      ->capture_default_str();
+  instruct->add_option("--eos", instruct_opts->eos,
+                       "plain template: a token after each response, trained on (e.g. \"<|endoftext|>\")");
+  instruct->add_option("--val-fraction", instruct_opts->val_fraction,
+                       "Share of examples held out for validation")->capture_default_str();
+  instruct->add_option("--seed", instruct_opts->seed, "Seed of the train/val split")
+      ->capture_default_str();
+  instruct->add_option("--shard-examples", instruct_opts->shard_examples,
+                       "Examples per shard at most")->capture_default_str();
+  instruct->add_option("--threads", instruct_opts->threads, "Encoding threads (0 = all cores)")
+      ->capture_default_str();
+  instruct->callback([instruct_opts] { run_instruct(*instruct_opts); });
 
   auto synth_opts = std::make_shared<data::SynthOptions>();
   CLI::App* synth = data_cmd->add_subcommand(

@@ -85,12 +85,18 @@ Batch DataLoader::make_batch(int64_t s) {
   b.inputs = Tensor::zeros({B, T}, DType::I32, MemCategory::Data);
   b.targets = Tensor::zeros({B, T}, DType::I32, MemCategory::Data);
   std::vector<int32_t> window(static_cast<size_t>(T + 1));
+  std::vector<uint8_t> mask(shards_->masked() ? static_cast<size_t>(T + 1) : 0);
   int32_t* in = b.inputs.data<int32_t>();
   int32_t* tg = b.targets.data<int32_t>();
   for (int64_t i = 0; i < B; ++i) {
-    shards_->read_window(perm[static_cast<size_t>(first + i)], window.data());
+    shards_->read_window(perm[static_cast<size_t>(first + i)], window.data(),
+                         mask.empty() ? nullptr : mask.data());
     std::copy(window.begin(), window.end() - 1, in + i * T);
     std::copy(window.begin() + 1, window.end(), tg + i * T);
+    // Masked shards: a token not trained on is an ignored target (-1).
+    if (!mask.empty())
+      for (int64_t j = 0; j < T; ++j)
+        if (!mask[static_cast<size_t>(j + 1)]) tg[i * T + j] = -1;
   }
   return b;
 }

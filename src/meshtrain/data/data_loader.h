@@ -52,7 +52,7 @@ struct LoaderOptions {
 
 struct Batch {
   Tensor inputs;    // (B, T) int32 token ids
-  Tensor targets;   // (B, T) int32: inputs shifted left by one
+  Tensor targets;   // (B, T) int32: inputs shifted left by one (-1: not trained on, masked shards)
   LoaderPosition position;  // of this batch
 };
 

@@ -29,7 +29,16 @@ ShardSet::ShardSet(const std::string& pattern, int64_t seq_len)
   window_begin_.push_back(0);
   for (const std::string& path : expand_shard_glob(pattern)) {
     shards_.emplace_back(path);
-    const int64_t n = shards_.back().num_tokens();
+    const TokenShard& s = shards_.back();
+    if (shards_.size() == 1) masked_ = s.masked();
+    if (s.masked() != masked_)
+      fail("'{}' mixes masked instruction shards and plain token shards ('{}' is {}); keep "
+           "them in separate folders", pattern, path, s.masked() ? "masked" : "plain");
+    if (masked_ && s.window() != seq_len)
+      fail("'{}' holds instruction examples laid out for seq_len {}, but training uses "
+           "seq_len {}: prepare them again with --seq-len {} or set model.seq_len={}", path,
+           s.window(), seq_len, seq_len, s.window());
+    const int64_t n = s.num_tokens();
     num_tokens_ += n;
     // Starts 0, T, 2T, ... with start + T + 1 <= n.
     const int64_t windows = n >= seq_len + 1 ? (n - 1) / seq_len : 0;
@@ -47,9 +56,10 @@ std::pair<size_t, int64_t> ShardSet::locate(int64_t id) const {
   return {shard, (id - window_begin_[shard]) * seq_len_};
 }
 
-void ShardSet::read_window(int64_t id, int32_t* out) const {
+void ShardSet::read_window(int64_t id, int32_t* out, uint8_t* mask) const {
   const auto [shard, start] = locate(id);
   shards_[shard].read(start, seq_len_ + 1, out);
+  if (mask && masked_) shards_[shard].read_mask(start, seq_len_ + 1, mask);
 }
 
 }  // namespace meshtrain::data

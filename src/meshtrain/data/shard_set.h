@@ -4,6 +4,10 @@
 // targets). Windows start at 0, T, 2T, ... (stride T: each token is a target
 // exactly once) and never cross a shard boundary. Windows are numbered
 // globally, shard by shard in sorted file order.
+//
+// Masked shards (instruction data, token_shard.h) hold one example per
+// window of the seq_len they were prepared for; a set is all masked or none,
+// and its window must equal seq_len (a clear error otherwise).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,8 +34,10 @@ class ShardSet {
   int64_t num_tokens() const { return num_tokens_; }
   int64_t num_windows() const { return window_begin_.back(); }
 
-  // Copies window `id`'s seq_len + 1 tokens into out.
-  void read_window(int64_t id, int32_t* out) const;
+  bool masked() const { return masked_; }
+  // Copies window `id`'s seq_len + 1 tokens into out (and, for masked
+  // shards, their loss-mask bytes into mask when it is given).
+  void read_window(int64_t id, int32_t* out, uint8_t* mask = nullptr) const;
   // (shard index, first token) of window `id`.
   std::pair<size_t, int64_t> locate(int64_t id) const;
 
@@ -41,6 +47,7 @@ class ShardSet {
   std::vector<TokenShard> shards_;
   std::vector<int64_t> window_begin_;  // first window id of each shard; back() = total
   int64_t num_tokens_ = 0;
+  bool masked_ = false;
 };
 
 }  // namespace meshtrain::data

@@ -29,10 +29,21 @@ TokenShard::TokenShard(const std::string& path) {
   if (size < kShardHeaderBytes)
     fail("'{}' is not an llm.c token shard: {} bytes is shorter than the {}-byte header", path,
          size, kShardHeaderBytes);
-  int32_t header[3];
+  int32_t header[5];
   std::memcpy(header, file_.data(), sizeof(header));
   const int32_t magic = header[0], version = header[1], count = header[2];
-  if (magic == kShardMagicU16) {
+  bool masked = false;
+  if (magic == kShardMagicMasked) {
+    if (version != kShardVersionMasked)
+      fail("'{}': unsupported masked shard version {} (expected {})", path, version,
+           kShardVersionMasked);
+    if (header[3] != 2 && header[3] != 4)
+      fail("'{}': masked shard with {}-byte tokens (corrupt header: 2 or 4)", path, header[3]);
+    if (header[4] < 1) fail("'{}': masked shard with window {} (corrupt header)", path, header[4]);
+    token_bytes_ = header[3];
+    window_ = header[4];
+    masked = true;
+  } else if (magic == kShardMagicU16) {
     if (version != kShardVersionU16)
       fail("'{}': unsupported token shard version {} for magic {} (expected {})", path, version,
            magic, kShardVersionU16);
@@ -43,14 +54,15 @@ TokenShard::TokenShard(const std::string& path) {
            magic, kShardVersionU32);
     token_bytes_ = 4;
   } else {
-    fail("'{}' is not an llm.c token shard (magic {}, expected {} or {})", path, magic,
-         kShardMagicU16, kShardMagicU32);
+    fail("'{}' is not an llm.c token shard (magic {}, expected {} or {}; {} for masked "
+         "instruction shards)", path, magic, kShardMagicU16, kShardMagicU32, kShardMagicMasked);
   }
   if (count < 0) fail("'{}': header says {} tokens (negative: corrupt header)", path, count);
   const uint64_t payload = size - kShardHeaderBytes;
-  const uint64_t expected = static_cast<uint64_t>(count) * token_bytes_;
+  const uint64_t per_token = token_bytes_ + (masked ? 1 : 0);  // a mask byte each
+  const uint64_t expected = static_cast<uint64_t>(count) * per_token;
   if (payload != expected) {
-    const uint64_t holds = payload / token_bytes_;
+    const uint64_t holds = payload / per_token;
     if (payload < expected)
       fail("'{}' is truncated: header says {} tokens, file holds {}", path, count, holds);
     fail("'{}': header says {} tokens, but the file holds {} ({} bytes after the header; "
@@ -59,6 +71,19 @@ TokenShard::TokenShard(const std::string& path) {
   version_ = version;
   num_tokens_ = count;
   tokens_ = file_.data() + kShardHeaderBytes;
+  if (masked) {
+    mask_ = tokens_ + static_cast<uint64_t>(count) * token_bytes_;
+    for (int64_t i = 0; i < count; ++i)
+      if (mask_[i] > 1) fail("'{}': loss-mask byte {} of token {} is not 0 or 1 (corrupt shard)", path, mask_[i], i);
+  }
+}
+
+void TokenShard::read_mask(int64_t start, int64_t count, uint8_t* out) const {
+  MT_CHECK(mask_, "'{}' is not a masked shard", path());
+  MT_CHECK(start >= 0 && count >= 0 && start + count <= num_tokens_,
+           "token range [{}, {}) out of range [0, {}) in '{}'", start, start + count, num_tokens_,
+           path());
+  std::memcpy(out, mask_ + start, static_cast<size_t>(count));
 }
 
 uint32_t TokenShard::token(int64_t i) const {
@@ -101,7 +126,8 @@ void fsync_dir(const fs::path& dir) {
 }
 
 void write_shard(const std::string& path, int32_t magic, int32_t version, const void* tokens,
-                 int64_t count, size_t token_bytes) {
+                 int64_t count, size_t token_bytes, std::array<int32_t, 2> extra = {},
+                 const uint8_t* mask = nullptr) {
   MT_CHECK(count <= kMaxShardTokens,
            "cannot write '{}': {} tokens exceed the llm.c header's int32 limit of {} per shard; "
            "split into several shards", path, count, kMaxShardTokens);
@@ -109,6 +135,8 @@ void write_shard(const std::string& path, int32_t magic, int32_t version, const 
   header[0] = magic;
   header[1] = version;
   header[2] = static_cast<int32_t>(count);
+  header[3] = extra[0];
+  header[4] = extra[1];
 
   const fs::path target(path);
   if (target.has_parent_path()) {
@@ -128,6 +156,8 @@ void write_shard(const std::string& path, int32_t magic, int32_t version, const 
     bytes += n;
     left -= n;
   }
+  if (ok && mask && count > 0)
+    ok = std::fwrite(mask, 1, static_cast<size_t>(count), f) == static_cast<size_t>(count);
   ok = ok && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
   const int err = errno;
   ok = (std::fclose(f) == 0) && ok;
@@ -153,6 +183,27 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
 void write_token_shard_u32(const std::string& path, std::span<const uint32_t> tokens) {
   write_shard(path, kShardMagicU32, kShardVersionU32, tokens.data(),
               static_cast<int64_t>(tokens.size()), 4);
+}
+
+void write_masked_shard(const std::string& path, std::span<const int32_t> tokens,
+                        std::span<const uint8_t> mask, int token_bytes, int64_t window) {
+  MT_CHECK(tokens.size() == mask.size(), "'{}': {} tokens but {} mask bytes", path, tokens.size(),
+           mask.size());
+  MT_CHECK(token_bytes == 2 || token_bytes == 4, "token shards hold 2- or 4-byte tokens, not {}",
+           token_bytes);
+  MT_CHECK(window >= 1 && window <= INT32_MAX, "masked shard window {} out of range", window);
+  const int64_t limit = token_bytes == 2 ? int64_t{1} << 16 : int64_t{1} << 32;
+  std::vector<uint8_t> packed(tokens.size() * static_cast<size_t>(token_bytes));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int64_t t = tokens[i];
+    MT_CHECK(t >= 0 && t < limit, "token id {} does not fit {}-byte shard tokens", t, token_bytes);
+    MT_CHECK(mask[i] <= 1, "loss-mask value {} at token {} is not 0 or 1", mask[i], i);
+    const uint32_t v = static_cast<uint32_t>(t);
+    std::memcpy(packed.data() + i * token_bytes, &v, static_cast<size_t>(token_bytes));  // little-endian
+  }
+  write_shard(path, kShardMagicMasked, kShardVersionMasked, packed.data(),
+              static_cast<int64_t>(tokens.size()), static_cast<size_t>(token_bytes),
+              {token_bytes, static_cast<int32_t>(window)}, mask.data());
 }
 
 // The NNNNNN of "PREFIX_NNNNNN.bin", or -1 when `name` is not in the series.

@@ -6,6 +6,11 @@
 // followed by the tokens:
 //   magic 20240520, version 1: uint16 tokens (GPT-2 style vocabularies, and ours)
 //   magic 20240801, version 7: uint32 tokens (llm.c's Llama-3 shards; read only)
+//   magic 20261125, version 1: meshtrain's masked shards (instruction data):
+//     header [3] token bytes (2 or 4), [4] the window (seq_len) the examples
+//     were laid out for; then the tokens, then one byte per token: 1 when
+//     the token is trained on as a target (a response token), 0 when not
+//     (prompt, template, padding)
 //
 // Sizes and offsets are 64-bit throughout. The header's count is an int32, so
 // one shard holds at most 2^31-1 tokens (4 GiB of uint16): the writer refuses
@@ -27,6 +32,8 @@ constexpr int32_t kShardMagicU16 = 20240520;
 constexpr int32_t kShardVersionU16 = 1;
 constexpr int32_t kShardMagicU32 = 20240801;
 constexpr int32_t kShardVersionU32 = 7;
+constexpr int32_t kShardMagicMasked = 20261125;
+constexpr int32_t kShardVersionMasked = 1;
 constexpr int64_t kMaxShardTokens = INT32_MAX;  // the header's count field is an int32
 
 // A validated, memory-mapped shard. Throws meshtrain::Error naming the file
@@ -40,14 +47,22 @@ class TokenShard {
   int64_t num_tokens() const { return num_tokens_; }
   int version() const { return version_; }
   int token_bytes() const { return token_bytes_; }  // 2 (version 1) or 4 (version 7)
+  // A masked shard (instruction data): each token also says whether it is
+  // trained on, and the examples sit one per window of window() tokens.
+  bool masked() const { return mask_ != nullptr; }
+  int64_t window() const { return window_; }
 
   uint32_t token(int64_t i) const;
   // Copies tokens [start, start+count) into out as int32 (bounds-checked).
   void read(int64_t start, int64_t count, int32_t* out) const;
+  // Masked shards: copies the loss-mask bytes of [start, start+count).
+  void read_mask(int64_t start, int64_t count, uint8_t* out) const;
 
  private:
   MappedFile file_;
   const uint8_t* tokens_ = nullptr;
+  const uint8_t* mask_ = nullptr;
+  int64_t window_ = 0;
   int64_t num_tokens_ = 0;
   int version_ = 0;
   int token_bytes_ = 0;
@@ -58,6 +73,10 @@ class TokenShard {
 void write_token_shard(const std::string& path, std::span<const uint16_t> tokens);
 // The same for version 7 (uint32 tokens), for vocabularies beyond 65536.
 void write_token_shard_u32(const std::string& path, std::span<const uint32_t> tokens);
+// A masked shard: `tokens` with their loss mask (0/1, one per token), laid
+// out for windows of `window` tokens; token_bytes 2 or 4.
+void write_masked_shard(const std::string& path, std::span<const int32_t> tokens,
+                        std::span<const uint8_t> mask, int token_bytes, int64_t window);
 
 // "DIR/PREFIX_000042.bin"
 std::string shard_path(const std::string& dir, const std::string& prefix, int64_t index);

@@ -505,10 +505,11 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
           ? k_->softmax_cross_entropy_forward(a.losses, a.logits, targets, BT, V, Vl)
           : vocab_parallel_cross_entropy_forward(a.losses, a.lse, a.loss_scratch, a.logits, targets,
                                                  BT, {dims_.v_begin, Vl, V}, *tp_);
-  MT_CHECK(counted > 0, "every target in the batch is ignored (< 0); nothing to learn from");
+  // Every target ignored (a masked micro-batch of prompts only): loss 0,
+  // and backward adds nothing (nn/model.h).
   double sum = 0.0;
   for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
-  mean_loss_ = static_cast<float>(sum / counted);
+  mean_loss_ = counted > 0 ? static_cast<float>(sum / counted) : 0.f;
   counted_ = counted;
   return mean_loss_;
 }
@@ -529,7 +530,7 @@ void GPT::backward(float loss_scale) {
   // Classifier: logits -> dlogits in place, then through the tied embedding.
   use_params(ParamEvent::Need, 0, true);
   use_params(ParamEvent::Need, L + 1, true);
-  const float dloss = loss_scale / static_cast<float>(counted_);
+  const float dloss = counted_ > 0 ? loss_scale / static_cast<float>(counted_) : 0.f;
   if (dims_.tp_size == 1)
     k_->softmax_cross_entropy_backward(a.logits, targets, dloss, BT, V, Vl);
   else

@@ -334,10 +334,11 @@ float Llama::forward(const MicroBatch& b) {
   else
     counted_ = vocab_parallel_cross_entropy_forward(a.losses, a.lse, a.loss_scratch, a.logits,
                                                     b.targets, N, {v0, Vl, V}, *tp_);
-  MT_CHECK(counted_ > 0, "every target in the batch is ignored (< 0); nothing to learn from");
+  // Every target ignored (a masked micro-batch of prompts only): loss 0,
+  // and backward adds nothing (nn/model.h).
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += a.losses[i];
-  return static_cast<float>(sum / counted_);
+  return counted_ > 0 ? static_cast<float>(sum / counted_) : 0.f;
 }
 
 void Llama::block_backward(int l, const float* input, const LlamaBlockActivations& s) {
@@ -384,7 +385,7 @@ void Llama::backward(float loss_scale) {
   const int L = cfg_.n_layer;
   // Head: logits -> dlogits in place, through lm_head and the final norm.
   use(ParamEvent::Need, L + 1, true);
-  const float dloss = loss_scale / static_cast<float>(counted_);
+  const float dloss = counted_ > 0 ? loss_scale / static_cast<float>(counted_) : 0.f;
   if (dims_.tp_size == 1)
     k_->softmax_cross_entropy_backward(a.logits, targets_.data(), dloss, N, V, Vl);
   else

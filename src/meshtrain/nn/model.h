@@ -191,7 +191,9 @@ class Model {
   Tensor grad(const ParamInfo& p) const { return grad_buffer().slice_flat(p.begin, p.numel()).reshape(p.shape); }
 
   virtual void init_weights(uint64_t seed) = 0;
-  // Mean loss over the targets (NaN without targets: only logits computed).
+  // Mean loss over the targets not ignored (NaN without targets: only
+  // logits computed; 0 when every target is ignored, and backward then adds
+  // nothing).
   virtual float forward(const MicroBatch& batch) = 0;
   // Accumulates d(loss * loss_scale)/d(params) into the gradient buffer for
   // the last forward (which must have had targets).

@@ -84,16 +84,37 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
   // fp16: the loss (so every gradient) is scaled up; divided out below.
   const float loss_scale = mp_ ? mp_->loss_scale() : 1.0f;
   const float scale = loss_scale / static_cast<float>(micro.size());
+  comm::Communicator* comm = sync_.comm();
+  // Token weighting: each micro-batch's share of the step's targets (all
+  // data-parallel ranks), times dp since the gradient sync averages.
+  std::vector<int64_t> counts(micro.size(), 0);
+  double total = 0;
+  if (token_weighted_) {
+    int64_t local = 0;
+    for (size_t i = 0; i < micro.size(); ++i) {
+      const MicroBatch& m = micro[i];
+      const int64_t n = static_cast<int64_t>(m.B) * m.T;
+      for (int64_t j = 0; j < n; ++j) counts[i] += m.targets && m.targets[j] >= 0;
+      local += counts[i];
+    }
+    total = static_cast<double>(comm ? comm->allreduce_scalar(local, comm::ReduceOp::Sum) : local);
+    MT_CHECK(total > 0, "step {}: every target of the step's {} micro-batch(es) on every rank is "
+             "masked (no response token): nothing to learn from; check the instruction data",
+             step + 1, micro.size());
+  }
+  const double dp = comm ? comm->size() : 1;
   // Tensor-parallel collectives run inside forward and backward: their time
   // is its own phase (tp_comm_s), not compute.
   auto tp_seconds = [&] { return tp_group_ ? tp_group_->seconds() : 0.0; };
   for (size_t i = 0; i < micro.size(); ++i) {
     const double t0 = now_s(), tp0 = tp_seconds();
-    loss_sum += model_.forward(micro[i]);
+    const float mean = model_.forward(micro[i]);
+    // Token-weighted: the micro-batch's target sum, to be divided by the total.
+    loss_sum += token_weighted_ ? static_cast<double>(mean) * counts[i] : mean;
     const double t1 = now_s(), tp1 = tp_seconds();
     const bool last = i + 1 == micro.size();
     sync_.begin_backward(last);
-    model_.backward(scale);
+    model_.backward(token_weighted_ ? static_cast<float>(loss_scale * dp * counts[i] / total) : scale);
     const double t2 = now_s(), tp2 = tp_seconds();
     // Communication the backward could not hide: not counted as backward.
     const double waited = sync_.end_backward(last);
@@ -102,14 +123,16 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     st.backward_s += (t2 - t1) - (tp2 - tp1);
     st.tp_comm_s += tp2 - tp0;
   }
-  comm::Communicator* comm = sync_.comm();
-  double loss = loss_sum / micro.size();
+  double loss = token_weighted_ ? loss_sum : loss_sum / micro.size();
   st.comm = sync_.timing();
   st.comm.exposed_s = waited_total;  // counted once: what backward_s leaves out
   // Time spent waiting for a reduction is time it ran: the completion stamps
   // (a helper thread's) can trail the waiter's wake-up by microseconds.
   st.comm.total_s = std::max(st.comm.total_s, st.comm.exposed_s);
-  if (comm) loss = comm->allreduce_scalar(loss, comm::ReduceOp::Avg);
+  if (token_weighted_)
+    loss = (comm ? comm->allreduce_scalar(loss, comm::ReduceOp::Sum) : loss) / total;
+  else if (comm)
+    loss = comm->allreduce_scalar(loss, comm::ReduceOp::Avg);
   double t2 = now_s();  // optimizer time excludes the exposed communication
   st.loss = static_cast<float>(loss);
   // Replicated gradients are already averaged (the local norm is the global

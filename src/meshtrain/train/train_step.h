@@ -47,7 +47,7 @@ GradientCheck check_gradients(double loss, const float* grads, int64_t begin, in
                               comm::Communicator* comm, bool sharded, const TensorParallelNorm& tp);
 
 struct StepStats {
-  float loss = 0.f;        // mean over micro-batches (and over ranks)
+  float loss = 0.f;        // mean over micro-batches (and over ranks); token-weighted: over targets
   double grad_norm = 0.0;  // before clipping
   float lr = 0.f;
   bool finite = true;      // false: loss or gradients had inf/NaN (on any rank); update skipped
@@ -86,6 +86,12 @@ class TrainStep {
   // the tp collectives (StepStats::tp_comm_s). Both must outlive this object.
   void set_tensor_parallel(const comm::Communicator* tp,
                            const parallel::CommTensorParallelGroup* group = nullptr);
+  // Masked data (instruction tuning): the step's loss is the mean over every
+  // target not ignored in all its micro-batches on all data-parallel ranks,
+  // not the mean of the micro-batches' means. Each micro-batch's gradient is
+  // weighted by its share of those targets (one scalar allreduce over dp per
+  // step, before the first forward). A step with no target at all is an error.
+  void set_token_weighted(bool on) { token_weighted_ = on; }
 
  private:
   Model& model_;
@@ -98,6 +104,7 @@ class TrainStep {
   comm::Communicator tp_comm_;  // the tp group tp_norm_ reduces over
   TensorParallelNorm tp_norm_;
   const parallel::CommTensorParallelGroup* tp_group_ = nullptr;
+  bool token_weighted_ = false;
 };
 
 }  // namespace meshtrain

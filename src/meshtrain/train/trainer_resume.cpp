@@ -43,6 +43,8 @@ void TrainingRun::open_data() {
   lo.world_size = mesh_.size(parallel::Axis::DP);
   if (resumed_) lo.start = resumed_->position;
   train_.emplace(lo);
+  // Masked instruction shards: the loss is the mean over the response tokens.
+  stepper_->set_token_weighted(train_->shards().masked());
   if (!opt_.val_pattern.empty()) {
     data::LoaderOptions vo = lo;
     vo.pattern = opt_.val_pattern;

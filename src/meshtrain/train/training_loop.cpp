@@ -28,18 +28,37 @@ double now_s() {
 
 // Mean loss over the first `batches` global validation batches; with data
 // parallelism each rank evaluates its slice and the means are averaged.
+// Masked (instruction) data: the mean over every target trained on, as the
+// training step's loss (train/train_step.h).
 float evaluate(Model& model, data::DataLoader& val, int64_t batches, comm::Communicator* comm) {
   TraceScope trace(telemetry::global_tracer(), "eval", "compute");
   val.rewind();
-  double sum = 0.0;
+  const bool weighted = val.shards().masked();
+  double sum = 0.0, targets = 0.0;
   int64_t n = std::min<int64_t>(batches, val.batches_per_epoch());
   for (int64_t i = 0; i < n; ++i) {
     data::Batch b = val.next();
-    sum += model.forward(MicroBatch{b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
-                                    static_cast<int>(b.inputs.dim(0)),
-                                    static_cast<int>(b.inputs.dim(1))});
+    const float mean = model.forward(MicroBatch{b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
+                                                static_cast<int>(b.inputs.dim(0)),
+                                                static_cast<int>(b.inputs.dim(1))});
+    if (!weighted) {
+      sum += mean;
+      continue;
+    }
+    const int32_t* t = b.targets.data<int32_t>();
+    int64_t counted = 0;
+    for (int64_t j = 0; j < b.targets.numel(); ++j) counted += t[j] >= 0;
+    sum += static_cast<double>(mean) * counted;
+    targets += static_cast<double>(counted);
   }
   if (n == 0) return -1.f;
+  if (weighted) {
+    if (comm) {
+      sum = comm->allreduce_scalar(sum, comm::ReduceOp::Sum);
+      targets = comm->allreduce_scalar(targets, comm::ReduceOp::Sum);
+    }
+    return targets > 0 ? static_cast<float>(sum / targets) : -1.f;
+  }
   const double mean = sum / n;
   return static_cast<float>(comm ? comm->allreduce_scalar(mean, comm::ReduceOp::Avg) : mean);
 }
