@@ -154,53 +154,13 @@ TEST(gpt_tp, a_shard_does_not_generate_alone) {
   }
 }
 
-// The tp group's traffic for one forward and backward against the Megatron
-// formulas for N = B x T tokens of width C and L layers: per layer 2
-// allreduces of N x C forward (after the two row-parallel projections) and 2
-// backward (the c_attn and c_fc input gradients); plus the embedding's, the
-// head's input gradient, and the loss (a max over N rows, then N sums and N
-// target logits). With sequence parallelism those become reduce-scatters,
-// the allgathers come before each column-parallel GEMM (forward, and again
-// for its weight gradient) and before each row-parallel one's backward, and
-// each LayerNorm's weight and bias gradients (2C floats) are summed over tp.
+// The Megatron traffic count (tp_shard_harness.h), LayerNorms 2C floats.
 TEST(gpt_tp, communication_volume_matches_the_megatron_formulas) {
   for (bool sp : {false, true}) {
     auto w = run_world(2, [sp](Communicator& c) {
       const GPTConfig cfg = tiny();
-      ModelShard which{c.rank(), 2};
-      which.sequence_parallel = sp;
-      auto spec = GPTSpec::make(cfg);
-      auto m = spec->sharded(which)->build();
-      m->set_tensor_parallel_group(parallel::make_tp_group(c));
-      m->init_weights(3);
-      Batch b = batch(*spec, 9, true);
-      const CommCounters before = c.counters();
-      m->forward(b.view());
-      m->backward(1.f);
-      const CommCounters after = c.counters();
-      auto calls = [&](CollOp op) { return after.calls_of(op) - before.calls_of(op); };
-      auto bytes = [&](CollOp op) { return after.bytes_of(op) - before.bytes_of(op); };
-      const uint64_t N = static_cast<uint64_t>(b.B) * b.T, C = cfg.n_embd, L = cfg.n_layer;
-      const uint64_t NC = N * C * 4;            // one N x C activation, f32
-      const uint64_t loss = N * 4 + 2 * N * 4;  // max, then (sum, target logit)
-      std::string e;
-      auto expect = [&](const char* what, uint64_t got, uint64_t want) {
-        if (got != want) e += fmt::format("{}: {} (want {}); ", what, got, want);
-      };
-      if (!sp) {
-        expect("allreduce calls", calls(CollOp::Allreduce), 4 * L + 2 + 2);
-        expect("allreduce bytes", bytes(CollOp::Allreduce), (4 * L + 2) * NC + loss);
-        expect("allgather calls", calls(CollOp::Allgather), 0);
-        expect("reduce_scatter calls", calls(CollOp::ReduceScatter), 0);
-      } else {
-        expect("reduce_scatter calls", calls(CollOp::ReduceScatter), 4 * L + 2);
-        expect("reduce_scatter bytes", bytes(CollOp::ReduceScatter), (4 * L + 2) * NC);
-        expect("allgather calls", calls(CollOp::Allgather), 6 * L + 3);
-        expect("allgather bytes", bytes(CollOp::Allgather), (6 * L + 3) * NC);
-        expect("allreduce calls", calls(CollOp::Allreduce), 2 + 2 * L + 1);
-        expect("allreduce bytes", bytes(CollOp::Allreduce), loss + (2 * L + 1) * 2 * C * 4);
-      }
-      return e;
+      return traffic_matches_megatron(c, GPTSpec::make(cfg), cfg.n_embd, cfg.n_layer, sp,
+                                      2 * cfg.n_embd);
     }, opts());
     EXPECT_TRUE(w.ok()) << (sp ? "sequence parallel\n" : "") << w.report();
   }

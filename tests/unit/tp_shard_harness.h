@@ -113,4 +113,55 @@ inline std::string shard_matches_whole(comm::Communicator& c,
   return e;
 }
 
+// The tp group's traffic for one forward and backward of this rank's shard
+// of `full` (a 2-rank group), counted by the Communicator, against the
+// Megatron formulas for N = B x T tokens of width C and L layers: per layer
+// 2 allreduces of N x C forward (after the row-parallel projections) and 2
+// backward (the column-parallel GEMMs' input gradients); plus the
+// embedding's, the head's input gradient, and the loss (a max over N rows,
+// then N sums and N target logits). With sequence parallelism those become
+// reduce-scatters of N x C, the allgathers come before each column-parallel
+// GEMM (forward, and again in backward for its weight gradient) and before
+// each row-parallel one's backward, and each norm's parameter gradients
+// (`norm_floats` per norm: C for RMSNorm, 2C for LayerNorm) are summed over
+// tp. Returns "" or what differed.
+inline std::string traffic_matches_megatron(comm::Communicator& c,
+                                            const std::shared_ptr<const ModelSpec>& full,
+                                            int64_t C, int64_t L, bool sp, uint64_t norm_floats) {
+  ModelShard which{c.rank(), c.size()};
+  which.sequence_parallel = sp;
+  auto m = full->sharded(which)->build();
+  m->set_tensor_parallel_group(parallel::make_tp_group(c));
+  m->init_weights(3);
+  Batch b = batch(*full, 9, true);
+  const comm::CommCounters before = c.counters();
+  m->forward(b.view());
+  m->backward(1.f);
+  const comm::CommCounters after = c.counters();
+  using comm::CollOp;
+  auto calls = [&](CollOp op) { return after.calls_of(op) - before.calls_of(op); };
+  auto bytes = [&](CollOp op) { return after.bytes_of(op) - before.bytes_of(op); };
+  const uint64_t N = static_cast<uint64_t>(b.B) * b.T, l = static_cast<uint64_t>(L);
+  const uint64_t NC = N * static_cast<uint64_t>(C) * 4;  // one N x C activation, f32
+  const uint64_t loss = N * 4 + 2 * N * 4;                  // max, then (sum, target logit)
+  std::string e;
+  auto expect = [&](const char* what, uint64_t got, uint64_t want) {
+    if (got != want) e += fmt::format("{}: {} (want {}); ", what, got, want);
+  };
+  if (!sp) {
+    expect("allreduce calls", calls(CollOp::Allreduce), 4 * l + 2 + 2);
+    expect("allreduce bytes", bytes(CollOp::Allreduce), (4 * l + 2) * NC + loss);
+    expect("allgather calls", calls(CollOp::Allgather), 0);
+    expect("reduce_scatter calls", calls(CollOp::ReduceScatter), 0);
+  } else {
+    expect("reduce_scatter calls", calls(CollOp::ReduceScatter), 4 * l + 2);
+    expect("reduce_scatter bytes", bytes(CollOp::ReduceScatter), (4 * l + 2) * NC);
+    expect("allgather calls", calls(CollOp::Allgather), 6 * l + 3);
+    expect("allgather bytes", bytes(CollOp::Allgather), (6 * l + 3) * NC);
+    expect("allreduce calls", calls(CollOp::Allreduce), 2 + 2 * l + 1);
+    expect("allreduce bytes", bytes(CollOp::Allreduce), loss + (2 * l + 1) * norm_floats * 4);
+  }
+  return e;
+}
+
 }  // namespace tp_test
