@@ -13,6 +13,8 @@
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_reader.h"
 #include "meshtrain/ckpt/crc32c.h"
+#include "meshtrain/data/tokenizer.h"
+#include "meshtrain/data/tokenizer_files.h"
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/core/error.h"
 
@@ -168,7 +170,7 @@ void register_ckpt(CLI::App& app) {
   inspect->callback([io] { run_inspect(io->dir, !io->no_verify, io->json); });
 
   struct ExportOpts {
-    std::string dir, to, format = "hf";
+    std::string dir, to, format = "hf", tokenizer;
     bool no_verify = false;
   };
   auto eo = std::make_shared<ExportOpts>();
@@ -179,12 +181,28 @@ void register_ckpt(CLI::App& app) {
   exp->add_option("--format", eo->format, "hf (Hugging Face GPT-2 names, for transformers) or meshtrain")
       ->capture_default_str();
   exp->add_flag("--no-verify", eo->no_verify, "Skip checksum verification");
+  exp->add_option("--tokenizer", eo->tokenizer,
+                  "tokenizer.json (or its folder) to copy beside the model, with "
+                  "tokenizer_config.json and special_tokens_map.json when present");
   exp->callback([eo] {
     const ExportFormat format = parse_export_format(eo->format);
     const std::string dir = resolve_step_dir(eo->dir);
+    // Checked before the model is written, so a wrong path loses nothing.
+    if (!eo->tokenizer.empty()) data::load_tokenizer(std::filesystem::is_directory(eo->tokenizer)
+                                                         ? eo->tokenizer + "/tokenizer.json"
+                                                         : eo->tokenizer);
     export_checkpoint(dir, eo->to, format, !eo->no_verify);
     fmt::print("exported {} to {} ({} format)\n", dir, eo->to,
                format == ExportFormat::HuggingFace ? "hf" : "meshtrain");
+    if (!eo->tokenizer.empty()) {
+      const std::filesystem::path out(eo->to);
+      // A model folder (Llama) or a file's folder (GPT-2 safetensors).
+      const std::string folder = std::filesystem::is_directory(out) ? out.string()
+                                 : out.has_parent_path()           ? out.parent_path().string()
+                                                                   : ".";
+      for (const std::string& f : data::copy_tokenizer_files(eo->tokenizer, folder))
+        fmt::print("tokenizer file {}\n", f);
+    }
   });
 
   struct ImportOpts {

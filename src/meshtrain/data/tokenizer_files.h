@@ -1,0 +1,16 @@
+// The files a Hugging Face checkpoint ships its tokenizer in, copied beside an
+// exported model so `transformers` (and `meshtrain generate`) find them.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace meshtrain::data {
+
+// Copies tokenizer.json from `source` (the file, or a folder holding it) into
+// `out_dir`, with tokenizer_config.json, special_tokens_map.json and
+// generation_config.json when they sit beside it. Checks that tokenizer.json
+// loads first (load_tokenizer). Returns the paths written; throws
+// meshtrain::Error naming what is missing or unreadable.
+std::vector<std::string> copy_tokenizer_files(const std::string& source, const std::string& out_dir);
+
+}  // namespace meshtrain::data
