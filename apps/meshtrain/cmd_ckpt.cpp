@@ -13,7 +13,6 @@
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_reader.h"
 #include "meshtrain/ckpt/crc32c.h"
-#include "meshtrain/data/tokenizer.h"
 #include "meshtrain/data/tokenizer_files.h"
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/core/error.h"
@@ -188,9 +187,7 @@ void register_ckpt(CLI::App& app) {
     const ExportFormat format = parse_export_format(eo->format);
     const std::string dir = resolve_step_dir(eo->dir);
     // Checked before the model is written, so a wrong path loses nothing.
-    if (!eo->tokenizer.empty()) data::load_tokenizer(std::filesystem::is_directory(eo->tokenizer)
-                                                         ? eo->tokenizer + "/tokenizer.json"
-                                                         : eo->tokenizer);
+    if (!eo->tokenizer.empty()) data::checked_tokenizer_json(eo->tokenizer);
     export_checkpoint(dir, eo->to, format, !eo->no_verify);
     fmt::print("exported {} to {} ({} format)\n", dir, eo->to,
                format == ExportFormat::HuggingFace ? "hf" : "meshtrain");

@@ -9,13 +9,19 @@ namespace meshtrain::data {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> copy_tokenizer_files(const std::string& source, const std::string& out_dir) {
+std::string checked_tokenizer_json(const std::string& source) {
   fs::path json(source);
   std::error_code ec;
   if (fs::is_directory(json, ec)) json /= "tokenizer.json";
   MT_CHECK(fs::is_regular_file(json, ec), "no tokenizer.json at '{}' (give the file or its folder)",
            source);
   load_tokenizer(json.string());  // refuse a file the tokenizer cannot read
+  return json.string();
+}
+
+std::vector<std::string> copy_tokenizer_files(const std::string& source, const std::string& out_dir) {
+  const fs::path json = checked_tokenizer_json(source);
+  std::error_code ec;
   fs::create_directories(out_dir, ec);
   MT_CHECK(!ec, "cannot create '{}': {}", out_dir, ec.message());
   std::vector<std::string> written;

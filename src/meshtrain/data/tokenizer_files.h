@@ -6,6 +6,10 @@
 
 namespace meshtrain::data {
 
+// tokenizer.json at `source` (the file, or a folder holding it), checked to
+// load (load_tokenizer); throws meshtrain::Error naming what is missing.
+std::string checked_tokenizer_json(const std::string& source);
+
 // Copies tokenizer.json from `source` (the file, or a folder holding it) into
 // `out_dir`, with tokenizer_config.json, special_tokens_map.json and
 // generation_config.json when they sit beside it. Checks that tokenizer.json

@@ -51,17 +51,11 @@ void LlamaConfig::validate() const {
 
 LlamaDims LlamaDims::make(const LlamaConfig& cfg, const ModelShard& shard) {
   const int tp = shard.tp_size, r = shard.tp_rank;
-  MT_CHECK(tp >= 1 && r >= 0 && r < tp, "tensor-parallel rank {} of {} is out of range", r, tp);
-  MT_CHECK(shard.layer_begin == 0 && shard.layer_end < 0 && shard.first_stage && shard.last_stage,
-           "llama: pipeline stages are not supported yet");
-  auto divides = [&](int64_t n, const char* what) {
-    MT_CHECK(n % tp == 0, "parallel.tp = {} must divide the model's {} ({}): choose a tp that "
-             "divides it", tp, what, n);
-  };
-  divides(cfg.n_head, "n_head");
-  divides(cfg.n_kv_head, "n_kv_head");
-  divides(cfg.ffn_hidden, "ffn_hidden");
-  divides(cfg.padded_vocab, "padded vocabulary (padded_vocab)");
+  shard.check_tensor_parallel_only("llama");
+  shard.check_tp_divides(cfg.n_head, "n_head");
+  shard.check_tp_divides(cfg.n_kv_head, "n_kv_head");
+  shard.check_tp_divides(cfg.ffn_hidden, "ffn_hidden");
+  shard.check_tp_divides(cfg.padded_vocab, "padded vocabulary (padded_vocab)");
   LlamaDims d;
   d.C = cfg.n_embd;
   d.hd = cfg.head_dim();

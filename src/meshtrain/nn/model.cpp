@@ -64,6 +64,18 @@ std::shared_ptr<const ModelSpec> ModelSpec::sharded(const ModelShard& shard) con
        "use parallel.tp = 1", family(), shard.tp_rank, shard.tp_size);
 }
 
+void ModelShard::check_tensor_parallel_only(const char* family) const {
+  MT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size,
+           "tensor-parallel rank {} of {} is out of range", tp_rank, tp_size);
+  MT_CHECK(layer_begin == 0 && layer_end < 0 && first_stage && last_stage,
+           "{}: pipeline stages are not supported yet", family);
+}
+
+void ModelShard::check_tp_divides(int64_t n, const char* what) const {
+  MT_CHECK(n % tp_size == 0, "parallel.tp = {} must divide the model's {} ({}): choose a tp that "
+           "divides it", tp_size, what, n);
+}
+
 std::unique_ptr<Decoder> ModelSpec::make_decoder(const Tensor&) const { return nullptr; }
 
 void Model::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) {

@@ -99,6 +99,12 @@ struct ModelShard {
   bool is_full() const {
     return tp_size == 1 && !sequence_parallel && layer_begin == 0 && layer_end < 0 && first_stage && last_stage;
   }
+  // For a family with tensor parallelism only: throws unless tp_rank is in
+  // [0, tp_size) and the shard spans every layer (`family` names the model).
+  void check_tensor_parallel_only(const char* family) const;
+  // Throws a clear error naming the numbers unless tp_size divides the
+  // model's `what` (n).
+  void check_tp_divides(int64_t n, const char* what) const;
 };
 
 // Everything the engine needs to know about a model's buffers, as data.
