@@ -196,6 +196,14 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.parallel.sequence_parallel = r.boolean("parallel.sequence_parallel");
   c.zero.stage = r.small_int("zero.stage", 0, 3);
   c.zero.persist_threshold = r.integer("zero.persist_threshold", 0, INT64_MAX);
+  c.lora.rank = r.small_int("lora.rank", 0, 4096);
+  c.lora.alpha = r.positive("lora.alpha");
+  c.lora.targets = r.string("lora.targets");
+  if (c.lora.targets.empty()) r.error("lora.targets", "must be \"all\" or names such as \"q_proj,v_proj\"");
+  if (c.lora.rank > 0 && c.parallel.tp > 1)
+    r.error("lora.rank", fmt::format("LoRA with tensor parallelism (parallel.tp = {}) is not "
+                                     "supported yet; use parallel.tp = 1 with dp and ZeRO 1-3",
+                                     c.parallel.tp));
   c.memory.limit_mb = r.in_range("memory.limit_mb", 0.0, std::numeric_limits<double>::max(), false);
   c.precision = r.choice("precision", {"fp32", "bf16", "fp16"});
   c.loss_scale.initial = r.positive("loss_scale.initial");

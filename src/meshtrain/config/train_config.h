@@ -74,6 +74,13 @@ struct ZeroSection {
   int64_t persist_threshold = 100000;
 };
 
+// LoRA fine-tuning (nn/lora_spec.h): adapters on a frozen base.
+struct LoraSection {
+  int rank = 0;              // 0 = off (full fine-tuning)
+  double alpha = 16;         // adapter output scale alpha / rank
+  std::string targets = "all";  // "all" or matrix names, e.g. "q_proj,v_proj"
+};
+
 struct MemorySection {
   double limit_mb = 0;  // per-rank limit; a configuration predicted above it is refused; 0 = none
 };
@@ -115,6 +122,7 @@ struct TrainConfig {
   TrainSection train;
   ParallelSection parallel;
   ZeroSection zero;
+  LoraSection lora;
   MemorySection memory;
   std::string precision = "fp32";  // fp32 | bf16 | fp16
   LossScaleSection loss_scale;     // fp16 only

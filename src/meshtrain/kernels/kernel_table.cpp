@@ -12,6 +12,7 @@ const KernelTable kCpu{
     &cpu::matmul_forward_half,
     &cpu::matmul_backward_half,
     &cpu::matmul_backward_weight_half,
+    &cpu::sgemm,
     &cpu::layernorm_forward,
     &cpu::layernorm_backward,
     &cpu::rmsnorm_forward,

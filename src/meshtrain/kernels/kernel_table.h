@@ -33,6 +33,8 @@ struct KernelTable {
   decltype(&cpu::matmul_forward_half) matmul_forward_half;
   decltype(&cpu::matmul_backward_half) matmul_backward_half;
   decltype(&cpu::matmul_backward_weight_half) matmul_backward_weight_half;
+  // A general strided GEMM (small products: LoRA's adapters).
+  decltype(&cpu::sgemm) sgemm;
   // Normalization and activations.
   decltype(&cpu::layernorm_forward) layernorm_forward;
   decltype(&cpu::layernorm_backward) layernorm_backward;

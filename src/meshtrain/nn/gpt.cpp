@@ -31,7 +31,9 @@ GPT::GPT(std::shared_ptr<const GPTSpec> spec, ModelBuffers buffers)
   grad_buf_ = std::move(b.grads);
   k_ = &kernels_for(param_buf_.device());
   params_ = GPTParams::view(dims_, param_buf_);
-  grads_ = GPTParams::view(dims_, grad_buf_);
+  // A frozen model (LoRA's base) has no gradient buffer: undefined views.
+  if (grad_buf_.defined()) grads_ = GPTParams::view(dims_, grad_buf_);
+  else grads_.layers.resize(static_cast<size_t>(dims_.L));
 }
 
 GPT::GPT(const GPTConfig& cfg) : GPT(GPTSpec::make(cfg), ModelBuffers{}) {}
@@ -152,7 +154,21 @@ void GPT::ensure_activations(int B, int T) {
 const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
 const float* GPT::losses() const { return acts_ ? acts_->losses : nullptr; }
 
-void GPT::zero_grad() { grad_buf_.zero_(); }
+void GPT::zero_grad() {
+  if (grad_buf_.defined()) grad_buf_.zero_();
+}
+
+void GPT::freeze(std::shared_ptr<LinearAdapters> adapters) {
+  MT_CHECK(dims_.tp_size == 1, "a tensor-parallel GPT shard cannot be frozen under adapters");
+  frozen_ = true;
+  adapters_ = std::move(adapters);
+  frozen_norm_grad_.assign(static_cast<size_t>(2 * dims_.C), 0.f);
+}
+
+namespace {
+// A gradient's data, or null for a frozen model's undefined view.
+float* grad_data(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+}  // namespace
 
 // ---- the pieces every block uses --------------------------------------------
 
@@ -162,12 +178,15 @@ void GPT::linear_forward(float* out, GemmIn in, const Tensor& w, const float* bi
     k_->matmul_forward_half(half_.format(), out, in.h, half_weight(w), bias, N, K, OC, accumulate);
   else
     k_->matmul_forward(out, in.f, w.data<float>(), bias, N, K, OC, accumulate);
+  if (adapters_) adapters_->forward(offset_of(w), out, adapter_input(in), N, K, OC);
 }
 
 void GPT::linear_backward(float* dinp, const Tensor& dw, float* dbias, const float* dout,
                           GemmIn in, const Tensor& w, int64_t N, int64_t K, int64_t OC) {
-  // Undefined dw / w: that product is skipped (column_parallel_backward).
-  float* dw_p = dw.defined() ? dw.data<float>() : nullptr;
+  // Undefined dw / w: that product is skipped (column_parallel_backward);
+  // a frozen model has neither weight nor bias gradients.
+  float* dw_p = dw.defined() && !frozen_ ? dw.data<float>() : nullptr;
+  if (frozen_) dbias = nullptr;
   // Mixed precision rounds the output gradient once into dout_h for both products.
   if (half_.mixed())
     k_->matmul_backward_half(half_.format(), dinp, dw_p, dbias, dout, acts_->dout_h, in.h,
@@ -175,6 +194,8 @@ void GPT::linear_backward(float* dinp, const Tensor& dw, float* dbias, const flo
   else
     k_->matmul_backward(dinp, dw_p, dbias, dout, in.f, w.defined() ? w.data<float>() : nullptr, N,
                         K, OC, false);
+  if (adapters_ && w.defined())
+    adapters_->backward(offset_of(w), dinp, dout, adapter_input(in), N, K, OC);
 }
 
 PendingGradient GPT::column_parallel_backward(float* dinp, const Tensor& dw, float* dbias,
@@ -207,6 +228,10 @@ void GPT::norm_backward(float* dinp, const Tensor& dw, const Tensor& db, const f
                         const float* x, const Tensor& w, const float* mean, const float* rstd,
                         int64_t rows) {
   const int64_t C = dims_.C;
+  if (frozen_) {  // the gain and bias gradients are not kept
+    float* d = frozen_norm_grad_.data();
+    return k_->layernorm_backward(dinp, d, d + C, dout, x, w.data<float>(), mean, rstd, rows, C);
+  }
   if (!dims_.sp)
     return k_->layernorm_backward(dinp, dw.data<float>(), db.data<float>(), dout, x,
                                   w.data<float>(), mean, rstd, rows, C);
@@ -331,10 +356,10 @@ void GPT::block_backward(int l, const float* residual, const GPTBlockActivations
   // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). A
   // row-parallel GEMM's output gradient is every row's (gathered under sp),
   // so its bias gradient is whole on every rank.
-  linear_backward(dbt4c, g.fcprojw, g.fcprojb.data<float>(), gather_grad(dres, N),
+  linear_backward(dbt4c, g.fcprojw, grad_data(g.fcprojb), gather_grad(dres, N),
                   {s.fch_gelu, s.fch_gelu_h}, p.fcprojw, N, F, C);
   k_->gelu_backward(dbt4c, s.fch, dbt4c, N * F);
-  PendingGradient dln2 = column_parallel_backward(dbtc, g.fcw, g.fcb.data<float>(), dbt4c,
+  PendingGradient dln2 = column_parallel_backward(dbtc, g.fcw, grad_data(g.fcb), dbt4c,
                                                   gather_rows({s.ln2, s.ln2_h}, N), p.fcw, N, C, F);
   norm_backward(dres, g.ln2w, g.ln2b, dln2.get(), s.residual2, p.ln2w, s.ln2_mean, s.ln2_rstd, Nl);
   // Attention: residual2 = residual + attproj(attn(qkv(ln1(residual)))).
@@ -344,12 +369,12 @@ void GPT::block_backward(int l, const float* residual, const GPTBlockActivations
     att = {nullptr, a.atty_h};
   }
   float* datty = dbtc;  // (N, A)
-  linear_backward(datty, g.attprojw, g.attprojb.data<float>(), gather_grad(dres, N), att, p.attprojw,
+  linear_backward(datty, g.attprojw, grad_data(g.attprojb), gather_grad(dres, N), att, p.attprojw,
                   N, A, C);
   float* dqkv = dbt4c;  // (N, 3A)
   k_->attention_backward(dqkv, datty, s.qkv, s.atty, s.att_lse, B_, T_, A, dims_.NH,
                          a.workspace.data<float>(), a.nthreads);
-  PendingGradient dln1 = column_parallel_backward(dbtc, g.qkvw, g.qkvb.data<float>(), dqkv,
+  PendingGradient dln1 = column_parallel_backward(dbtc, g.qkvw, grad_data(g.qkvb), dqkv,
                                                   gather_rows({s.ln1, s.ln1_h}, N), p.qkvw, N, C,
                                                   3 * A);
   norm_backward(dres, g.ln1w, g.ln1b, dln1.get(), residual, p.ln1w, s.ln1_mean, s.ln1_rstd, Nl);
@@ -414,6 +439,7 @@ void GPT::embed(const int32_t* inputs) {
 }
 
 void GPT::embed_backward() {
+  if (frozen_) return;
   const int B = B_, T = T_;
   const int64_t C = dims_.C, N = static_cast<int64_t>(B) * T;
   const int32_t* inputs = inputs_copy_.data();
@@ -552,7 +578,9 @@ void GPT::backward(float loss_scale) {
   PendingGradient dlnf_sum = start_reduce_input_grad(dlnf, BT);
   use_params(ParamEvent::Done, 0, true);
   use_params(ParamEvent::GradBegin, 0, true);
-  if (mixed)  // dlogits as rounded into dout_h above (rounded once)
+  if (frozen_)
+    ;  // no embedding gradient
+  else if (mixed)  // dlogits as rounded into dout_h above (rounded once)
     k_->matmul_backward_weight_half(h, grads_.wte.data<float>(), a.dout_h, lnf.h, BT, C, Vl);
   else
     k_->matmul_backward(nullptr, grads_.wte.data<float>(), nullptr, a.logits, lnf.f, nullptr, BT, C,

@@ -54,6 +54,7 @@ class GPT final : public Model {
   const ModelSpec& spec() const override { return *spec_; }
   const GPTDims& dims() const { return dims_; }
   void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) override;
+  void freeze(std::shared_ptr<LinearAdapters> adapters) override;
   const Tensor& param_buffer() const override { return param_buf_; }
   const Tensor& grad_buffer() const override { return grad_buf_; }
   const GPTConfig& config() const { return cfg_; }
@@ -210,6 +211,16 @@ class GPT final : public Model {
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Recompute recompute_;
   HalfWeights half_;  // mixed precision's 16-bit compute copy (own, or ZeRO's)
+  // The flat element a weight view starts at, and a GEMM input for adapters.
+  int64_t offset_of(const Tensor& w) const { return w.data<float>() - param_buf_.data<float>(); }
+  AdapterInput adapter_input(GemmIn in) const {
+    return {in.f, half_.mixed() ? in.h : nullptr, half_.format()};
+  }
+  // Frozen under LoRA adapters (Model::freeze): no parameter gradients; the
+  // norms' gradients go to a scratch row.
+  bool frozen_ = false;
+  std::shared_ptr<LinearAdapters> adapters_;
+  std::vector<float> frozen_norm_grad_;
   Tensor param_buf_, grad_buf_;
   GPTParams params_, grads_;
   std::unique_ptr<GPTActivations> acts_;

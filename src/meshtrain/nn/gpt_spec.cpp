@@ -28,6 +28,7 @@ ParamLayout gpt_layout(const GPTDims& d) {
     ParamInfo p;
     p.name = std::move(name), p.shape = shape, p.begin = at, p.unit = unit;
     p.decay = shape.size() >= 2, p.half_weight = half_weight;
+    p.adaptable = shape.size() >= 2 && unit >= 1 && unit <= L;  // the blocks' linear layers
     if (tp > 1 && split_dim >= 0) {
       p.split_dim = split_dim;
       p.split_parts = parts;

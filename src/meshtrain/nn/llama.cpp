@@ -76,6 +76,13 @@ void Llama::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group
   tp_ = std::move(group);
 }
 
+void Llama::freeze(std::shared_ptr<LinearAdapters> adapters) {
+  MT_CHECK(dims_.tp_size == 1, "a tensor-parallel llama shard cannot be frozen under adapters");
+  frozen_ = true;
+  adapters_ = std::move(adapters);
+  frozen_gain_grad_.assign(static_cast<size_t>(dims_.C), 0.f);
+}
+
 void Llama::row_parallel_forward(float* out, const float* residual, const float* inp,
                                  int64_t w_offset, int64_t N, int64_t K) {
   const int64_t C = dims_.C;
@@ -127,6 +134,8 @@ const float* Llama::gather_rows(const float* local, float* full, int64_t N) {
 void Llama::norm_backward(float* dinp, int64_t gain, const float* dout, const float* inp,
                           const float* rstd, int64_t rows) {
   const int64_t C = dims_.C;
+  if (frozen_)
+    return k_->rmsnorm_backward(dinp, frozen_gain_grad_.data(), dout, inp, w(gain), rstd, rows, C);
   if (!dims_.sp) return k_->rmsnorm_backward(dinp, g(gain), dout, inp, w(gain), rstd, rows, C);
   // Each rank saw its rows only: this step's gain gradient is summed over tp
   // before it joins what earlier micro-batches accumulated.
@@ -157,23 +166,33 @@ void Llama::use_external_half_copy(Tensor buffer) {
 
 void Llama::linear_forward(float* out, const float* inp, int64_t w_offset, int64_t N, int64_t C,
                            int64_t OC, bool accumulate) {
-  if (!half_.mixed()) return k_->matmul_forward(out, inp, w(w_offset), nullptr, N, C, OC, accumulate);
+  if (!half_.mixed()) {
+    k_->matmul_forward(out, inp, w(w_offset), nullptr, N, C, OC, accumulate);
+    if (adapters_) adapters_->forward(w_offset, out, {inp, nullptr}, N, C, OC);
+    return;
+  }
   const Half h = half_.format();
   k_->to_half(h, inp, acts_->in_h, N * C);
   k_->matmul_forward_half(h, out, acts_->in_h, hw(w_offset), nullptr, N, C, OC, accumulate);
+  if (adapters_) adapters_->forward(w_offset, out, {inp, acts_->in_h, h}, N, C, OC);
 }
 
 void Llama::linear_backward(float* dinp, int64_t w_offset, const float* dout, const float* inp,
                             int64_t N, int64_t C, int64_t OC) {
-  float* dw = inp ? g(w_offset) : nullptr;
-  if (!half_.mixed())
-    return k_->matmul_backward(dinp, dw, nullptr, dout, inp, dinp ? w(w_offset) : nullptr, N, C, OC,
-                               false);
+  // Frozen: no weight gradient; the adapters (if any) take theirs after the
+  // frozen input gradient.
+  float* dw = inp && !frozen_ ? g(w_offset) : nullptr;
+  if (!half_.mixed()) {
+    k_->matmul_backward(dinp, dw, nullptr, dout, inp, dinp ? w(w_offset) : nullptr, N, C, OC, false);
+    if (adapters_ && inp) adapters_->backward(w_offset, dinp, dout, {inp, nullptr}, N, C, OC);
+    return;
+  }
   const Half h = half_.format();
   // The same 16-bit values the forward GEMM saw.
   if (inp) k_->to_half(h, inp, acts_->in_h, N * C);
   k_->matmul_backward_half(h, dinp, dw, nullptr, dout, acts_->dout_h, acts_->in_h,
                            dinp ? hw(w_offset) : nullptr, N, C, OC, false);
+  if (adapters_ && inp) adapters_->backward(w_offset, dinp, dout, {inp, acts_->in_h, h}, N, C, OC);
 }
 
 void Llama::ensure_activations(int B, int T) {
@@ -418,6 +437,7 @@ void Llama::backward(float loss_scale) {
   // Embedding lookup: rows of the batch's tokens, in position order
   // (deterministic). It reads no parameters, so there is no Need/Done (ZeRO-3
   // does not gather the embedding for it); the grad-ready hook reports it.
+  if (frozen_) return;
   float* demb = g(spec_->embed_offset());
   const float* dencoded = gather_rows(a.dresidual, a.gathered2, N);  // every token's gradient
   for (int64_t i = 0; i < N; ++i) {

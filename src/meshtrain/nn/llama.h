@@ -50,7 +50,9 @@ class Llama final : public Model {
   void init_weights(uint64_t seed) override;
   float forward(const MicroBatch& batch) override;
   void backward(float loss_scale) override;
-  void zero_grad() override { grads_.zero_(); }
+  void zero_grad() override {
+    if (grads_.defined()) grads_.zero_();
+  }
   const float* logits() const override;
   // A tensor-parallel shard's logits are its vocabulary slice (dims().Vl wide).
   int logits_stride() const override { return static_cast<int>(dims_.Vl); }
@@ -64,6 +66,7 @@ class Llama final : public Model {
   void use_external_half_copy(Tensor buffer) override;
   bool external_half_copy() const override { return half_.external(); }
   void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) override;
+  void freeze(std::shared_ptr<LinearAdapters> adapters) override;
 
  private:
   void ensure_activations(int B, int T);
@@ -129,6 +132,11 @@ class Llama final : public Model {
   std::vector<int32_t> inputs_, targets_;
   GradReadyHook grad_ready_;
   ParamHook param_hook_;
+  // Frozen under LoRA adapters (Model::freeze): no parameter gradients; the
+  // norms' gain gradients go to a scratch row.
+  bool frozen_ = false;
+  std::shared_ptr<LinearAdapters> adapters_;
+  std::vector<float> frozen_gain_grad_;
 };
 
 }  // namespace meshtrain

@@ -22,6 +22,7 @@ LlamaSpec::LlamaSpec(const LlamaConfig& cfg, const ModelShard& shard) : cfg_(cfg
     ParamInfo p;
     p.name = std::move(name), p.shape = shape, p.begin = at, p.unit = unit;
     p.decay = p.half_weight = shape.size() >= 2;
+    p.adaptable = shape.size() >= 2 && unit >= 1 && unit <= L;  // the blocks' linear layers
     if (tp > 1 && split_dim >= 0) {
       p.split_dim = split_dim;
       p.full_shape = shape;

@@ -50,6 +50,10 @@ ModelBuffers adopt_buffers(ModelBuffers b, int64_t numel) {
              "external parameter/gradient buffer must hold {} f32 values, got {} {}", numel,
              t->numel(), dtype_name(t->dtype()));
   if (!b.params.defined()) b.params = Tensor::zeros({numel}, DType::F32, MemCategory::Parameters);
+  if (b.frozen) {
+    MT_CHECK(!b.grads.defined(), "a frozen model takes no gradient buffer");
+    return b;
+  }
   if (!b.grads.defined()) b.grads = Tensor::zeros({numel}, DType::F32, MemCategory::Gradients);
   else if (b.zero_grads) b.grads.zero_();
   return b;
@@ -77,6 +81,11 @@ void ModelShard::check_tp_divides(int64_t n, const char* what) const {
 }
 
 std::unique_ptr<Decoder> ModelSpec::make_decoder(const Tensor&) const { return nullptr; }
+
+void Model::freeze(std::shared_ptr<LinearAdapters>) {
+  fail("model family '{}' cannot be frozen under LoRA adapters (it has no adapter hooks)",
+       spec().family());
+}
 
 void Model::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) {
   MT_CHECK(spec().shard().tp_size == 1 || !group,

@@ -35,6 +35,7 @@
 #include "meshtrain/nn/recompute.h"
 #include "meshtrain/nn/tensor_parallel.h"
 #include "meshtrain/nn/decoder.h"
+#include "meshtrain/nn/linear_adapters.h"
 
 namespace meshtrain {
 
@@ -60,6 +61,10 @@ struct ParamInfo {
   // slices; the shard holds slice tp_rank of every block, in block order
   // (GPT's fused q|k|v: 3 blocks, so each shard keeps its heads' q, k and v).
   int split_parts = 1;
+  // A block's linear-layer matrix (out, in) that a GEMM multiplies its input
+  // by (out = inp W^T): LoRA may add an adapter to it (nn/lora_spec.h).
+  // Embeddings and the output head are not.
+  bool adaptable = false;
   const Shape& logical_shape() const { return full_shape.empty() ? shape : full_shape; }
   int64_t numel() const { return shape_numel(shape); }
   int64_t end() const { return begin + numel(); }
@@ -131,6 +136,9 @@ struct ParamLayout {
 struct ModelMemory {
   int64_t activations = 0;  // MemCategory::Activations
   int64_t workspace = 0;    // MemCategory::Workspace
+  // Parameters outside the trained flat buffer (LoRA's frozen base: its f32
+  // values and, under mixed precision, its 16-bit copy), MemCategory::Parameters.
+  int64_t frozen_params = 0;
 };
 
 // Buffers a model is built on. An empty tensor: the model allocates it
@@ -139,6 +147,9 @@ struct ModelMemory {
 struct ModelBuffers {
   Tensor params, grads;
   bool zero_grads = true;  // zero a given gradient buffer
+  // A frozen model (LoRA's base): no gradient buffer at all; the model must
+  // be frozen (Model::freeze) before backward.
+  bool frozen = false;
 };
 // For a model's constructor: checks given buffers (numel f32 each), zeroes a
 // given gradient buffer when asked, and allocates what is missing.
@@ -173,6 +184,10 @@ class ModelSpec {
   // parameters; null when the family has none. It reads `params` at each
   // feed, so they must outlive it.
   virtual std::unique_ptr<Decoder> make_decoder(const Tensor& params) const;
+  // A spec that trains additions to a frozen model (LoRA) returns the frozen
+  // model's spec: the layout a run saves, samples from and exports (with the
+  // additions merged; Model::merged_parameters). Null for ordinary models.
+  virtual std::shared_ptr<const ModelSpec> frozen_base() const { return nullptr; }
 };
 
 // A batch of token sequences: inputs (B, T); targets (B, T) or null
@@ -238,6 +253,21 @@ class Model {
   // when the model has none (generation then recomputes the prefix); a
   // tensor-parallel shard refuses (decode from the gathered whole model).
   std::unique_ptr<Decoder> make_decoder() const { return spec().make_decoder(param_buffer()); }
+
+  // Freezes this model under trainable additions to its linear layers
+  // (LoRA, nn/lora_model.h): backward writes no gradient of its own
+  // parameters (it may have no gradient buffer: ModelBuffers::frozen), each
+  // adaptable GEMM calls `adapters` after its forward and in its backward,
+  // and the parameters must not change after the first forward (the 16-bit
+  // copy is made once). A family without the hooks refuses.
+  virtual void freeze(std::shared_ptr<LinearAdapters> adapters);
+  // LoRA: the frozen model the additions apply to (init_from loads into
+  // it); null for an ordinary model.
+  virtual Model* frozen_base() { return nullptr; }
+  // The parameters of spec().frozen_base() with the additions merged in,
+  // given this model's whole parameters `params` (e.g. ZeRO-3's gathered
+  // ones); an ordinary model returns `params`.
+  virtual Tensor merged_parameters(const Tensor& params) const { return params; }
 };
 
 }  // namespace meshtrain

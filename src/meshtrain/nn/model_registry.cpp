@@ -5,6 +5,7 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
+#include "meshtrain/nn/lora_spec.h"
 
 namespace meshtrain {
 
@@ -24,6 +25,8 @@ const Family kFamilies[] = {
      [](const nlohmann::json& j, const std::string& where) -> std::shared_ptr<const ModelSpec> {
        return LlamaSpec::make(LlamaSpec::config_from_json(j, where));
      }},
+    // Adapters on a frozen model of another family (its description nested).
+    {LoraSpec::kFamily, &LoraSpec::from_json},
 };
 
 std::string family_of(const nlohmann::json& j) {

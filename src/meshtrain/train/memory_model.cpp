@@ -6,12 +6,15 @@ MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, in
                                          const Recompute& recompute, Precision precision) {
   const int64_t P = spec.num_params();
   MemoryPrediction m;
-  m.params = (is_mixed(precision) ? 6 : 4) * P;
+  // A LoRA model's adapters have no 16-bit copy of their own (nn/lora_model.h).
+  m.params = (is_mixed(precision) && !spec.frozen_base() ? 6 : 4) * P;
   m.grads = 4 * P;
   m.optimizer = 8 * P;
   const ModelMemory mm = spec.memory(B, T, threads, recompute, precision);
   m.activations = mm.activations;
   m.workspace = mm.workspace;
+  m.frozen_params = mm.frozen_params;
+  m.params += mm.frozen_params;
   return m;
 }
 

@@ -11,6 +11,8 @@ namespace meshtrain {
 
 struct MemoryPrediction {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
+  // Of params: a frozen base's (LoRA; ModelMemory::frozen_params).
+  int64_t frozen_params = 0;
   int64_t total_bytes() const { return params + grads + optimizer + activations + workspace; }
 };
 

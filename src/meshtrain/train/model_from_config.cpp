@@ -6,6 +6,7 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/io/hf_llama.h"
 #include "meshtrain/io/model_file.h"
+#include "meshtrain/nn/lora_spec.h"
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/model_registry.h"
@@ -101,7 +102,7 @@ std::shared_ptr<const ModelSpec> llama_from_config(const TrainConfig& c) {
 
 }  // namespace
 
-std::shared_ptr<const ModelSpec> model_from_config(const TrainConfig& c) {
+std::shared_ptr<const ModelSpec> base_model_from_config(const TrainConfig& c) {
   std::string family = c.model.family;
   if (family.empty()) family = checkpoint_family(c.init_from);
   if (family.empty() && !c.init_from.empty() && is_hf_llama(c.init_from)) family = "llama";
@@ -113,6 +114,17 @@ std::shared_ptr<const ModelSpec> model_from_config(const TrainConfig& c) {
   MT_CHECK(c.model.family.empty() || !is_llama_preset(c.model.preset), "model.preset = \"{}\" "
            "is a llama preset but model.family = \"gpt\"", c.model.preset);
   return gpt_from_config(c);
+}
+
+std::shared_ptr<const ModelSpec> model_from_config(const TrainConfig& c) {
+  std::shared_ptr<const ModelSpec> base = base_model_from_config(c);
+  if (c.lora.rank == 0) return base;
+  LoraConfig lc;
+  lc.rank = c.lora.rank;
+  lc.alpha = c.lora.alpha;
+  lc.targets = LoraConfig::parse_targets(c.lora.targets);
+  lc.base_from = c.init_from;
+  return LoraSpec::make(base, lc);
 }
 
 }  // namespace meshtrain

@@ -11,6 +11,10 @@
 namespace meshtrain {
 
 // Throws naming the key for an inconsistent shape.
+// The model a config trains: its base (model.*, init_from) or, with
+// lora.rank > 0, LoRA adapters on that base (nn/lora_spec.h).
 std::shared_ptr<const ModelSpec> model_from_config(const TrainConfig& c);
+// The model model.* and init_from describe, without LoRA.
+std::shared_ptr<const ModelSpec> base_model_from_config(const TrainConfig& c);
 
 }  // namespace meshtrain

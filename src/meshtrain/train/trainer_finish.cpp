@@ -52,11 +52,11 @@ TrainerSummary TrainingRun::finish() {
   // Per-rank peaks per category during training, next to the formulas.
   const std::vector<std::vector<double>> peaks = gather_memory_peaks(world_comm(), world_, setup_peak_);
   sync_->gather_full_parameters();  // rank 0 saves the whole model
-  const Tensor params = logical_parameters();
+  const Tensor params = product_parameters();
   const TrainerSummary& sum = result_;
   if (!lead_) return sum;
   if (summary_.steps() > 0) fmt::print("{}", summary_.text());
-  save_model_safetensors(sum.model_path, *opt_.model, params);
+  save_model_safetensors(sum.model_path, product_spec(), params);
   const MemStats ms = mem_stats();
   const int64_t steps_run = total_steps_ - std::min(total_steps_, start_step_);
   fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", steps_run,

@@ -89,7 +89,13 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   comm_ = sync_->comm();
   model_->set_recompute(opt.recompute);
   mixed_ = std::make_unique<MixedPrecision>(*model_, MixedPrecisionOptions{opt.precision, opt.loss_scale});
-  if (opt.init_from.empty()) {
+  if (Model* base = model_->frozen_base()) {
+    // LoRA: the adapters from the seed (B = 0: the run starts from the base's
+    // function), the frozen base from init_from when there is one.
+    model_->init_weights(opt.seed);
+    if (!opt.init_from.empty())
+      say(fmt::format("loaded the frozen base from {}", ckpt::load_init_weights(opt.init_from, *base)));
+  } else if (opt.init_from.empty()) {
     model_->init_weights(opt.seed);
   } else if (opt.tp > 1) {
     // A tp shard takes its slices of the whole model's weights, read once
@@ -127,6 +133,16 @@ Tensor TrainingRun::logical_parameters() const {
   return tp_ckpt_->gather_whole(model_->param_buffer());
 }
 
+Tensor TrainingRun::product_parameters() const {
+  const Tensor whole = logical_parameters();
+  if (!model_->frozen_base()) return whole;
+  return lead_ ? model_->merged_parameters(whole) : Tensor();  // only rank 0 saves and samples
+}
+
+const ModelSpec& TrainingRun::product_spec() const {
+  return opt_.model->frozen_base() ? *opt_.model->frozen_base() : *opt_.model;
+}
+
 void TrainingRun::say(const std::string& line) const {
   if (lead_) fmt::print("{}\n", line);
 }
@@ -145,7 +161,8 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   plan.bytes = opt_.state_bytes;
   // Mixed precision: the model's 16-bit compute copy beside its f32 master
   // parameters (nn/model.h), 2 more bytes per parameter.
-  if (is_mixed(opt_.precision)) plan.bytes.p_full = 2;
+  // (A LoRA model has none of its own; ZeRO keeps one of the adapters.)
+  if (is_mixed(opt_.precision) && (plan.zero_stage > 0 || !spec_.frozen_base())) plan.bytes.p_full = 2;
   if (opt_.dp.grad_dtype == DType::BF16) plan.grad_wire = 2;  // comm.grad_dtype = bf16
   plan.base = predicted_;
   return plan;

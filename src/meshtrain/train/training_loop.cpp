@@ -227,8 +227,8 @@ void TrainingRun::loop() {
     // ZeRO: rank 0 needs the whole, current model (collective on every rank);
     // tensor parallelism: the shards assembled (collective over tp).
     if (save_due || sample_due) sync_->gather_full_parameters();
-    const Tensor whole = save_due || sample_due ? logical_parameters() : Tensor();
-    if (save_due && lead_) save_model_safetensors(opt_.run_dir + "/model.safetensors", *opt_.model, whole);
+    const Tensor whole = save_due || sample_due ? product_parameters() : Tensor();
+    if (save_due && lead_) save_model_safetensors(opt_.run_dir + "/model.safetensors", product_spec(), whole);
     if (lead_ && sample_due) {
       // A short generation so a person sees what the model has learned so
       // far, by the whole model's KV-cache decoder (any tp).
@@ -238,10 +238,10 @@ void TrainingRun::loop() {
       so.top_k = 40;
       Rng rng(opt_.seed + static_cast<uint64_t>(step));
       std::vector<int32_t> prompt = {batches[0].inputs.data<int32_t>()[0]};
-      std::unique_ptr<Decoder> dec = opt_.model->make_decoder(whole);
+      std::unique_ptr<Decoder> dec = product_spec().make_decoder(whole);
       std::vector<int32_t> out;
       if (dec)
-        out = generate(*dec, *opt_.model, prompt, so, rng);
+        out = generate(*dec, product_spec(), prompt, so, rng);
       else if (opt_.tp == 1)
         out = generate(*model_, prompt, so, rng);
       std::string text;

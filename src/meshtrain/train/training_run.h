@@ -54,6 +54,10 @@ class TrainingRun {
   // The logical model's parameters (tensor-parallel shards assembled); call
   // on every rank after gather_full_parameters, read on rank 0.
   Tensor logical_parameters() const;
+  // What the run saves and samples from: the logical parameters, or under
+  // LoRA the frozen base with the adapters merged, in product_spec()'s layout.
+  Tensor product_parameters() const;
+  const ModelSpec& product_spec() const;
 
   const TrainerOptions& opt_;
   // This rank's part of the model: the whole model, or its tp shard.

@@ -1,0 +1,166 @@
+#include "meshtrain/nn/lora_model.h"
+
+#include <cmath>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/rng.h"
+#include "meshtrain/kernels/kernel_table.h"
+
+namespace meshtrain {
+
+// The adapters' arithmetic, called by the frozen base (nn/linear_adapters.h).
+// For a site with W rows [o, o + rows) of the GEMM's output:
+//   forward   u = inp A^T (N, r), saved;  out[:, o:o+rows] += s u B^T
+//   backward  dB += s dout_o^T u;  du = s dout_o B;  dA += du^T inp;  dinp += du A
+class LoraAdapters final : public LinearAdapters {
+ public:
+  LoraAdapters(const LoraSpec& spec, const Tensor& params, const Tensor& grads)
+      : spec_(spec), params_(params), grads_(grads), k_(&kernels_for(params.device())) {}
+
+  void set_mixed(bool mixed) {
+    mixed_ = mixed;
+    N_ = -1;  // the scratch depends on it
+  }
+
+  void forward(int64_t w_offset, float* out, AdapterInput inp, int64_t N, int64_t K,
+               int64_t OC) override {
+    ensure(N);
+    const int64_t r = spec_.config().rank;
+    for (size_t i = spec_.first_site_at(w_offset); i < spec_.sites().size(); ++i) {
+      const LoraSpec::Site& s = spec_.sites()[i];
+      if (s.w_begin >= w_offset + OC * K) break;
+      const int64_t o = check_site(s, w_offset, K, OC);
+      float* u = saved(i, N);
+      product_with_a(u, s, inp, N);
+      k_->sgemm(false, true, N, s.rows, r, spec_.config().scale(), u, r, p(s.b), r, 1.f, out + o,
+                OC);
+    }
+  }
+
+  void backward(int64_t w_offset, float* dinp, const float* dout, AdapterInput inp, int64_t N,
+                int64_t K, int64_t OC) override {
+    const int64_t r = spec_.config().rank;
+    const float scale = spec_.config().scale();
+    MT_CHECK(N == N_, "LoRA backward over {} rows after a forward over {}", N, N_);
+    for (size_t i = spec_.first_site_at(w_offset); i < spec_.sites().size(); ++i) {
+      const LoraSpec::Site& s = spec_.sites()[i];
+      if (s.w_begin >= w_offset + OC * K) break;
+      const int64_t o = check_site(s, w_offset, K, OC);
+      const float* u = saved(i, N);
+      const float* dout_o = dout + o;  // (N, rows) with row stride OC
+      k_->sgemm(true, false, s.rows, r, N, scale, dout_o, OC, u, r, 1.f, g(s.b), r);
+      float* du = du_.data<float>();
+      k_->sgemm(false, false, N, r, s.rows, scale, dout_o, OC, p(s.b), r, 0.f, du, r);
+      if (inp.h && mixed_) {
+        uint16_t* du_h = half_.data<uint16_t>();
+        k_->to_half(inp.format, du, du_h, N * r);
+        k_->matmul_backward_weight_half(inp.format, g(s.a), du_h, inp.h, N, K, r);
+      } else {
+        MT_CHECK(inp.f, "LoRA backward needs the layer input");
+        k_->sgemm(true, false, r, K, N, 1.f, du, r, inp.f, K, 1.f, g(s.a), K);
+      }
+      if (dinp) k_->sgemm(false, false, N, K, r, 1.f, du, r, p(s.a), K, 1.f, dinp, K);
+    }
+  }
+
+ private:
+  float* p(int64_t off) const { return params_.data<float>() + off; }
+  float* g(int64_t off) const { return grads_.data<float>() + off; }
+  float* saved(size_t site, int64_t N) const {
+    return acts_.data<float>() + static_cast<int64_t>(site) * N * spec_.config().rank;
+  }
+
+  int64_t check_site(const LoraSpec::Site& s, int64_t w_offset, int64_t K, int64_t OC) const {
+    const int64_t o = (s.w_begin - w_offset) / K;
+    MT_CHECK(s.cols == K && (s.w_begin - w_offset) % K == 0 && o + s.rows <= OC,
+             "LoRA adapter on {} ({} x {}) does not fit the GEMM at element {} ({} x {})", s.name,
+             s.rows, s.cols, w_offset, OC, K);
+    return o;
+  }
+
+  // u (N, r) = inp A^T: f32, or from the 16-bit input with A rounded.
+  void product_with_a(float* u, const LoraSpec::Site& s, AdapterInput inp, int64_t N) {
+    const int64_t r = spec_.config().rank, K = s.cols;
+    if (inp.h && mixed_) {
+      uint16_t* a_h = half_.data<uint16_t>() + N * r;
+      k_->to_half(inp.format, p(s.a), a_h, r * K);
+      k_->matmul_forward_half(inp.format, u, inp.h, a_h, nullptr, N, K, r, false);
+      return;
+    }
+    MT_CHECK(inp.f, "LoRA forward needs the f32 layer input");
+    k_->sgemm(false, true, N, r, K, 1.f, inp.f, K, p(s.a), K, 0.f, u, r);
+  }
+
+  // The saved products and scratch for N rows (LoraSpec::adapter_memory).
+  void ensure(int64_t N) {
+    if (N == N_) return;
+    const int64_t r = spec_.config().rank;
+    acts_ = du_ = half_ = Tensor();
+    const ModelMemory m = spec_.adapter_memory(N, mixed_ ? Precision::BF16 : Precision::FP32);
+    acts_ = Tensor::zeros({m.activations / 4}, DType::F32, MemCategory::Activations);
+    du_ = Tensor::zeros({N * r}, DType::F32, MemCategory::Workspace);
+    if (mixed_) half_ = Tensor::zeros({(m.workspace - N * r * 4) / 2}, DType::BF16, MemCategory::Workspace);
+    N_ = N;
+  }
+
+  const LoraSpec& spec_;
+  Tensor params_, grads_;
+  const KernelTable* k_;
+  bool mixed_ = false;
+  int64_t N_ = -1;
+  Tensor acts_, du_, half_;
+};
+
+LoraModel::LoraModel(std::shared_ptr<const LoraSpec> spec, ModelBuffers buffers)
+    : spec_(std::move(spec)) {
+  ModelBuffers b = adopt_buffers(std::move(buffers), spec_->layout().numel);
+  params_ = std::move(b.params);
+  grads_ = std::move(b.grads);
+  ModelBuffers frozen;
+  frozen.frozen = true;
+  base_ = spec_->base().build(std::move(frozen));
+  adapters_ = std::make_shared<LoraAdapters>(*spec_, params_, grads_);
+  base_->freeze(adapters_);
+  // The base's events of blocks with adapters are this model's; a block's
+  // adapter gradients are final when its backward is done.
+  base_->set_param_hook([this](ParamEvent e, int base_unit, bool backward) {
+    const int u = spec_->unit_of_base(base_unit);
+    if (u < 0 || (e != ParamEvent::Need && e != ParamEvent::Done)) return;
+    if (param_hook_) param_hook_(e, u, backward);
+    if (e == ParamEvent::Done && backward && grad_ready_) {
+      const ParamUnit& unit = spec_->layout().units[static_cast<size_t>(u)];
+      grad_ready_(unit.begin, unit.end);
+    }
+  });
+}
+
+LoraModel::~LoraModel() = default;
+
+void LoraModel::init_weights(uint64_t seed) {
+  base_->init_weights(seed);
+  params_.zero_();  // B = 0
+  Rng rng(seed ^ 0x4c6f5241ull);  // "LoRA": a stream apart from the base's
+  float* p = params_.data<float>();
+  for (const LoraSpec::Site& s : spec_->sites()) {
+    const float bound = 1.f / std::sqrt(static_cast<float>(s.cols));
+    const int64_t n = static_cast<int64_t>(spec_->config().rank) * s.cols;
+    for (int64_t i = 0; i < n; ++i) p[s.a + i] = bound * (2.f * rng.uniform() - 1.f);
+  }
+}
+
+void LoraModel::set_precision(Precision p) {
+  base_->set_precision(p);
+  adapters_->set_mixed(is_mixed(p));
+}
+
+Tensor LoraModel::merged_parameters(const Tensor& params) const {
+  MT_CHECK(params.numel() == spec_->layout().numel, "merged_parameters: {} adapter values, the "
+           "model has {}", params.numel(), spec_->layout().numel);
+  const Tensor& base = base_->param_buffer();
+  Tensor merged = Tensor::zeros({base.numel()}, DType::F32, MemCategory::Other);
+  merged.copy_from(base);
+  merge_lora(*spec_, params.data<float>(), merged.data<float>());
+  return merged;
+}
+
+}  // namespace meshtrain
