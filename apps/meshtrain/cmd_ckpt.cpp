@@ -169,7 +169,7 @@ void register_ckpt(CLI::App& app) {
   inspect->callback([io] { run_inspect(io->dir, !io->no_verify, io->json); });
 
   struct ExportOpts {
-    std::string dir, to, format = "hf", tokenizer;
+    std::string dir, to, format = "hf", tokenizer, base;
     bool no_verify = false;
   };
   auto eo = std::make_shared<ExportOpts>();
@@ -183,12 +183,15 @@ void register_ckpt(CLI::App& app) {
   exp->add_option("--tokenizer", eo->tokenizer,
                   "tokenizer.json (or its folder) to copy beside the model, with "
                   "tokenizer_config.json and special_tokens_map.json when present");
+  exp->add_option("--base", eo->base,
+                  "LoRA checkpoints: the frozen base model (default: the init_from the run "
+                  "recorded); the export is the base with the adapters merged in");
   exp->callback([eo] {
     const ExportFormat format = parse_export_format(eo->format);
     const std::string dir = resolve_step_dir(eo->dir);
     // Checked before the model is written, so a wrong path loses nothing.
     if (!eo->tokenizer.empty()) data::checked_tokenizer_json(eo->tokenizer);
-    export_checkpoint(dir, eo->to, format, !eo->no_verify);
+    export_checkpoint(dir, eo->to, format, !eo->no_verify, eo->base);
     fmt::print("exported {} to {} ({} format)\n", dir, eo->to,
                format == ExportFormat::HuggingFace ? "hf" : "meshtrain");
     if (!eo->tokenizer.empty()) {

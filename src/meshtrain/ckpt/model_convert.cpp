@@ -22,37 +22,55 @@ ExportFormat parse_export_format(const std::string& name) {
   throw UsageError("unknown export format '" + name + "' (expected hf or meshtrain)");
 }
 
-void export_checkpoint(const std::string& step_dir, const std::string& out_path, ExportFormat format,
-                       bool verify) {
-  CheckpointReader reader = CheckpointReader::open(step_dir, {verify});
-  const auto spec = model_spec_from_json(reader.index().model, step_dir);
-  if (spec->family() != GPTSpec::kFamily) {
-    const BufferEntry* b = reader.index().find_buffer(kParams);
-    MT_CHECK(b && b->dtype == DType::F32 && b->numel == spec->num_params(),
-             "checkpoint {}: no f32 parameter buffer of {} elements to export", step_dir,
-             spec->num_params());
-    Tensor flat = Tensor::zeros({spec->num_params()}, DType::F32);
-    reader.read(kParams, {0, spec->num_params()}, flat.raw());
-    if (format == ExportFormat::HuggingFace && spec->family() == LlamaSpec::kFamily)
-      export_hf_llama(out_path, flat, LlamaSpec::config_from_json(reader.index().model, step_dir));
+namespace {
+
+// Writes a whole model (its family's layout, f32) in `format`.
+void write_model(const ModelSpec& spec, const Tensor& flat, const std::string& out_path,
+                 ExportFormat format, const std::string& where) {
+  if (spec.family() == GPTSpec::kFamily) {
+    const GPTConfig cfg = GPTSpec::config_from_json(spec.to_json(), where);
+    cfg.validate();
+    const GPTParams params = GPTParams::view(cfg, flat);
+    if (format == ExportFormat::HuggingFace)
+      export_hf_gpt2(out_path, params, cfg);
     else
-      save_model_safetensors(out_path, *spec, flat);
+      save_gpt_safetensors(out_path, params, cfg);
     return;
   }
-  const GPTConfig cfg = GPTSpec::config_from_json(reader.index().model, step_dir);
-  cfg.validate();
+  if (format == ExportFormat::HuggingFace && spec.family() == LlamaSpec::kFamily)
+    export_hf_llama(out_path, flat, LlamaSpec::config_from_json(spec.to_json(), where));
+  else
+    save_model_safetensors(out_path, spec, flat);
+}
+
+}  // namespace
+
+void export_checkpoint(const std::string& step_dir, const std::string& out_path, ExportFormat format,
+                       bool verify, const std::string& lora_base) {
+  CheckpointReader reader = CheckpointReader::open(step_dir, {verify});
+  std::shared_ptr<const ModelSpec> spec = model_spec_from_json(reader.index().model, step_dir);
   const BufferEntry* b = reader.index().find_buffer(kParams);
   MT_CHECK(b, "checkpoint {}: no '{}' buffer to export", step_dir, kParams);
-  MT_CHECK(b->dtype == DType::F32 && b->numel == cfg.num_params(),
-           "checkpoint {}: parameter buffer ({} elements of {}) does not fit the model ({} f32)", step_dir,
-           b->numel, dtype_name(b->dtype), cfg.num_params());
-  Tensor flat = Tensor::zeros({cfg.num_params()}, DType::F32);
-  reader.read(kParams, {0, cfg.num_params()}, flat.raw());
-  const GPTParams params = GPTParams::view(cfg, flat);
-  if (format == ExportFormat::HuggingFace)
-    export_hf_gpt2(out_path, params, cfg);
-  else
-    save_gpt_safetensors(out_path, params, cfg);
+  MT_CHECK(b->dtype == DType::F32 && b->numel == spec->num_params(),
+           "checkpoint {}: parameter buffer ({} elements of {}) does not fit the model ({} f32)",
+           step_dir, b->numel, dtype_name(b->dtype), spec->num_params());
+  Tensor flat = Tensor::zeros({spec->num_params()}, DType::F32);
+  reader.read(kParams, {0, spec->num_params()}, flat.raw());
+  if (spec->frozen_base()) {
+    // LoRA: the adapters merged into their frozen base, read again from
+    // where the run read it (or --base).
+    const std::string recorded = reader.index().model.value("base_from", std::string());
+    const std::string base = lora_base.empty() ? recorded : lora_base;
+    MT_CHECK(!base.empty(), "checkpoint {} holds LoRA adapters on a base that was not read from a "
+             "file (the run had no init_from): pass its base with --base", step_dir);
+    MT_CHECK(std::filesystem::exists(base), "checkpoint {} holds LoRA adapters on the base {}, "
+             "which is not there: pass the base's current place with --base", step_dir, base);
+    auto model = spec->build();
+    load_init_weights(base, *model->frozen_base());
+    flat = model->merged_parameters(flat);
+    spec = spec->frozen_base();
+  }
+  write_model(*spec, flat, out_path, format, step_dir);
 }
 
 std::string import_model_file(const std::string& model_path, const std::string& root, int n_head_hint) {

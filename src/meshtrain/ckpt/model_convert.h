@@ -17,8 +17,10 @@ enum class ExportFormat { HuggingFace, Meshtrain };
 ExportFormat parse_export_format(const std::string& name);
 
 // Reads the whole parameter buffer of `step_dir` (verified) and writes it.
+// A LoRA checkpoint is written as its base with the adapters merged in; the
+// base is read from where the run read it, or from `lora_base`.
 void export_checkpoint(const std::string& step_dir, const std::string& out_path, ExportFormat format,
-                       bool verify = true);
+                       bool verify = true, const std::string& lora_base = "");
 
 // Writes <root>/step_00000000 (params only, world 1; optimizer state starts
 // at zero on resume) and <root>/latest. Returns the step directory.

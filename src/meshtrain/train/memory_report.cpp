@@ -140,7 +140,6 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     }
   }
   m.params += b.p_full * P;
-  m.params += plan.base.frozen_params;  // LoRA's frozen base, whole on every rank
   if (b.p_full > 0 && stage >= 1) {
     // Mixed precision under ZeRO (parallel/zero_parameters.h): the f32
     // parameters are master weights kept for the own range only, counted with
@@ -167,6 +166,7 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
                          held2 + tg.steady, held2 + tg.tail});
     }
   }
+  m.params += plan.base.frozen_params;  // LoRA's frozen base, whole on every rank
   return m;
 }
 

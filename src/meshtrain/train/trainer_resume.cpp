@@ -74,6 +74,19 @@ void TrainingRun::describe() const {
                   "optimizer {:.1f} + activations {:.1f} + comm {:.1f} + workspace {:.1f}",
                   rm.total() / 1e6, rm.params / 1e6, rm.grads / 1e6, rm.optimizer / 1e6,
                   rm.activations / 1e6, rm.comm / 1e6, rm.workspace / 1e6));
+  if (predicted_.frozen_params > 0) {
+    // LoRA: what full fine-tuning of the base would hold in model states here.
+    auto full = memory_plan(0);
+    full.model = spec_.frozen_base();
+    full.base = predict_training_memory(*full.model, opt_.micro_batch, T_, thread_count(),
+                                        opt_.recompute, opt_.precision);
+    if (is_mixed(opt_.precision)) full.bytes.p_full = 2;
+    const RankMemory fm = predict_rank_memory(full);
+    say(fmt::format("LoRA: the frozen base holds {:.1f} MB of the parameters; model states {:.1f} MB "
+                    "vs {:.1f} MB for full fine-tuning with this layout ({:.2f}x)",
+                    predicted_.frozen_params / 1e6, rm.model_states() / 1e6, fm.model_states() / 1e6,
+                    static_cast<double>(rm.model_states()) / std::max<int64_t>(1, fm.model_states())));
+  }
 }
 
 }  // namespace meshtrain

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# LoRA fine-tuning end to end, as a user runs it: adapters (rank 4, every
+# linear layer) on the Hugging Face llama-tiny fixture, trained on 2 ranks
+# with ZeRO-3, bf16 and full recompute, checkpointed and resumed; the run's
+# merged model file equals the merged export of its last checkpoint; the
+# export differs from the base (training changed the function) while the
+# base on disk is untouched; bad LoRA settings and a moved base are clear
+# errors. With torch and transformers, transformers loads the exported
+# folder and its tensors are the merged weights
+# (tools/check_lora_export.py; skipped with exit 77 otherwise).
+set -uo pipefail
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
+FIX="$SRC/tests/fixtures/llama_tiny_hf"
+cp -r "$FIX" "$TMP/base"
+BASE="$TMP/base"
+sum_before=$(cat "$BASE"/*.safetensors | md5sum)
+mkdir -p "$TMP/data"
+write_token_shard "$TMP/data/train_000000.bin" 61 1
+common=(--set init_from="$BASE" --set model.preset= --set data.train="$TMP/data/train_*.bin"
+        --set train.micro_batch=2 --set train.eval_every=0 --set train.threads=1
+        --set train.lr=1e-2 --set train.warmup=0
+        --set lora.rank=4 --set lora.alpha=8 --set zero.stage=3 --set precision=bf16
+        --set recompute=full --set checkpoint.dir="$TMP/ck" --set checkpoint.every=2
+        --set checkpoint.async=false --set telemetry.dir="$TMP/run")
+"$BIN" train "${common[@]}" --set train.steps=4 --nproc 2 >"$TMP/train" 2>&1 \
+  || { cat "$TMP/train"; fail "LoRA training failed"; }
+grep -q "model: LoRA r4 alpha 8 on 14 matrices" "$TMP/train" || { cat "$TMP/train"; fail "not the LoRA model"; }
+grep -q "loaded the frozen base from $BASE" "$TMP/train" || fail "the base was not loaded"
+grep -q "ZeRO stage 3" "$TMP/train" || fail "not ZeRO-3"
+grep -q "LoRA: the frozen base holds" "$TMP/train" || fail "no LoRA memory line"
+
+# Resume from step 4 to 6 (the adapters and their optimizer state).
+"$BIN" train "${common[@]}" --set train.steps=6 --nproc 2 >"$TMP/train2" 2>&1 \
+  || { cat "$TMP/train2"; fail "LoRA resume failed"; }
+grep -q "resumed from .*step_00000004" "$TMP/train2" || { cat "$TMP/train2"; fail "did not resume"; }
+
+# The run's model file (merged) equals the merged export of the step-6 checkpoint.
+"$BIN" ckpt export "$TMP/ck" --format meshtrain --to "$TMP/merged.safetensors" >"$TMP/log" 2>&1 \
+  || { cat "$TMP/log"; fail "export of the LoRA checkpoint failed"; }
+cmp -s "$TMP/merged.safetensors" "$TMP/run/model.safetensors" \
+  || fail "the run's model file is not the merged checkpoint"
+"$BIN" ckpt export "$TMP/ck" --to "$TMP/hf" >"$TMP/log" 2>&1 || { cat "$TMP/log"; fail "hf export failed"; }
+test -s "$TMP/hf/config.json" || fail "the hf export wrote no config.json"
+"$BIN" ckpt export "$BASE" --to "$TMP/base_again" >/dev/null 2>&1  # (not a checkpoint: expected to fail)
+"$BIN" ckpt import "$BASE" --out "$TMP/base_ck" >/dev/null 2>&1 || fail "import of the base"
+"$BIN" ckpt export "$TMP/base_ck" --format meshtrain --to "$TMP/base.safetensors" >/dev/null 2>&1 || fail "base export"
+cmp -s "$TMP/base.safetensors" "$TMP/merged.safetensors" && fail "the merged model equals the base: LoRA changed nothing"
+[ "$(cat "$BASE"/*.safetensors | md5sum)" = "$sum_before" ] || fail "training wrote to the base's files"
+
+# Clear errors: a target that names nothing, LoRA with tensor parallelism,
+# an export whose base moved.
+"$BIN" train "${common[@]}" --set lora.targets=qq_proj --set train.steps=1 \
+  --set checkpoint.resume=never >"$TMP/err" 2>&1 && fail "a bad lora.targets was accepted"
+grep -q "lora.targets = qq_proj: no matrix of the llama model matches" "$TMP/err" || { grep -v "^ " "$TMP/err"; fail "unclear target error"; }
+"$BIN" train "${common[@]}" --set parallel.tp=2 --set train.steps=1 --nproc 2 \
+  --set checkpoint.resume=never >"$TMP/err" 2>&1 && fail "LoRA with tp was accepted"
+grep -q "LoRA with tensor parallelism" "$TMP/err" || { cat "$TMP/err"; fail "unclear tp error"; }
+mv "$BASE" "$TMP/moved"
+"$BIN" ckpt export "$TMP/ck" --to "$TMP/hf2" >"$TMP/err" 2>&1 && fail "export without the base succeeded"
+grep -q "pass the base's current place with --base" "$TMP/err" || { cat "$TMP/err"; fail "unclear moved-base error"; }
+"$BIN" ckpt export "$TMP/ck" --format meshtrain --base "$TMP/moved" --to "$TMP/merged2.safetensors" >/dev/null 2>&1 \
+  || fail "export with --base failed"
+cmp -s "$TMP/merged.safetensors" "$TMP/merged2.safetensors" || fail "--base gave another merge"
+
+if ! python3 -c "import torch, transformers, safetensors" 2>/dev/null; then
+  echo "skipped: python3 cannot import torch, transformers and safetensors (the transformers check)"
+  exit 77
+fi
+python3 "$SRC/tools/check_lora_export.py" "$TMP/hf" "$TMP/merged.safetensors" \
+  || fail "transformers could not load the LoRA export or its weights are not the merged ones"
+echo "ok"
