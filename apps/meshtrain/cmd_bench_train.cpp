@@ -25,6 +25,7 @@
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/launch/launcher.h"
 #include "meshtrain/parallel/data_parallel.h"
+#include "meshtrain/nn/lora_spec.h"
 #include "meshtrain/nn/model_registry.h"
 #include "meshtrain/parallel/make_gradient_sync.h"
 #include "meshtrain/parallel/mesh.h"
@@ -47,6 +48,9 @@ struct BenchTrainArgs {
   double bucket_mb = 25, first_bucket_mb = 1;
   std::string recompute = "none";
   std::string precision = "fp32";  // bf16 | fp16: compared with fp32 (bench_precision.h)
+  int lora_rank = 0;  // > 0: LoRA adapters on the frozen preset (nn/lora_spec.h)
+  double lora_alpha = 16;
+  std::string lora_targets = "all";
 };
 
 // CPU seconds used by this process: on a shared machine this tracks our own
@@ -64,7 +68,14 @@ double median(std::vector<double> v) {
 }
 
 void run_bench_train(const BenchTrainArgs& a) {
-  const std::shared_ptr<const ModelSpec> spec = model_preset(a.preset);
+  std::shared_ptr<const ModelSpec> spec = model_preset(a.preset);
+  if (a.lora_rank > 0) {
+    LoraConfig lc;
+    lc.rank = a.lora_rank;
+    lc.alpha = a.lora_alpha;
+    lc.targets = LoraConfig::parse_targets(a.lora_targets);
+    spec = LoraSpec::make(spec, lc);
+  }
   const int T = a.seq > 0 ? a.seq : spec->seq_len();
   if (T > spec->seq_len())
     throw UsageError(fmt::format("--seq {} exceeds the model context {}", T, spec->seq_len()));
@@ -204,6 +215,8 @@ void run_bench_train(const BenchTrainArgs& a) {
     j["tp"] = a.tp;
     j["sequence_parallel"] = a.sequence_parallel && a.tp > 1;
     j["model_state_mb"] = model_state_bytes / 1e6;
+    j["trained_params"] = spec->num_params();
+    if (a.lora_rank > 0) j["lora_rank"] = a.lora_rank;
     if (a.tp > 1) j["tp_comm_ms"] = median(tp_s) * 1e3;
     if (dp || a.tp > 1) j["nproc"] = ranks * a.tp;
     if (dp) {
@@ -274,6 +287,13 @@ void register_bench_train(CLI::App& bench) {
                 "fp32, or bf16 | fp16: train fp32 and that mixed precision side by side "
                 "(single process, interleaved) and print both")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  c->add_option("--lora-rank", args->lora_rank,
+                 "Train LoRA adapters of this rank on the frozen preset (0: full training)")
+      ->capture_default_str();
+  c->add_option("--lora-alpha", args->lora_alpha, "LoRA scale numerator (alpha / rank)")
+      ->capture_default_str();
+  c->add_option("--lora-targets", args->lora_targets, "LoRA matrices: all, or names (q_proj,v_proj)")
       ->capture_default_str();
   c->add_option("--recompute", args->recompute,
                 "Activation recompute: none | full | every:K | selective")

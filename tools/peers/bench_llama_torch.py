@@ -18,6 +18,12 @@ decay 0.1 on 2-D tensors), fused by default. --precision bf16 runs the
 forward and backward under torch.autocast(cpu, bfloat16) with f32 master
 weights (PyTorch's mixed precision on CPU). Data: random tokens. A step =
 zero_grad + forward + backward + optimizer step; the median is reported.
+
+--lora-rank R: PEFT-style LoRA on every linear layer of the blocks (q, k, v,
+o, gate, up, down: each its own A and B, alpha 16, B zero), written in plain
+PyTorch as PEFT computes it (base(x) + scale * B(A(x))) but with the fused
+q|k|v and gate|up GEMMs kept fused and one stacked A per fused GEMM: the base
+is frozen (requires_grad False everywhere), AdamW holds the adapters only.
 """
 import argparse
 import json
@@ -83,6 +89,36 @@ class Block(nn.Module):
         return x + self.down(F.silu(g) * u)
 
 
+class LoraLinear(nn.Module):
+    """A frozen nn.Linear whose output parts (q|k|v, gate|up) each get an
+    adapter: y = x W^T + (alpha / r) [B_i (A_i x)]_i."""
+
+    def __init__(self, base, parts, r, alpha):
+        super().__init__()
+        self.base, self.parts, self.r, self.scale = base, parts, r, alpha / r
+        fan_in = base.in_features
+        self.A = nn.Parameter(torch.empty(len(parts) * r, fan_in).uniform_(-fan_in ** -0.5, fan_in ** -0.5))
+        self.B = nn.ParameterList(nn.Parameter(torch.zeros(p, r)) for p in parts)
+
+    def forward(self, x):
+        u = F.linear(x, self.A)
+        r = self.r
+        delta = torch.cat([F.linear(u[..., i * r:(i + 1) * r], b) for i, b in enumerate(self.B)], dim=-1)
+        return self.base(x) + self.scale * delta
+
+
+def add_lora(model, r, alpha=16.0):
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for blk in model.layers:
+        C, kv = blk.o.in_features, blk.KV * blk.hd
+        blk.qkv = LoraLinear(blk.qkv, [C, kv, kv], r, alpha)
+        blk.o = LoraLinear(blk.o, [blk.o.out_features], r, alpha)
+        half = blk.gate_up.out_features // 2
+        blk.gate_up = LoraLinear(blk.gate_up, [half, half], r, alpha)
+        blk.down = LoraLinear(blk.down, [blk.down.out_features], r, alpha)
+
+
 class Llama(nn.Module):
     def __init__(self, L, H, KV, C, F_, T, V, theta, block=None):
         super().__init__()
@@ -124,6 +160,7 @@ def main():
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--optim-impl", default="fused", choices=["foreach", "fused"])
+    ap.add_argument("--lora-rank", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -135,9 +172,13 @@ def main():
     L, H, KV, C, F_, T, V, theta = PRESETS[args.preset]
     seq = args.seq or T
     model = Llama(L, H, KV, C, F_, T, V, theta)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    if args.lora_rank > 0:
+        add_lora(model, args.lora_rank)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trained if p.dim() >= 2]
+    rest = [p for p in trained if p.dim() < 2]
+    groups = [g for g in ({"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0})
+              if g["params"]]
     opt = torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
                             **({"fused": True} if args.optim_impl == "fused" else {"foreach": True}))
     n_params = sum(p.numel() for p in model.parameters())
@@ -169,6 +210,8 @@ def main():
         print(json.dumps({"peer": "pytorch", "torch_version": torch.__version__, "preset": args.preset,
                           "precision": args.precision, "batch": args.batch, "seq": seq,
                           "threads": torch.get_num_threads(), "compiled": args.compile,
+                          "lora_rank": args.lora_rank,
+                          "trained_params": sum(p.numel() for p in trained),
                           "tokens_per_s": tok_s, "tokens_per_cpu_s": args.batch * seq / statistics.median(cpu_times),
                           "ms_per_step_median": med * 1e3, "flops_per_token": flops_per_token}))
 

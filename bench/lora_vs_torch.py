@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""LoRA fine-tuning benchmark: meshtrain training LoRA adapters on a frozen
+Llama preset, meshtrain fully fine-tuning the same preset, and PyTorch with
+PEFT-style LoRA on the same model (tools/peers/bench_llama_torch.py
+--lora-rank: same rank, alpha, targets and threads), interleaved round by
+round so machine noise hits all alike. Prints median tokens/s, the ratios
+the fine-tuning issue sets targets for (LoRA / full fine-tuning, LoRA /
+PyTorch LoRA) and the model state each run holds (parameters, gradients,
+optimizer state: the frozen base included).
+
+  python3 bench/lora_vs_torch.py --preset llama-100m --batch 4 --seq 128 --rank 16 --rounds 3
+"""
+import argparse
+import os
+import statistics
+import sys
+
+from bench_util import cpu_model, isa_env, run_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="llama-100m")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
+    a = ap.parse_args()
+    t = a.threads
+    shape = ["--preset", a.preset, "--batch", str(a.batch), "--seq", str(a.seq),
+             "--steps", str(a.steps), "--warmup", "1", "--threads", str(t)]
+    ours = [a.binary, "bench", "train"] + shape + ["--json"]
+    peer = [sys.executable, os.path.join(ROOT, "tools", "peers", "bench_llama_torch.py"), "--json"] + shape
+    runs = {
+        "meshtrain LoRA": ours + ["--lora-rank", str(a.rank)],
+        "meshtrain full": ours,
+        "PyTorch LoRA": peer + ["--lora-rank", str(a.rank)],
+    }
+    tok, state, trained = {k: [] for k in runs}, {}, {}
+    torch_version = ""
+    for r in range(a.rounds):
+        for name, cmd in runs.items():
+            j = run_json(cmd, t, isa_env(None, "peer" if name.startswith("PyTorch") else "ours"))
+            tok[name].append(j["tokens_per_s"])
+            if "model_state_mb" in j:
+                state[name] = j["model_state_mb"]
+            trained[name] = j.get("trained_params", 0)
+            torch_version = j.get("torch_version", torch_version)
+            print(f"round {r + 1} {name}: {j['tokens_per_s']:.1f} tok/s", flush=True)
+    med = {k: statistics.median(v) for k, v in tok.items()}
+    print()
+    print(f"{a.preset}, LoRA rank {a.rank} alpha 16 on every block linear layer, batch {a.batch} x "
+          f"{a.seq}, {t} thread(s), fp32, medians of {a.rounds} interleaved rounds ({a.steps} timed "
+          f"steps each); {cpu_model()}")
+    print("| run | trained parameters | tokens/s | model state (MB) |")
+    print("|---|---|---|---|")
+    for k, v in med.items():
+        st = f"{state[k]:.1f}" if k in state else "-"
+        print(f"| {k} | {trained[k] / 1e6:.2f}M | {v:.1f} | {st} |")
+    print(f"LoRA / full fine-tuning: {med['meshtrain LoRA'] / med['meshtrain full']:.2f}x tokens/s, "
+          f"{state['meshtrain LoRA'] / state['meshtrain full']:.2f}x model state; "
+          f"meshtrain LoRA / PyTorch LoRA: {med['meshtrain LoRA'] / med['PyTorch LoRA']:.2f}x tokens/s")
+    print(f"PyTorch {torch_version}")
+
+
+if __name__ == "__main__":
+    main()
