@@ -47,7 +47,7 @@ std::string error_of(F&& f) {
 }
 
 #define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "in: " << (haystack)
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (needle) << " not in: " << (haystack)
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
