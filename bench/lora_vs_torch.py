@@ -9,6 +9,7 @@ PyTorch LoRA) and the model state each run holds (parameters, gradients,
 optimizer state: the frozen base included).
 
   python3 bench/lora_vs_torch.py --preset llama-100m --batch 4 --seq 128 --rank 16 --rounds 3
+  python3 bench/lora_vs_torch.py --preset llama-100m --batch 4 --seq 128 --rank 16 --rounds 3 --precision bf16
 """
 import argparse
 import os
@@ -27,18 +28,23 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: meshtrain's mixed precision, PyTorch's autocast (both sides)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
     a = ap.parse_args()
     t = a.threads
     shape = ["--preset", a.preset, "--batch", str(a.batch), "--seq", str(a.seq),
-             "--steps", str(a.steps), "--warmup", "1", "--threads", str(t)]
+             "--steps", str(a.steps), "--warmup", "1", "--threads", str(t), "--precision", a.precision]
     ours = [a.binary, "bench", "train"] + shape + ["--json"]
+    # Full fine-tuning in bf16 is bench train's fp32-vs-bf16 mode (its bf16 side is taken; it
+    # reports no model state).
+    full = ours
     peer = [sys.executable, os.path.join(ROOT, "tools", "peers", "bench_llama_torch.py"), "--json"] + shape
     runs = {
         "meshtrain LoRA": ours + ["--lora-rank", str(a.rank)],
-        "meshtrain full": ours,
+        "meshtrain full": full,
         "PyTorch LoRA": peer + ["--lora-rank", str(a.rank)],
     }
     tok, state, trained = {k: [] for k in runs}, {}, {}
@@ -46,24 +52,27 @@ def main():
     for r in range(a.rounds):
         for name, cmd in runs.items():
             j = run_json(cmd, t, isa_env(None, "peer" if name.startswith("PyTorch") else "ours"))
-            tok[name].append(j["tokens_per_s"])
+            tok[name].append(j[a.precision]["tokens_per_s"] if a.precision in j and
+                             isinstance(j[a.precision], dict) else j["tokens_per_s"])
             if "model_state_mb" in j:
                 state[name] = j["model_state_mb"]
             trained[name] = j.get("trained_params", 0)
             torch_version = j.get("torch_version", torch_version)
-            print(f"round {r + 1} {name}: {j['tokens_per_s']:.1f} tok/s", flush=True)
+            print(f"round {r + 1} {name}: {tok[name][-1]:.1f} tok/s", flush=True)
     med = {k: statistics.median(v) for k, v in tok.items()}
     print()
     print(f"{a.preset}, LoRA rank {a.rank} alpha 16 on every block linear layer, batch {a.batch} x "
-          f"{a.seq}, {t} thread(s), fp32, medians of {a.rounds} interleaved rounds ({a.steps} timed "
+          f"{a.seq}, {t} thread(s), {a.precision}, medians of {a.rounds} interleaved rounds ({a.steps} timed "
           f"steps each); {cpu_model()}")
     print("| run | trained parameters | tokens/s | model state (MB) |")
     print("|---|---|---|---|")
     for k, v in med.items():
         st = f"{state[k]:.1f}" if k in state else "-"
         print(f"| {k} | {trained[k] / 1e6:.2f}M | {v:.1f} | {st} |")
+    mem = (f"{state['meshtrain LoRA'] / state['meshtrain full']:.2f}x model state"
+           if "meshtrain full" in state else "model state of full fine-tuning not measured in this mode")
     print(f"LoRA / full fine-tuning: {med['meshtrain LoRA'] / med['meshtrain full']:.2f}x tokens/s, "
-          f"{state['meshtrain LoRA'] / state['meshtrain full']:.2f}x model state; "
+          f"{mem}; "
           f"meshtrain LoRA / PyTorch LoRA: {med['meshtrain LoRA'] / med['PyTorch LoRA']:.2f}x tokens/s")
     print(f"PyTorch {torch_version}")
 

@@ -32,6 +32,7 @@
 #include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/train/train_step.h"
 #include "meshtrain/train/memory_model.h"
+#include "meshtrain/train/mixed_precision.h"
 #include "bench_precision.h"
 #include "recompute_option.h"
 
@@ -109,6 +110,9 @@ void run_bench_train(const BenchTrainArgs& a) {
   ModelShard which{mesh.rank(parallel::Axis::TP), a.tp};
   which.sequence_parallel = a.sequence_parallel;
   const std::shared_ptr<const ModelSpec> shard = a.tp > 1 ? spec->sharded(which) : spec;
+  // LoRA runs train in the given precision directly (no fp32 side by side).
+  const Precision precision = a.lora_rank > 0 ? precision_from_name(a.precision) : Precision::FP32;
+  so.precision = precision;
   parallel::SyncedModel synced = parallel::make_synced_model(mesh.comm(parallel::Axis::DP), shard, so);
   parallel::GradientSync& sync = *synced.sync;
   const bool dp = sync.comm() != nullptr;
@@ -126,7 +130,9 @@ void run_bench_train(const BenchTrainArgs& a) {
   LrSchedule sched;
   sched.max_lr = 3e-4f;
   sched.kind = "constant";
+  MixedPrecision mixed(model, MixedPrecisionOptions{precision, {}});
   TrainStep stepper(model, sync, AdamWConfig{}, sched, 1.0f);
+  stepper.set_mixed_precision(&mixed);
   if (a.tp > 1) stepper.set_tensor_parallel(&mesh.comm(parallel::Axis::TP), tp_group.get());
   // Each data-parallel rank its own tokens; a tp group shares them.
   Rng rng(1234 + static_cast<uint64_t>(mesh.rank(parallel::Axis::DP)));
@@ -215,6 +221,7 @@ void run_bench_train(const BenchTrainArgs& a) {
     j["tp"] = a.tp;
     j["sequence_parallel"] = a.sequence_parallel && a.tp > 1;
     j["model_state_mb"] = model_state_bytes / 1e6;
+    j["precision"] = precision_name(precision);
     j["trained_params"] = spec->num_params();
     if (a.lora_rank > 0) j["lora_rank"] = a.lora_rank;
     if (a.tp > 1) j["tp_comm_ms"] = median(tp_s) * 1e3;
@@ -300,7 +307,7 @@ void register_bench_train(CLI::App& bench) {
       ->capture_default_str();
   c->callback([args] {
     const comm::WorldInfo w = comm::world_from_env();
-    if (args->precision != "fp32" && (args->nproc > 1 || w.size > 1))
+    if (args->precision != "fp32" && args->lora_rank == 0 && (args->nproc > 1 || w.size > 1))
       throw UsageError("--precision compares with fp32 in one process; drop --nproc");
     if (args->nproc > 1 && w.source == "none") {
       // Run N ranks of this same command (without --nproc).
@@ -322,7 +329,7 @@ void register_bench_train(CLI::App& bench) {
       if (r.exit_code != 0) throw Error(fmt::format("bench failed: {}", r.message));
       return;
     }
-    if (args->precision != "fp32") {
+    if (args->precision != "fp32" && args->lora_rank == 0) {
       run_bench_precision({args->preset, args->batch, args->seq, args->threads, args->steps,
                            args->warmup, args->json, args->recompute, args->precision});
       return;

@@ -162,6 +162,7 @@ void GPT::freeze(std::shared_ptr<LinearAdapters> adapters) {
   MT_CHECK(dims_.tp_size == 1, "a tensor-parallel GPT shard cannot be frozen under adapters");
   frozen_ = true;
   adapters_ = std::move(adapters);
+  half_.freeze();  // the 16-bit copy is rounded once
   frozen_norm_grad_.assign(static_cast<size_t>(2 * dims_.C), 0.f);
 }
 

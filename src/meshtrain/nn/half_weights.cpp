@@ -11,6 +11,7 @@ bool HalfWeights::set_precision(Precision p, int64_t numel) {
                                      MemCategory::Parameters)
                      : Tensor();
   external_ = false;
+  fresh_.clear();
   return true;
 }
 
@@ -27,6 +28,11 @@ void HalfWeights::use_external(Tensor buffer, int64_t numel) {
 void HalfWeights::refresh(const ParamLayout& layout, int unit, const float* params,
                           const KernelTable& k) {
   if (!mixed() || external_) return;
+  if (frozen_) {
+    if (fresh_.size() != layout.units.size()) fresh_.assign(layout.units.size(), 0);
+    if (fresh_[static_cast<size_t>(unit)]) return;
+    fresh_[static_cast<size_t>(unit)] = 1;
+  }
   for (const ParamInfo& p : layout.params)
     if (p.unit == unit && p.half_weight)
       k.to_half(format(), params + p.begin, buf_.data<uint16_t>() + p.begin, p.numel());

@@ -4,6 +4,7 @@
 // Which parameters it holds is the layout's ParamInfo::half_weight.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/kernels/kernel_table.h"
@@ -28,11 +29,16 @@ class HalfWeights {
   const uint16_t* at(int64_t offset) const { return buf_.data<uint16_t>() + offset; }
   // Rounds `unit`'s half_weight parameters from `params` (own copy only).
   void refresh(const ParamLayout& layout, int unit, const float* params, const KernelTable& k);
+  // A frozen model's parameters never change after its first forward: each
+  // unit is rounded once (at its first refresh), not at every Need.
+  void freeze() { frozen_ = true; }
 
  private:
   Precision precision_ = Precision::FP32;
   Tensor buf_;
   bool external_ = false;
+  bool frozen_ = false;
+  std::vector<char> fresh_;  // frozen: units already rounded
 };
 
 // recompute every:K needs K >= 1.

@@ -80,6 +80,7 @@ void Llama::freeze(std::shared_ptr<LinearAdapters> adapters) {
   MT_CHECK(dims_.tp_size == 1, "a tensor-parallel llama shard cannot be frozen under adapters");
   frozen_ = true;
   adapters_ = std::move(adapters);
+  half_.freeze();  // the 16-bit copy is rounded once
   frozen_gain_grad_.assign(static_cast<size_t>(dims_.C), 0.f);
 }
 
