@@ -23,5 +23,6 @@ void register_launch(CLI::App& app);
 void add_elastic_options(CLI::App* cmd, launch::ElasticOptions& opts);
 void register_report(CLI::App& app);
 void register_ckpt(CLI::App& app);
+void register_plan(CLI::App& app);
 
 }  // namespace meshtrain::cli

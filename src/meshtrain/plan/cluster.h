@@ -1,0 +1,34 @@
+// The hardware the planner plans for, as data: per GPU its memory, dense
+// bf16 peak, and the two link levels an alpha-beta model needs (inside a
+// node: NVLink; across nodes: the GPU's share of the network), from the
+// vendors' public specifications. A cluster file (JSON with the same
+// fields) describes anything else.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace meshtrain::plan {
+
+struct ClusterSpec {
+  std::string name;
+  double memory_gb = 0;         // per GPU, 10^9 bytes
+  double usable_fraction = 0.9;  // of memory_gb a plan may fill (allocator, library workspace)
+  double bf16_tflops = 0;       // dense peak per GPU
+  int gpus_per_node = 8;
+  double intra_gbps = 0;        // GB/s per GPU per direction inside a node
+  double inter_gbps = 0;        // GB/s per GPU per direction across nodes
+  double intra_alpha_us = 3;    // latency per collective step inside a node
+  double inter_alpha_us = 10;   // and across nodes
+  double price_per_gpu_hour = 0;  // USD; 0 = not priced
+
+  nlohmann::json to_json() const;
+  // A catalogue name (a100-40gb, a100-80gb, h100-sxm, h200, b200) or a JSON
+  // file with these fields; throws naming the known names otherwise.
+  static ClusterSpec load(const std::string& name_or_file);
+};
+
+std::vector<std::string> cluster_names();
+
+}  // namespace meshtrain::plan

@@ -1,0 +1,185 @@
+#include "meshtrain/plan/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "meshtrain/core/error.h"
+
+namespace meshtrain::plan {
+
+namespace {
+
+constexpr double kBucketBytes = 25.0 * (1 << 20);  // the engine's default gradient bucket
+constexpr double kGradWireBytes = 4;              // f32 gradient reduction (comm.grad_dtype)
+
+// Ring collective over n ranks moving `bytes` per rank: 2 (n-1)/n of them
+// each way for an allreduce (half for reduce-scatter or allgather).
+double ring_s(double bytes, int64_t n, double gbps, double alpha_us, double factor) {
+  if (n <= 1) return 0;
+  const double nn = static_cast<double>(n);
+  return factor * (nn - 1) / nn * bytes / (gbps * 1e9) + factor * (nn - 1) * alpha_us * 1e-6;
+}
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+double gemm_efficiency(double n) { return kPeakEfficiency * n / (n + kHalfEfficiencyDim); }
+
+std::string Layout::describe() const {
+  return fmt::format("dp {} x tp {} x pp {}, micro-batch {} x {}, zero {}, recompute {}{}", dp, tp,
+                     pp, micro_batch, micro_batches, zero_stage, recompute_policy_name(recompute),
+                     sequence_parallel ? ", sp" : "");
+}
+
+PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
+  const TransformerShape& m = r.model;
+  const ClusterSpec& c = r.cluster;
+  const double s = static_cast<double>(r.seq > 0 ? r.seq : m.seq), h = static_cast<double>(m.hidden);
+  const double b = static_cast<double>(l.micro_batch), t = static_cast<double>(l.tp);
+  const double L = static_cast<double>(m.layers), stage_layers = L / static_cast<double>(l.pp);
+  PlanRow row;
+  row.layout = l;
+
+  // Memory: the first stage (its layers and the embedding; the last stage's
+  // head is the same size for Llama and tied for GPT).
+  const double emb = static_cast<double>(m.embedding_params());
+  const double layer_params = (static_cast<double>(m.params()) - emb) / L;
+  const double psi = (layer_params * stage_layers + (l.pp == 1 ? emb : emb / (m.llama ? 2 : 1))) / t;
+  const StateBytes bytes = kMeshtrainBf16;
+  const double dp = static_cast<double>(l.dp);
+  const int stage = l.zero_stage;
+  row.memory.params = stage == 3 ? bytes.p * psi / dp : bytes.p * psi;
+  row.memory.grads = stage >= 2 ? bytes.g * psi / dp : bytes.g * psi;
+  row.memory.optimizer = stage >= 1 ? bytes.k * psi / dp : bytes.k * psi;
+  const double in_flight = static_cast<double>(std::min(l.pp, l.micro_batches));
+  row.memory.activations =
+      activation_bytes_per_layer(s, b, h, static_cast<double>(m.heads), l.tp, l.sequence_parallel,
+                                 l.recompute) * stage_layers * in_flight +
+      4.0 * s * b * static_cast<double>(m.vocab) / t;  // f32 logits (last stage; one micro-batch)
+  if (l.dp > 1) row.memory.comm = 2 * kBucketBytes;
+  if (stage == 3) row.memory.comm += 2 * bytes.p * layer_params / t;  // two gathered layers
+
+  // Time.
+  const double tokens = static_cast<double>(r.global_batch) * s;
+  const double gpus = static_cast<double>(r.gpus);
+  const double eff = gemm_efficiency(std::min(h / t, b * s));
+  const double peak = c.bf16_tflops * 1e12;
+  const double model_flops = m.flops_per_token(static_cast<int64_t>(s)) * tokens / gpus;
+  const double extra_flops = m.recompute_flops_per_token(static_cast<int64_t>(s),
+                                                         static_cast<int>(l.recompute)) * tokens / gpus;
+  row.time.compute = model_flops / (peak * eff);
+  row.time.recompute = extra_flops / (peak * eff);
+  const double mb = static_cast<double>(l.micro_batches);
+  row.time.bubble = (row.time.compute + row.time.recompute) * static_cast<double>(l.pp - 1) / mb;
+  const double act_bytes = b * s * h * 2;  // one micro-batch's bf16 activations
+  const int tp_collectives = l.recompute == RecomputePolicy::Full ? 6 : 4;
+  row.time.tp_comm = stage_layers * mb * tp_collectives *
+                     ring_s(act_bytes, l.tp, c.intra_gbps, c.intra_alpha_us, 2.0);
+  const bool pp_inside = l.tp * l.pp <= c.gpus_per_node;
+  if (l.pp > 1)
+    row.time.pp_comm = 2.0 * (mb + static_cast<double>(l.pp) - 2) *
+                       (act_bytes / t / ((pp_inside ? c.intra_gbps : c.inter_gbps) * 1e9) +
+                        (pp_inside ? c.intra_alpha_us : c.inter_alpha_us) * 1e-6);
+  const bool dp_inside = l.dp * l.tp * l.pp <= c.gpus_per_node;
+  const double dp_gbps = dp_inside ? c.intra_gbps : c.inter_gbps;
+  const double dp_alpha = dp_inside ? c.intra_alpha_us : c.inter_alpha_us;
+  double dp_s = ring_s(kGradWireBytes * psi, l.dp, dp_gbps, dp_alpha, stage >= 2 ? 1.0 : 2.0);
+  if (stage == 3) dp_s += 2 * ring_s(bytes.p * psi, l.dp, dp_gbps, dp_alpha, 1.0);  // gathers, fwd + bwd
+  row.time.dp_total = dp_s;
+  const double backward = 2.0 / 3.0 * row.time.compute + row.time.recompute;
+  const double last_bucket = ring_s(std::min(kBucketBytes, kGradWireBytes * psi), l.dp, dp_gbps,
+                                    dp_alpha, stage >= 2 ? 1.0 : 2.0);
+  row.time.dp_exposed = l.dp > 1 ? std::max(last_bucket, dp_s - backward) : 0.0;
+
+  const double step = row.time.step();
+  row.tokens_per_s = tokens / step;
+  row.mfu = model_flops / step / peak;
+  row.hfu = (model_flops + extra_flops) / step / peak;
+  if (c.price_per_gpu_hour > 0)
+    row.cost_per_million_tokens = c.price_per_gpu_hour * gpus / 3600.0 / row.tokens_per_s * 1e6;
+  if (r.train_tokens > 0) row.days_to_train = r.train_tokens / row.tokens_per_s / 86400.0;
+  return row;
+}
+
+PlanResult make_plan(const PlanRequest& r) {
+  r.model.validate();
+  MT_CHECK(r.gpus >= 1, "--gpus must be >= 1 (got {})", r.gpus);
+  MT_CHECK(r.global_batch >= 1, "--global-batch must be >= 1 (got {})", r.global_batch);
+  const TransformerShape& m = r.model;
+  PlanResult out;
+  const double limit = r.cluster.memory_gb * 1e9 * r.cluster.usable_fraction;
+  bool have_smallest = false;
+  for (int64_t tp : divisors(std::min<int64_t>(r.gpus, r.cluster.gpus_per_node))) {
+    // The engine's tensor-parallel checks (ModelShard::check_tp_divides).
+    if (m.heads % tp || m.kv_heads % tp || m.ffn % tp) continue;
+    for (int64_t pp : divisors(m.layers)) {
+      if (r.gpus % (tp * pp)) continue;
+      const int64_t dp = r.gpus / (tp * pp);
+      if (r.global_batch % dp) continue;
+      const int64_t per_replica = r.global_batch / dp;
+      for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
+        if (per_replica % mb) continue;
+        const int64_t micro = per_replica / mb;
+        if (pp > 1 && micro < pp) continue;  // 1F1B needs at least pp micro-batches
+        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+          for (RecomputePolicy rc : {RecomputePolicy::None, RecomputePolicy::Selective,
+                                     RecomputePolicy::Full})
+            for (bool sp : {false, true}) {
+              if (sp && tp == 1) continue;
+              Layout l{dp, tp, pp, mb, micro, zero, rc, sp};
+              PlanRow row = evaluate_layout(r, l);
+              ++out.considered;
+              if (!have_smallest || row.memory.total() < out.smallest.memory.total()) {
+                out.smallest = row;
+                have_smallest = true;
+              }
+              if (row.memory.total() <= limit) out.rows.push_back(std::move(row));
+            }
+      }
+    }
+  }
+  MT_CHECK(out.considered > 0, "no layout splits {} GPUs and a global batch of {} sequences for {} "
+           "(tp must divide the heads, kv heads and ffn width and fit a node of {}; pp the {} "
+           "layers; dp the batch)", r.gpus, r.global_batch, m.name, r.cluster.gpus_per_node,
+           m.layers);
+  // Fastest first; among equally fast layouts (within 0.1%) the one needing
+  // less memory (more headroom), then one the engine runs today.
+  std::sort(out.rows.begin(), out.rows.end(), [](const PlanRow& a, const PlanRow& b) {
+    if (std::fabs(a.tokens_per_s - b.tokens_per_s) > 1e-3 * std::max(a.tokens_per_s, b.tokens_per_s))
+      return a.tokens_per_s > b.tokens_per_s;
+    if (a.memory.total() != b.memory.total()) return a.memory.total() < b.memory.total();
+    return a.layout.runnable_today() && !b.layout.runnable_today();
+  });
+  return out;
+}
+
+std::string explain(const PlanRow& a, const PlanRow& b) {
+  const TimeBreakdown& x = a.time;
+  const TimeBreakdown& y = b.time;
+  const std::array<std::pair<const char*, double>, 6> diffs = {{
+      {"compute", y.compute - x.compute}, {"recompute", y.recompute - x.recompute},
+      {"pipeline bubble", y.bubble - x.bubble}, {"tp communication", y.tp_comm - x.tp_comm},
+      {"pipeline sends", y.pp_comm - x.pp_comm}, {"exposed dp communication", y.dp_exposed - x.dp_exposed}}};
+  std::string out = fmt::format("{:.3f} s vs {:.3f} s per step:", x.step(), y.step());
+  bool any = false;
+  for (const auto& [name, d] : diffs)
+    if (std::fabs(d) > 0.005 * y.step()) {
+      out += fmt::format(" {} {:+.3f} s;", name, -d);
+      any = true;
+    }
+  if (!any)
+    out += fmt::format(" the same predicted time; #1 needs {:.1f} GB per GPU where #2 needs {:.1f} "
+                       "(more headroom)", a.memory.total() / 1e9, b.memory.total() / 1e9);
+  return out;
+}
+
+}  // namespace meshtrain::plan

@@ -1,0 +1,88 @@
+// `meshtrain plan`: the layouts (dp x tp x pp, micro-batch, ZeRO stage,
+// recompute, sequence parallelism) that fit a model on a cluster, ranked by
+// predicted tokens/s, each with a memory and a time breakdown per GPU.
+//
+// Memory: model states by the ZeRO formulas with meshtrain's bytes
+// (memory_formulas.h) for the largest pipeline stage (its layers and the
+// embedding), activations by Korthikanti et al.'s per-layer formulas times
+// the micro-batches a 1F1B first stage holds, the f32 logits, and the
+// communication buffers (two gradient buckets; ZeRO-3's two gathered layers).
+//
+// Time (alpha-beta, docs/PLANNER.md): compute = hardware FLOPs per GPU /
+// (peak x efficiency), the efficiency one saturating function of the GEMM
+// size; the pipeline's (m + pp - 1) / m; tp's collectives (4 per layer and
+// micro-batch, 6 with full recompute) on NVLink, not overlapped; pipeline
+// sends; the data-parallel reduction (and ZeRO-3's gathers) overlapped with
+// backward, all but the last bucket.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "meshtrain/plan/cluster.h"
+#include "meshtrain/plan/memory_formulas.h"
+#include "meshtrain/plan/transformer_shape.h"
+
+namespace meshtrain::plan {
+
+struct PlanRequest {
+  TransformerShape model;
+  ClusterSpec cluster;
+  int64_t gpus = 0;
+  int64_t global_batch = 0;  // sequences per step
+  int64_t seq = 0;           // 0: the model's context
+  double train_tokens = 0;   // for time and cost to train; 0: not reported
+};
+
+struct Layout {
+  int64_t dp = 1, tp = 1, pp = 1, micro_batch = 1;
+  int64_t micro_batches = 1;  // per pipeline per step (accumulation)
+  int zero_stage = 0;
+  RecomputePolicy recompute = RecomputePolicy::None;
+  bool sequence_parallel = false;
+  // The engine runs it today (no pipeline parallelism yet: pp = 1).
+  bool runnable_today() const { return pp == 1; }
+  std::string describe() const;
+};
+
+struct MemoryBreakdown {  // bytes per GPU (the largest stage)
+  double params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0;
+  double total() const { return params + grads + optimizer + activations + comm; }
+};
+
+struct TimeBreakdown {  // seconds per step
+  double compute = 0, recompute = 0, bubble = 0, tp_comm = 0, pp_comm = 0, dp_exposed = 0;
+  double dp_total = 0;  // the whole data-parallel traffic, most of it hidden
+  double step() const { return compute + recompute + bubble + tp_comm + pp_comm + dp_exposed; }
+};
+
+struct PlanRow {
+  Layout layout;
+  MemoryBreakdown memory;
+  TimeBreakdown time;
+  double tokens_per_s = 0, mfu = 0, hfu = 0;
+  double cost_per_million_tokens = 0;  // USD; 0 without a price
+  double days_to_train = 0;            // 0 without train_tokens
+};
+
+struct PlanResult {
+  std::vector<PlanRow> rows;     // fitting layouts, fastest first
+  int64_t considered = 0;        // valid layouts examined
+  PlanRow smallest;              // the least memory of any valid layout (for the "fits nowhere" error)
+};
+
+// Every valid layout, evaluated; those that fit, ranked. Throws a clear
+// error for a request that cannot be split at all (gpus, batch).
+PlanResult make_plan(const PlanRequest& request);
+// Evaluates one layout (no validity check beyond the arithmetic).
+PlanRow evaluate_layout(const PlanRequest& request, const Layout& layout);
+// Why `a` beats `b`, in one line (the largest differences of the breakdown).
+std::string explain(const PlanRow& a, const PlanRow& b);
+
+// The efficiency the compute model assumes: a fraction of the dense peak that
+// saturates with the smallest GEMM dimension n (hidden / tp, or the tokens of
+// a micro-batch): kPeakEfficiency n / (n + kHalfEfficiencyDim).
+constexpr double kPeakEfficiency = 0.62;
+constexpr double kHalfEfficiencyDim = 160;
+double gemm_efficiency(double n);
+
+}  // namespace meshtrain::plan
