@@ -10,6 +10,7 @@
 #include <string>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/data/shared_piece_cache.h"
 #include "meshtrain/data/tokenizer.h"
 #include "meshtrain/data/utf8.h"
 
@@ -82,16 +83,43 @@ TEST_P(Reference, RoundTripsAnyBytesIncludingInvalidUtf8) {
 TEST_P(Reference, EncodingIsTheSameFromManyThreads) {
   const auto tok = load_tokenizer(kDir + GetParam() + "/tokenizer.json");
   const nlohmann::json c = cases()[GetParam()]["encode"];
-  std::vector<std::vector<int32_t>> got(c.size());
+  // Every repetition is checked: later ones hit the per-thread caches and
+  // the cache the threads share (pieces another thread merged).
+  std::vector<std::vector<int32_t>> got(c.size() * 8);
 #pragma omp parallel for num_threads(4) schedule(dynamic)
-  for (size_t i = 0; i < c.size() * 8; ++i) {
-    const auto ids = tok->encode(c[i % c.size()]["text"].get<std::string>());
-    if (i < c.size()) got[i] = ids;
-  }
-  for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(got[i], c[i]["ids"].get<std::vector<int32_t>>());
+  for (size_t i = 0; i < c.size() * 8; ++i)
+    got[i] = tok->encode(c[i % c.size()]["text"].get<std::string>());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(got[i], c[i % c.size()]["ids"].get<std::vector<int32_t>>()) << "repetition " << i / c.size();
 }
 
 INSTANTIATE_TEST_SUITE_P(tokenizer, Reference, ::testing::Values("gpt2_style", "llama3_style"));
+
+// The cache encoding threads share: 4 threads insert and look up the same
+// 20000 pieces at once; every hit is the ids inserted for that piece.
+TEST(tokenizer, shared_piece_cache_never_returns_another_pieces_ids) {
+  SharedPieceCache cache;
+  const int kPieces = 20000;
+  std::vector<std::string> pieces;
+  for (int i = 0; i < kPieces; ++i) pieces.push_back("piece" + std::to_string(i * 7919 % 100003));
+  int wrong = 0, hits = 0;
+#pragma omp parallel for num_threads(4) schedule(dynamic, 64) reduction(+ : wrong, hits)
+  for (int k = 0; k < 4 * kPieces; ++k) {
+    const int i = k % kPieces;
+    const std::string& p = pieces[static_cast<size_t>(i)];
+    const uint64_t h = std::hash<std::string_view>{}(p);
+    const int32_t want[3] = {i, i + 1, i + 2};
+    uint32_t count = 0;
+    if (const int32_t* ids = cache.find(p, h, &count)) {
+      ++hits;
+      if (count != 3 || ids[0] != want[0] || ids[1] != want[1] || ids[2] != want[2]) ++wrong;
+    } else {
+      cache.insert(p, h, want, 3);
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_GT(hits, 2 * kPieces);  // the later rounds find what the first inserted
+}
 
 TEST(tokenizer, lossy_utf8_replaces_maximal_subparts) {
   EXPECT_EQ(utf8_lossy("ok"), "ok");

@@ -12,11 +12,13 @@
 // ByteLevel) is refused at load with an error naming it.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "meshtrain/data/bpe_model.h"
 #include "meshtrain/data/regex_splitter.h"
+#include "meshtrain/data/shared_piece_cache.h"
 #include "meshtrain/data/tokenizer.h"
 
 namespace meshtrain::data {
@@ -63,6 +65,10 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<PreStep> steps_;
   std::vector<int32_t> prefix_, suffix_;
   uint64_t serial_ = 0;  // tells this tokenizer's entries in the per-thread piece cache
+  // Behind the per-thread caches: pieces any thread already merged (made at
+  // the first miss).
+  mutable std::once_flag shared_once_;
+  mutable std::unique_ptr<SharedPieceCache> shared_;
 };
 
 }  // namespace meshtrain::data
