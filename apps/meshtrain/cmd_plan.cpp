@@ -53,7 +53,8 @@ nlohmann::json row_json(const plan::PlanRow& r) {
   return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"micro_batch", l.micro_batch},
           {"micro_batches", l.micro_batches}, {"zero_stage", l.zero_stage},
           {"recompute", plan::recompute_policy_name(l.recompute)},
-          {"sequence_parallel", l.sequence_parallel}, {"runnable_today", l.runnable_today()},
+          {"sequence_parallel", l.sequence_parallel}, {"chunks", l.chunks},
+          {"runnable_today", l.runnable_today()},
           {"memory_gb", {{"params", r.memory.params / 1e9}, {"grads", r.memory.grads / 1e9},
                          {"optimizer", r.memory.optimizer / 1e9},
                          {"activations", r.memory.activations / 1e9}, {"comm", r.memory.comm / 1e9},
@@ -108,7 +109,7 @@ void run_plan(const PlanOpts& o) {
   const int64_t seq = o.seq > 0 ? o.seq : req.model.seq;
   fmt::print("model: {}\n", req.model.describe());
   fmt::print("cluster: {} GPUs of {} ({:.0f} GB, {:.0f} dense bf16 TFLOP/s, {} per node, NVLink "
-             "{:.0f} GB/s, network {:.0f} GB/s per GPU)\n", o.gpus, req.cluster.name,
+             "{:g} GB/s, network {:g} GB/s per GPU)\n", o.gpus, req.cluster.name,
              req.cluster.memory_gb, req.cluster.bf16_tflops, req.cluster.gpus_per_node,
              req.cluster.intra_gbps, req.cluster.inter_gbps);
   fmt::print("step: {} sequences x {} tokens; {} valid layouts, {} fit; planned in {:.2f} s\n",

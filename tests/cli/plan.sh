@@ -22,7 +22,7 @@ for r in rows:
     assert r["dp"] * r["tp"] * r["pp"] == 64, r
     assert r["memory_gb"]["total"] <= 80 * 0.9 + 1e-9, r
 tps = [r["tokens_per_s"] for r in rows]
-assert tps == sorted(tps, reverse=True), tps
+assert all(b <= a * 1.001 for a, b in zip(tps, tps[1:])), tps  # fastest first (ties within 0.1%)
 PY
 "$BIN" plan --model gpt-1t --cluster a100-40gb --gpus 8 --global-batch 64 >"$TMP/err" 2>&1 \
   && fail "a 1T model on 8 GPUs was planned"

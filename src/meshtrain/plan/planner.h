@@ -5,14 +5,15 @@
 // Memory: model states by the ZeRO formulas with meshtrain's bytes
 // (memory_formulas.h) for the largest pipeline stage (its layers and the
 // embedding), activations by Korthikanti et al.'s per-layer formulas times
-// the micro-batches a 1F1B first stage holds, the f32 logits, and the
+// the micro-batches a 1F1B first stage holds (interleaved: times
+// 1 + (pp - 1) / (pp x chunks)), the f32 logits, and the
 // communication buffers (two gradient buckets; ZeRO-3's two gathered layers).
 //
 // Time (alpha-beta, docs/PLANNER.md): compute = hardware FLOPs per GPU /
 // (peak x efficiency), the efficiency one saturating function of the GEMM
 // size; the pipeline's (m + pp - 1) / m; tp's collectives (4 per layer and
 // micro-batch, 6 with full recompute) on NVLink, not overlapped; pipeline
-// sends; the data-parallel reduction (and ZeRO-3's gathers) overlapped with
+// sends (times the chunks when interleaved, whose bubble is divided by them); the data-parallel reduction (and ZeRO-3's gathers) overlapped with
 // backward, all but the last bucket.
 #pragma once
 #include <string>
@@ -39,6 +40,10 @@ struct Layout {
   int zero_stage = 0;
   RecomputePolicy recompute = RecomputePolicy::None;
   bool sequence_parallel = false;
+  // Interleaved 1F1B (Narayanan et al. 2021): each GPU holds `chunks`
+  // non-adjacent groups of layers; the bubble shrinks by that factor and the
+  // pipeline sends grow by it. 1 = plain 1F1B.
+  int64_t chunks = 1;
   // The engine runs it today (no pipeline parallelism yet: pp = 1).
   bool runnable_today() const { return pp == 1; }
   std::string describe() const;
