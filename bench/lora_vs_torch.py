@@ -37,14 +37,13 @@ def main():
     t = a.threads
     shape = ["--preset", a.preset, "--batch", str(a.batch), "--seq", str(a.seq),
              "--steps", str(a.steps), "--warmup", "1", "--threads", str(t), "--precision", a.precision]
-    ours = [a.binary, "bench", "train"] + shape + ["--json"]
     # Full fine-tuning in bf16 is bench train's fp32-vs-bf16 mode (its bf16 side is taken; it
     # reports no model state).
-    full = ours
+    ours = [a.binary, "bench", "train"] + shape + ["--json"]
     peer = [sys.executable, os.path.join(ROOT, "tools", "peers", "bench_llama_torch.py"), "--json"] + shape
     runs = {
         "meshtrain LoRA": ours + ["--lora-rank", str(a.rank)],
-        "meshtrain full": full,
+        "meshtrain full": ours,
         "PyTorch LoRA": peer + ["--lora-rank", str(a.rank)],
     }
     tok, state, trained = {k: [] for k in runs}, {}, {}

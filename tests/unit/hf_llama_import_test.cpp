@@ -5,6 +5,8 @@
 // map naming a missing file is a clear error.
 #include <gtest/gtest.h>
 
+#include "error_of.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -19,16 +21,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kFixture = std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/llama_tiny_hf";
+using meshtrain::testing::error_of;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
+const std::string kFixture = std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/llama_tiny_hf";
 
 // The fixture rewritten as `parts` files of `dtype` tensors with an index.
 fs::path sharded_copy(const fs::path& dir, DType dtype, int parts) {

@@ -6,6 +6,8 @@
 // window that is not the training seq_len) is a clear error naming where.
 #include <gtest/gtest.h>
 
+#include "error_of.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -19,6 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using meshtrain::testing::error_of;
+
 struct TempDir {
   fs::path path;
   TempDir() {
@@ -27,15 +31,6 @@ struct TempDir {
   }
   ~TempDir() { fs::remove_all(path); }
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 // The trained bytes of an example under the byte tokenizer, as text.
 std::string trained_text(const EncodedExample& e) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "error_of.h"
 #include "gradcheck.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/memory.h"
@@ -215,14 +216,7 @@ TEST(lora, targets_pick_named_matrices_and_bad_input_is_a_clear_error) {
   ASSERT_EQ(qv->sites().size(), 2u * 2);  // 2 layers
   EXPECT_NE(qv->sites()[0].name.find("q_proj"), std::string::npos);
   EXPECT_NE(qv->sites()[1].name.find("v_proj"), std::string::npos);
-  auto message = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto message = [](const std::function<void()>& f) { return meshtrain::testing::error_of(f); };
   const std::string bad = message([&] { lora_of("llama-tiny", 2, {"q_proj", "qq_proj"}); });
   EXPECT_NE(bad.find("\"qq_proj\" matches no matrix"), std::string::npos) << bad;
   EXPECT_NE(bad.find("self_attn.q_proj"), std::string::npos) << bad;

@@ -28,7 +28,7 @@ namespace {
 // large ones (truncated): the formula must agree to within one unit of the
 // last printed digit.
 void expect_printed(double gb, double printed, const std::string& what) {
-  const double unit = printed >= 1000 ? 1 : printed >= 100 ? 1 : printed >= 10 ? 0.1 : printed >= 1 ? 0.01 : 0.01;
+  const double unit = printed >= 100 ? 1 : printed >= 10 ? 0.1 : 0.01;
   EXPECT_LE(std::fabs(gb - printed), unit) << what << ": formula " << gb << " GB, table " << printed;
 }
 

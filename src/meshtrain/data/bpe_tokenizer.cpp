@@ -360,23 +360,21 @@ void BpeTokenizer::encode_piece_cached(std::string_view piece, std::vector<int32
     out.insert(out.end(), ids, ids + count);
     return;
   }
-  if (!omp_in_parallel()) {  // one encoding thread: nobody to share merges with
-    const size_t start = out.size();
-    model_->encode_piece(piece, out);
-    cache.insert(piece, hash, out.data() + start, static_cast<uint32_t>(out.size() - start));
-    return;
-  }
-  std::call_once(shared_once_, [this] { shared_ = std::make_unique<SharedPieceCache>(); });
-  if (const int32_t* ids = shared_->find(piece, hash, &count)) {  // another thread merged it
-    cache.insert(piece, hash, ids, count);
-    out.insert(out.end(), ids, ids + count);
-    return;
+  // With one encoding thread there is nobody to share merges with.
+  const bool shared = omp_in_parallel();
+  if (shared) {
+    std::call_once(shared_once_, [this] { shared_ = std::make_unique<SharedPieceCache>(); });
+    if (const int32_t* ids = shared_->find(piece, hash, &count)) {  // another thread merged it
+      cache.insert(piece, hash, ids, count);
+      out.insert(out.end(), ids, ids + count);
+      return;
+    }
   }
   const size_t start = out.size();
   model_->encode_piece(piece, out);
   const auto n = static_cast<uint32_t>(out.size() - start);
   cache.insert(piece, hash, out.data() + start, n);
-  shared_->insert(piece, hash, out.data() + start, n);
+  if (shared) shared_->insert(piece, hash, out.data() + start, n);
 }
 
 void BpeTokenizer::encode_segment(std::string_view text, size_t step,

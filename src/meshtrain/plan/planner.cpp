@@ -77,8 +77,7 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double eff = gemm_efficiency(std::min(h / t, b * s));
   const double peak = c.bf16_tflops * 1e12;
   const double model_flops = m.flops_per_token(static_cast<int64_t>(s)) * tokens / gpus;
-  const double extra_flops = m.recompute_flops_per_token(static_cast<int64_t>(s),
-                                                         static_cast<int>(l.recompute)) * tokens / gpus;
+  const double extra_flops = m.recompute_flops_per_token(static_cast<int64_t>(s), l.recompute) * tokens / gpus;
   row.time.compute = model_flops / (peak * eff);
   row.time.recompute = extra_flops / (peak * eff);
   const double mb = static_cast<double>(l.micro_batches);

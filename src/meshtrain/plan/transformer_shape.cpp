@@ -29,10 +29,10 @@ double TransformerShape::flops_per_token(int64_t seq_len) const {
   return 6.0 * gemm + 6.0 * layers * h * seq_len;
 }
 
-double TransformerShape::recompute_flops_per_token(int64_t seq_len, int policy) const {
+double TransformerShape::recompute_flops_per_token(int64_t seq_len, RecomputePolicy policy) const {
   const double h = static_cast<double>(hidden);
-  if (policy == 2) return flops_per_token(seq_len) / 3.0;   // full: one more forward
-  if (policy == 1) return 2.0 * layers * h * seq_len;       // selective: the attention core's forward
+  if (policy == RecomputePolicy::Full) return flops_per_token(seq_len) / 3.0;  // one more forward
+  if (policy == RecomputePolicy::Selective) return 2.0 * layers * h * seq_len;  // attention core's forward
   return 0;
 }
 

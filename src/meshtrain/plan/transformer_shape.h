@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/plan/memory_formulas.h"
+
 namespace meshtrain::plan {
 
 struct TransformerShape {
@@ -27,7 +29,7 @@ struct TransformerShape {
   double flops_per_token(int64_t seq_len) const;
   // Extra FLOPs per token a recompute policy adds: full re-runs each layer's
   // forward, selective its attention core.
-  double recompute_flops_per_token(int64_t seq_len, int policy) const;
+  double recompute_flops_per_token(int64_t seq_len, RecomputePolicy policy) const;
   // "L24 h2304 a24 V51200 s2048: 1.65B parameters".
   std::string describe() const;
   // Throws a clear error for a non-positive dimension, heads not dividing
