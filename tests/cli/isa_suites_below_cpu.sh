@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The kernel (Llama's included), precision, GPT, Llama (tensor-parallel too) and collective suites again at every ISA level
+# The kernel (Llama's included), precision, GPT, Llama (tensor-parallel too), LoRA and collective suites again at every ISA level
 # below the CPU's (MESHTRAIN_ISA, inherited by the ranks the collective tests
 # start), so an AVX-512 machine also proves the AVX2 and scalar paths end to
 # end; the default ctest run covers the CPU's own level. Skipped (77) when the
@@ -17,7 +17,7 @@ for l in scalar avx2 avx512; do
   levels+=("$l")
 done
 [ ${#levels[@]} -gt 0 ] || { echo "skipped: this CPU has only the scalar level"; exit 77; }
-suites=(kernels_test llama_kernels_test llama_test llama_tp_mp_test gpt_tp_mp_test precision_convert_test precision_gemm_test gpt_test comm_collectives_mp_test)
+suites=(kernels_test llama_kernels_test llama_test llama_tp_mp_test gpt_tp_mp_test precision_convert_test precision_gemm_test gpt_test lora_test comm_collectives_mp_test)
 for l in "${levels[@]}"; do
   for s in "${suites[@]}"; do
     echo "== MESHTRAIN_ISA=$l $s"
