@@ -14,13 +14,14 @@ namespace {
 // Dense bf16 peaks and link rates from the vendors' data sheets: NVLink's
 // per-direction share per GPU, the network as one 200 Gb/s (A100 HDR) or
 // 400 Gb/s (H100/H200/B200 NDR) adapter per GPU. Prices are typical cloud
-// on-demand rates, for the cost column only.
+// on-demand rates, for the cost column only. HBM bandwidths: A100 40 GB
+// 1555 GB/s, 80 GB 2039, H100 SXM 3350, H200 4800, B200 8000.
 const ClusterSpec kCatalogue[] = {
-    {"a100-40gb", 40, 0.9, 312, 8, 300, 25, 3, 10, 2.0},
-    {"a100-80gb", 80, 0.9, 312, 8, 300, 25, 3, 10, 2.5},
-    {"h100-sxm", 80, 0.9, 989, 8, 450, 50, 3, 10, 4.0},
-    {"h200", 141, 0.9, 989, 8, 450, 50, 3, 10, 5.0},
-    {"b200", 180, 0.9, 2250, 8, 900, 50, 3, 10, 7.0},
+    {"a100-40gb", 40, 0.9, 312, 8, 300, 25, 3, 10, 2.0, 1555},
+    {"a100-80gb", 80, 0.9, 312, 8, 300, 25, 3, 10, 2.5, 2039},
+    {"h100-sxm", 80, 0.9, 989, 8, 450, 50, 3, 10, 4.0, 3350},
+    {"h200", 141, 0.9, 989, 8, 450, 50, 3, 10, 5.0, 4800},
+    {"b200", 180, 0.9, 2250, 8, 900, 50, 3, 10, 7.0, 8000},
 };
 
 }  // namespace
@@ -41,7 +42,8 @@ nlohmann::json ClusterSpec::to_json() const {
           {"inter_gbps", inter_gbps},
           {"intra_alpha_us", intra_alpha_us},
           {"inter_alpha_us", inter_alpha_us},
-          {"price_per_gpu_hour", price_per_gpu_hour}};
+          {"price_per_gpu_hour", price_per_gpu_hour},
+          {"memory_gbps", memory_gbps}};
 }
 
 ClusterSpec ClusterSpec::load(const std::string& name_or_file) {
@@ -65,9 +67,11 @@ ClusterSpec ClusterSpec::load(const std::string& name_or_file) {
     c.intra_alpha_us = j.value("intra_alpha_us", c.intra_alpha_us);
     c.inter_alpha_us = j.value("inter_alpha_us", c.inter_alpha_us);
     c.price_per_gpu_hour = j.value("price_per_gpu_hour", 0.0);
+    c.memory_gbps = j.at("memory_gbps").get<double>();
     MT_CHECK(c.memory_gb > 0 && c.bf16_tflops > 0 && c.intra_gbps > 0 && c.inter_gbps > 0 &&
+                 c.memory_gbps > 0 &&
                  c.gpus_per_node >= 1 && c.usable_fraction > 0 && c.usable_fraction <= 1,
-             "cluster file {}: memory_gb, bf16_tflops, intra_gbps, inter_gbps must be > 0, "
+             "cluster file {}: memory_gb, memory_gbps, bf16_tflops, intra_gbps, inter_gbps must be > 0, "
              "gpus_per_node >= 1, usable_fraction in (0, 1]", name_or_file);
     return c;
   } catch (const nlohmann::json::exception& e) {

@@ -22,6 +22,7 @@ struct ClusterSpec {
   double intra_alpha_us = 3;    // latency per collective step inside a node
   double inter_alpha_us = 10;   // and across nodes
   double price_per_gpu_hour = 0;  // USD; 0 = not priced
+  double memory_gbps = 0;       // device memory bandwidth, GB/s (memory-bound work, the update)
 
   nlohmann::json to_json() const;
   // A catalogue name (a100-40gb, a100-80gb, h100-sxm, h200, b200) or a JSON

@@ -1,6 +1,7 @@
 #include "meshtrain/plan/planner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -13,14 +14,14 @@ namespace meshtrain::plan {
 namespace {
 
 constexpr double kBucketBytes = 25.0 * (1 << 20);  // the engine's default gradient bucket
-constexpr double kGradWireBytes = 4;              // f32 gradient reduction (comm.grad_dtype)
 
 // Ring collective over n ranks moving `bytes` per rank: 2 (n-1)/n of them
 // each way for an allreduce (half for reduce-scatter or allgather).
 double ring_s(double bytes, int64_t n, double gbps, double alpha_us, double factor) {
   if (n <= 1) return 0;
   const double nn = static_cast<double>(n);
-  return factor * (nn - 1) / nn * bytes / (gbps * 1e9) + factor * (nn - 1) * alpha_us * 1e-6;
+  return factor * (nn - 1) / nn * bytes / (kLinkEfficiency * gbps * 1e9) +
+         factor * (nn - 1) * alpha_us * 1e-6;
 }
 
 std::vector<int64_t> divisors(int64_t n) {
@@ -32,7 +33,36 @@ std::vector<int64_t> divisors(int64_t n) {
 
 }  // namespace
 
-double gemm_efficiency(double n) { return kPeakEfficiency * n / (n + kHalfEfficiencyDim); }
+double gemm_efficiency(double n) { return kGemmPeakFraction * n / (n + kGemmHalfDim); }
+
+EngineTraits EngineTraits::megatron_2021() {
+  EngineTraits t;
+  t.name = "megatron-lm 2021-22";
+  t.overlap_dp_with_backward = false;
+  t.causal_attention_skips_masked = false;
+  t.gradient_wire_bytes = 2;
+  return t;
+}
+
+bool LayoutFilter::admits(const Layout& l) const {
+  return (dp == 0 || l.dp == dp) && (tp == 0 || l.tp == tp) && (pp == 0 || l.pp == pp) &&
+         (micro_batch == 0 || l.micro_batch == micro_batch) && (chunks == 0 || l.chunks == chunks) &&
+         (zero_stage < 0 || l.zero_stage == zero_stage) && (!recompute || l.recompute == *recompute) &&
+         (!sequence_parallel || l.sequence_parallel == *sequence_parallel);
+}
+
+std::string LayoutFilter::describe() const {
+  std::vector<std::string> parts;
+  if (dp) parts.push_back(fmt::format("dp {}", dp));
+  if (tp) parts.push_back(fmt::format("tp {}", tp));
+  if (pp) parts.push_back(fmt::format("pp {}", pp));
+  if (chunks) parts.push_back(fmt::format("chunks {}", chunks));
+  if (micro_batch) parts.push_back(fmt::format("micro-batch {}", micro_batch));
+  if (zero_stage >= 0) parts.push_back(fmt::format("zero {}", zero_stage));
+  if (recompute) parts.push_back(fmt::format("recompute {}", recompute_policy_name(*recompute)));
+  if (sequence_parallel) parts.push_back(*sequence_parallel ? "sp" : "no sp");
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
 
 std::string Layout::describe() const {
   return fmt::format("dp {} x tp {} x pp {}{}, micro-batch {} x {}, zero {}, recompute {}{}", dp, tp,
@@ -71,16 +101,32 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   if (l.dp > 1) row.memory.comm = 2 * kBucketBytes;
   if (stage == 3) row.memory.comm += 2 * bytes.p * layer_params / t;  // two gathered layers
 
-  // Time.
-  const double tokens = static_cast<double>(r.global_batch) * s;
+  // Time, per GPU of the slowest pipeline stage (the last: its layers and the head).
   const double gpus = static_cast<double>(r.gpus);
-  const double eff = gemm_efficiency(std::min(h / t, b * s));
-  const double peak = c.bf16_tflops * 1e12;
-  const double model_flops = m.flops_per_token(static_cast<int64_t>(s)) * tokens / gpus;
-  const double extra_flops = m.recompute_flops_per_token(static_cast<int64_t>(s), l.recompute) * tokens / gpus;
-  row.time.compute = model_flops / (peak * eff);
-  row.time.recompute = extra_flops / (peak * eff);
+  const double tokens = static_cast<double>(r.global_batch) * s;
+  const double replica_tokens = tokens / dp;  // through one pipeline per step
+  const double peak = c.bf16_tflops * 1e12, hbm = c.memory_gbps * 1e9;
   const double mb = static_cast<double>(l.micro_batches);
+  const double head_flops = 6.0 * static_cast<double>(m.vocab) * h;  // per token
+  const double attention_flops = 6.0 * h * s;                        // per layer and token, causal
+  const double layer_linear_flops = (m.flops_per_token(static_cast<int64_t>(s)) - head_flops) / L -
+                                    attention_flops;
+  const double square = r.engine.causal_attention_skips_masked ? 1.0 : 2.0;
+  const double head_dim = h / static_cast<double>(m.heads);
+  const double linear_s = replica_tokens / t * (stage_layers * layer_linear_flops + head_flops) /
+                          (peak * gemm_efficiency(std::min(h / t, b * s)));
+  const double attention_s = replica_tokens / t * stage_layers * attention_flops * square /
+                             (peak * gemm_efficiency(head_dim));
+  const double a = static_cast<double>(m.heads);
+  const double stored = activation_bytes_per_layer(s, b, h, a, l.tp, l.sequence_parallel, RecomputePolicy::None);
+  const double scores = stored - activation_bytes_per_layer(s, b, h, a, l.tp, l.sequence_parallel,
+                                                            RecomputePolicy::Selective);
+  const double traffic_s = mb * stage_layers * kActivationTraffic / hbm;  // per stored byte
+  row.time.compute = linear_s + attention_s + traffic_s * stored;
+  // A recomputed forward is a third of forward + backward.
+  if (l.recompute == RecomputePolicy::Full) row.time.recompute = row.time.compute / 3.0;
+  if (l.recompute == RecomputePolicy::Selective)
+    row.time.recompute = (attention_s + traffic_s * scores) / 3.0;
   row.time.bubble = (row.time.compute + row.time.recompute) * (ppd - 1) / (mb * v);
   const double act_bytes = b * s * h * 2;  // one micro-batch's bf16 activations
   const int tp_collectives = l.recompute == RecomputePolicy::Full ? 6 : 4;
@@ -89,20 +135,40 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const bool pp_inside = l.tp * l.pp <= c.gpus_per_node;
   if (l.pp > 1)
     row.time.pp_comm = 2.0 * v * (mb + ppd - 2) *
-                       (act_bytes / t / ((pp_inside ? c.intra_gbps : c.inter_gbps) * 1e9) +
+                       (act_bytes / t / (kLinkEfficiency * (pp_inside ? c.intra_gbps : c.inter_gbps) * 1e9) +
                         (pp_inside ? c.intra_alpha_us : c.inter_alpha_us) * 1e-6);
+  // The update: AdamW reads the f32 master, m, v and gradient and writes
+  // back the first three and the 16-bit copy (30 bytes) per local parameter.
+  row.time.optimizer = 30.0 * (stage >= 1 ? psi / dp : psi) / hbm;
+
+  // Data parallelism: gradients reduced during backward (allreduce, or
+  // reduce-scatter from stage 2), the updated 16-bit parameters gathered
+  // from their owners during the next forward (stages 1-2), or per layer in
+  // forward and backward (stage 3).
   const bool dp_inside = l.dp * l.tp * l.pp <= c.gpus_per_node;
   const double dp_gbps = dp_inside ? c.intra_gbps : c.inter_gbps;
   const double dp_alpha = dp_inside ? c.intra_alpha_us : c.inter_alpha_us;
-  double dp_s = ring_s(kGradWireBytes * psi, l.dp, dp_gbps, dp_alpha, stage >= 2 ? 1.0 : 2.0);
-  if (stage == 3) dp_s += 2 * ring_s(bytes.p * psi, l.dp, dp_gbps, dp_alpha, 1.0);  // gathers, fwd + bwd
-  row.time.dp_total = dp_s;
-  const double backward = 2.0 / 3.0 * row.time.compute + row.time.recompute;
-  const double last_bucket = ring_s(std::min(kBucketBytes, kGradWireBytes * psi), l.dp, dp_gbps,
-                                    dp_alpha, stage >= 2 ? 1.0 : 2.0);
-  row.time.dp_exposed = l.dp > 1 ? std::max(last_bucket, dp_s - backward) : 0.0;
+  const double reduce_factor = stage >= 2 ? 1.0 : 2.0;
+  const double reduce_s = ring_s(r.engine.gradient_wire_bytes * psi, l.dp, dp_gbps, dp_alpha, reduce_factor);
+  const double gather_s = stage == 0 ? 0.0 : ring_s(bytes.p * psi, l.dp, dp_gbps, dp_alpha, 1.0);
+  row.time.dp_total = reduce_s + (stage == 3 ? 2 : 1) * gather_s;
+  const double forward = row.time.compute / 3.0;
+  const double backward = 2.0 * row.time.compute / 3.0 + row.time.recompute;
+  const double last_bucket = ring_s(std::min(kBucketBytes, r.engine.gradient_wire_bytes * psi), l.dp, dp_gbps,
+                                    dp_alpha, reduce_factor);
+  if (l.dp == 1)
+    row.time.dp_exposed = 0;
+  else if (!r.engine.overlap_dp_with_backward)
+    row.time.dp_exposed = row.time.dp_total;
+  else if (stage == 3)
+    row.time.dp_exposed = std::max(0.0, gather_s - forward) +
+                          std::max(last_bucket, gather_s + reduce_s - backward);
+  else
+    row.time.dp_exposed = std::max(last_bucket, reduce_s - backward) + std::max(0.0, gather_s - forward);
 
   const double step = row.time.step();
+  const double model_flops = m.flops_per_token(static_cast<int64_t>(s)) * tokens / gpus;
+  const double extra_flops = m.recompute_flops_per_token(static_cast<int64_t>(s), l.recompute) * tokens / gpus;
   row.tokens_per_s = tokens / step;
   row.mfu = model_flops / step / peak;
   row.hfu = (model_flops + extra_flops) / step / peak;
@@ -128,11 +194,16 @@ PlanResult make_plan(const PlanRequest& r) {
       const int64_t dp = r.gpus / (tp * pp);
       if (r.global_batch % dp) continue;
       const int64_t per_replica = r.global_batch / dp;
-      for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
+      const std::vector<int64_t> micro_batch_sizes =
+          r.fixed.micro_batch > 0 ? std::vector<int64_t>{r.fixed.micro_batch}
+                                  : std::vector<int64_t>{1, 2, 4, 8, 16, 32};
+      for (int64_t mb : micro_batch_sizes) {
         if (per_replica % mb) continue;
         const int64_t micro = per_replica / mb;
         if (pp > 1 && micro < pp) continue;  // 1F1B needs at least pp micro-batches
-        for (int64_t chunks : {1, 2, 4, 8}) {
+        const std::vector<int64_t> chunk_counts =
+            r.fixed.chunks > 0 ? std::vector<int64_t>{r.fixed.chunks} : std::vector<int64_t>{1, 2, 4, 8};
+        for (int64_t chunks : chunk_counts) {
           // Interleaving: pp > 1, each GPU's layers split evenly into chunks,
           // and micro-batches in whole rounds of pp.
           if (chunks > 1 && (pp == 1 || (m.layers / pp) % chunks || micro % pp)) continue;
@@ -142,6 +213,7 @@ PlanResult make_plan(const PlanRequest& r) {
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
               Layout l{dp, tp, pp, mb, micro, zero, rc, sp, chunks};
+              if (!r.fixed.admits(l)) continue;
               PlanRow row = evaluate_layout(r, l);
               ++out.considered;
               if (!have_smallest || row.memory.total() < out.smallest.memory.total()) {
@@ -156,8 +228,8 @@ PlanResult make_plan(const PlanRequest& r) {
   }
   MT_CHECK(out.considered > 0, "no layout splits {} GPUs and a global batch of {} sequences for {} "
            "(tp must divide the heads, kv heads and ffn width and fit a node of {}; pp the {} "
-           "layers; dp the batch)", r.gpus, r.global_batch, m.name, r.cluster.gpus_per_node,
-           m.layers);
+           "layers; dp the batch){}", r.gpus, r.global_batch, m.name, r.cluster.gpus_per_node,
+           m.layers, r.fixed.describe().empty() ? "" : " with " + r.fixed.describe() + " fixed");
   // Fastest first; among equally fast layouts (within 0.1%) the one moving
   // less data (hidden communication rests on the model's least certain
   // assumption, its overlap), then the one needing less memory, then one the
@@ -177,10 +249,11 @@ PlanResult make_plan(const PlanRequest& r) {
 std::string explain(const PlanRow& a, const PlanRow& b) {
   const TimeBreakdown& x = a.time;
   const TimeBreakdown& y = b.time;
-  const std::array<std::pair<const char*, double>, 6> diffs = {{
+  const std::array<std::pair<const char*, double>, 7> diffs = {{
       {"compute", y.compute - x.compute}, {"recompute", y.recompute - x.recompute},
       {"pipeline bubble", y.bubble - x.bubble}, {"tp communication", y.tp_comm - x.tp_comm},
-      {"pipeline sends", y.pp_comm - x.pp_comm}, {"exposed dp communication", y.dp_exposed - x.dp_exposed}}};
+      {"pipeline sends", y.pp_comm - x.pp_comm}, {"exposed dp communication", y.dp_exposed - x.dp_exposed},
+      {"optimizer update", y.optimizer - x.optimizer}}};
   std::string out = fmt::format("{:.3f} s vs {:.3f} s per step:", x.step(), y.step());
   bool any = false;
   for (const auto& [name, d] : diffs)

@@ -16,6 +16,7 @@
 // sends (times the chunks when interleaved, whose bubble is divided by them); the data-parallel reduction (and ZeRO-3's gathers) overlapped with
 // backward, all but the last bucket.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,39 @@
 
 namespace meshtrain::plan {
 
+struct Layout;
+
+// The parts of a layout the caller fixes (`meshtrain plan --tp 8 --pp 8`,
+// a published run's configuration, a training config); the planner chooses
+// the rest. 0, -1 or empty: free.
+struct LayoutFilter {
+  int64_t dp = 0, tp = 0, pp = 0, micro_batch = 0, chunks = 0;
+  int zero_stage = -1;
+  std::optional<RecomputePolicy> recompute;
+  std::optional<bool> sequence_parallel;
+  bool admits(const Layout& l) const;
+  std::string describe() const;  // "tp 8, pp 8"; empty when nothing is fixed
+};
+
+// What the training software being planned does; the step-time model's
+// overlap and kernel rules follow it. meshtrain's by default; the published
+// runs the planner is validated against (Megatron-LM 2021-22) differ in
+// three documented ways.
+struct EngineTraits {
+  std::string name = "meshtrain";
+  // The data-parallel reduction runs during backward, bucket by bucket
+  // (meshtrain; Megatron-LM only since --overlap-grad-reduce, 2023).
+  bool overlap_dp_with_backward = true;
+  // Causal attention computes only the unmasked half of the scores
+  // (meshtrain's kernels, flash attention) rather than the whole s x s
+  // square then masked (Megatron-LM 2021-22's fused softmax).
+  bool causal_attention_skips_masked = true;
+  // Bytes per gradient on the data-parallel wire: meshtrain reduces f32
+  // (comm.grad_dtype's default); Megatron-LM 2021 reduced fp16 gradients.
+  double gradient_wire_bytes = 4;
+  static EngineTraits megatron_2021();
+};
+
 struct PlanRequest {
   TransformerShape model;
   ClusterSpec cluster;
@@ -32,6 +66,8 @@ struct PlanRequest {
   int64_t global_batch = 0;  // sequences per step
   int64_t seq = 0;           // 0: the model's context
   double train_tokens = 0;   // for time and cost to train; 0: not reported
+  LayoutFilter fixed;        // what the caller fixed
+  EngineTraits engine;       // whose overlap and kernel rules
 };
 
 struct Layout {
@@ -55,9 +91,15 @@ struct MemoryBreakdown {  // bytes per GPU (the largest stage)
 };
 
 struct TimeBreakdown {  // seconds per step
+  // compute: the step's GEMMs, attention and memory-bound work (norms,
+  // activations, softmax, residuals) without recompute; recompute: what the
+  // policy re-runs; optimizer: the update's pass over the local states.
   double compute = 0, recompute = 0, bubble = 0, tp_comm = 0, pp_comm = 0, dp_exposed = 0;
+  double optimizer = 0;
   double dp_total = 0;  // the whole data-parallel traffic, most of it hidden
-  double step() const { return compute + recompute + bubble + tp_comm + pp_comm + dp_exposed; }
+  double step() const {
+    return compute + recompute + bubble + tp_comm + pp_comm + dp_exposed + optimizer;
+  }
 };
 
 struct PlanRow {
@@ -83,11 +125,20 @@ PlanRow evaluate_layout(const PlanRequest& request, const Layout& layout);
 // Why `a` beats `b`, in one line (the largest differences of the breakdown).
 std::string explain(const PlanRow& a, const PlanRow& b);
 
-// The efficiency the compute model assumes: a fraction of the dense peak that
-// saturates with the smallest GEMM dimension n (hidden / tp, or the tokens of
-// a micro-batch): kPeakEfficiency n / (n + kHalfEfficiencyDim).
-constexpr double kPeakEfficiency = 0.62;
-constexpr double kHalfEfficiencyDim = 160;
+// The step-time model's four constants, the same for every cluster and
+// model (docs/PLANNER.md; chosen once against the published runs of
+// plan_published_test, which checks them):
+//  - a GEMM runs at kGemmPeakFraction n / (n + kGemmHalfDim) of the dense
+//    peak, n its smallest dimension (hidden / tp or the micro-batch's
+//    tokens; attention's head dimension);
+//  - memory-bound work (norms, activations, softmax, dropout, residuals)
+//    moves kActivationTraffic times a layer's stored activations (Korthikanti
+//    et al.'s bytes) through device memory per forward and backward;
+//  - collectives and sends reach kLinkEfficiency of a link's rate.
+constexpr double kGemmPeakFraction = 0.8;
+constexpr double kGemmHalfDim = 192;
+constexpr double kActivationTraffic = 3;
+constexpr double kLinkEfficiency = 0.7;
 double gemm_efficiency(double n);
 
 }  // namespace meshtrain::plan

@@ -66,7 +66,8 @@ struct Published {
 };
 // GPT-3 (Brown et al. 2020, Table 2.1: V 50257, context 2048; the 13B
 // with hidden 5120, not the table's 5140, so 40 heads divide it) and the rows of
-// Narayanan et al. 2021, Table 1 (V 51200, s 2048), plus a 100B of the same family.
+// Narayanan et al. 2021, Table 1 (V 51200, s 2048), the 22B and 175B of
+// Korthikanti et al. 2022, Table 3 (also V 51200), plus a 100B of the family.
 const Published kGpt3[] = {{"gpt3-small", 12, 768, 12},  {"gpt3-medium", 24, 1024, 16},
                            {"gpt3-large", 24, 1536, 16}, {"gpt3-xl", 24, 2048, 24},
                            {"gpt3-2.7b", 32, 2560, 32},  {"gpt3-6.7b", 32, 4096, 32},
@@ -76,7 +77,8 @@ const Published kNarayanan[] = {{"gpt-1.7b", 24, 2304, 24},   {"gpt-3.6b", 30, 3
                                 {"gpt-39b", 48, 8192, 64},    {"gpt-76b", 60, 10240, 80},
                                 {"gpt-100b", 80, 10240, 80},  {"gpt-146b", 80, 12288, 96},
                                 {"gpt-310b", 96, 16384, 128}, {"gpt-530b", 105, 20480, 128},
-                                {"gpt-1t", 128, 25600, 160}};
+                                {"gpt-1t", 128, 25600, 160},  {"gpt-22b", 48, 6144, 64},
+                                {"gpt-175b", 96, 12288, 96}};
 
 }  // namespace
 
