@@ -32,6 +32,7 @@
 #include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/train/train_step.h"
 #include "meshtrain/train/memory_model.h"
+#include "meshtrain/train/step_time_prediction.h"
 #include "meshtrain/train/mixed_precision.h"
 #include "bench_precision.h"
 #include "recompute_option.h"
@@ -188,6 +189,14 @@ void run_bench_train(const BenchTrainArgs& a) {
   const double act_peak_mb = ms.peak[static_cast<size_t>(MemCategory::Activations)] / 1e6;
   const double rss_mb = process_peak_rss_bytes() / 1e6;
 
+  // The planner's prediction of this step on this machine (the calibration
+  // `meshtrain plan --calibrate` wrote), and its error.
+  RunLayout run;
+  run.micro_batch = a.batch, run.seq = T, run.dp = ranks, run.tp = a.tp;
+  run.sequence_parallel = a.sequence_parallel && a.tp > 1, run.recompute = recompute;
+  run.precision = precision, run.threads_per_rank = threads;
+  std::string why_not;
+  const std::optional<StepTimePrediction> predicted = predict_step_time(*spec, run, why_not);
   if (a.json) {
     nlohmann::json j = {{"preset", a.preset}, {"batch", a.batch}, {"seq", T}, {"threads", threads},
                         {"steps", a.steps}, {"ms_per_step", med * 1e3},
@@ -218,6 +227,12 @@ void run_bench_train(const BenchTrainArgs& a) {
     j["sgemm_timed_shapes"] = shapes.size();
     j["sgemm_onednn_shapes"] = onednn_shapes;
     j["sgemm_shapes"] = shapes;
+    if (predicted) {
+      j["predicted_ms"] = predicted->step_s() * 1e3;
+      j["prediction_error"] = predicted->step_s() / med - 1;
+    } else {
+      j["prediction"] = why_not;
+    }
     j["tp"] = a.tp;
     j["sequence_parallel"] = a.sequence_parallel && a.tp > 1;
     j["model_state_mb"] = model_state_bytes / 1e6;
@@ -251,6 +266,10 @@ void run_bench_train(const BenchTrainArgs& a) {
                cpu::sgemm_backend_name(c.backend), c.openblas_s * 1e3, c.onednn_s * 1e3);
   fmt::print("  step (median of {})        {:10.2f} ms  (fwd {:.2f}, bwd {:.2f}, optim {:.2f})\n",
              a.steps, med * 1e3, median(fwd_s) * 1e3, median(bwd_s) * 1e3, median(opt_s) * 1e3);
+  if (predicted)
+    fmt::print("  step predicted (plan)      {}\n", step_time_line(*predicted, med));
+  else
+    fmt::print("  step predicted (plan)      none: {}\n", why_not);
   fmt::print("  throughput                 {:10.0f} tokens/s  (CPU time {:.2f} ms/step: {:.0f} tokens per CPU-second)\n",
              tok_s, median(cpu_s) * 1e3, tokens / median(cpu_s));
   if (a.tp > 1)

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cmd_plan_calibrate.h"
 #include "commands.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/plan/planner.h"
@@ -26,6 +27,8 @@ struct PlanOpts {
   bool llama = false;
   plan::LayoutFilter fixed;
   std::string recompute, sp;
+  bool calibrate = false;
+  CalibrateOptions calibration;
 };
 
 plan::LayoutFilter filter_of(const PlanOpts& o) {
@@ -87,6 +90,7 @@ nlohmann::json row_json(const plan::PlanRow& r) {
 }
 
 void run_plan(const PlanOpts& o) {
+  if (o.calibrate) return run_plan_calibrate(o.calibration);
   if (!o.show_cluster.empty()) {
     fmt::print("{}\n", plan::ClusterSpec::load(o.show_cluster).to_json().dump(2));
     return;
@@ -175,6 +179,13 @@ void register_plan(CLI::App& app) {
   c->add_option("--top", o->top, "Layouts to print")->capture_default_str();
   c->add_flag("--json", o->json, "One JSON object");
   c->add_flag("--explain", o->explain, "Say why the first layout beats the second");
+  c->add_flag("--calibrate", o->calibrate, "Measure this machine (GEMMs, memory, collectives, a "
+              "reference step) into a cluster file that train and bench train predict with");
+  c->add_option("--ranks", o->calibration.ranks, "--calibrate: ranks the machine is split into")
+      ->capture_default_str();
+  c->add_option("--threads", o->calibration.threads, "--calibrate: threads per rank (default: cores / ranks)");
+  c->add_option("--out", o->calibration.out, "--calibrate: file to write (default: "
+                "$MESHTRAIN_MACHINE_FILE or ~/.cache/meshtrain/machine.json)");
   c->add_option("--show-cluster", o->show_cluster, "Print a cluster's figures as JSON and stop");
   c->add_option("--dp", o->fixed.dp, "Fix data parallelism (default: the planner chooses)");
   c->add_option("--tp", o->fixed.tp, "Fix tensor parallelism");

@@ -23,6 +23,16 @@ struct ClusterSpec {
   double inter_alpha_us = 10;   // and across nodes
   double price_per_gpu_hour = 0;  // USD; 0 = not priced
   double memory_gbps = 0;       // device memory bandwidth, GB/s (memory-bound work, the update)
+  // The step-time model's constants (planner.h), per cluster: the defaults
+  // for catalogue GPUs; `meshtrain plan --calibrate` measures them for this
+  // machine, whose "GPU" is one rank with its threads.
+  double fp32_tflops = 0;        // f32 GEMM peak (0: half the bf16 peak)
+  double gemm_peak_fraction = 0.8;
+  double gemm_half_dim = 192;
+  double activation_traffic = 3;
+  double link_efficiency = 0.7;
+  int threads_per_device = 0;    // calibrated CPUs: the threads each rank had (rates scale with them)
+  std::string calibrated;        // what measured it, when; empty for the catalogue
 
   nlohmann::json to_json() const;
   // A catalogue name (a100-40gb, a100-80gb, h100-sxm, h200, b200) or a JSON

@@ -17,10 +17,10 @@ constexpr double kBucketBytes = 25.0 * (1 << 20);  // the engine's default gradi
 
 // Ring collective over n ranks moving `bytes` per rank: 2 (n-1)/n of them
 // each way for an allreduce (half for reduce-scatter or allgather).
-double ring_s(double bytes, int64_t n, double gbps, double alpha_us, double factor) {
+double ring_s(double bytes, int64_t n, double gbps, double alpha_us, double factor, double efficiency) {
   if (n <= 1) return 0;
   const double nn = static_cast<double>(n);
-  return factor * (nn - 1) / nn * bytes / (kLinkEfficiency * gbps * 1e9) +
+  return factor * (nn - 1) / nn * bytes / (efficiency * gbps * 1e9) +
          factor * (nn - 1) * alpha_us * 1e-6;
 }
 
@@ -33,7 +33,9 @@ std::vector<int64_t> divisors(int64_t n) {
 
 }  // namespace
 
-double gemm_efficiency(double n) { return kGemmPeakFraction * n / (n + kGemmHalfDim); }
+double gemm_efficiency(const ClusterSpec& c, double n) {
+  return c.gemm_peak_fraction * n / (n + c.gemm_half_dim);
+}
 
 EngineTraits EngineTraits::megatron_2021() {
   EngineTraits t;
@@ -105,7 +107,9 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double gpus = static_cast<double>(r.gpus);
   const double tokens = static_cast<double>(r.global_batch) * s;
   const double replica_tokens = tokens / dp;  // through one pipeline per step
-  const double peak = c.bf16_tflops * 1e12, hbm = c.memory_gbps * 1e9;
+  const double peak = (r.fp32 ? (c.fp32_tflops > 0 ? c.fp32_tflops : c.bf16_tflops / 2) : c.bf16_tflops) * 1e12;
+  const double hbm = c.memory_gbps * 1e9;
+  const double value_bytes = r.fp32 ? 4.0 : 2.0;  // an activation's
   const double mb = static_cast<double>(l.micro_batches);
   const double head_flops = 6.0 * static_cast<double>(m.vocab) * h;  // per token
   const double attention_flops = 6.0 * h * s;                        // per layer and token, causal
@@ -114,32 +118,38 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double square = r.engine.causal_attention_skips_masked ? 1.0 : 2.0;
   const double head_dim = h / static_cast<double>(m.heads);
   const double linear_s = replica_tokens / t * (stage_layers * layer_linear_flops + head_flops) /
-                          (peak * gemm_efficiency(std::min(h / t, b * s)));
+                          (peak * gemm_efficiency(c, std::min(h / t, b * s)));
   const double attention_s = replica_tokens / t * stage_layers * attention_flops * square /
-                             (peak * gemm_efficiency(head_dim));
+                             (peak * gemm_efficiency(c, head_dim));
   const double a = static_cast<double>(m.heads);
   const double stored = activation_bytes_per_layer(s, b, h, a, l.tp, l.sequence_parallel, RecomputePolicy::None);
   const double scores = stored - activation_bytes_per_layer(s, b, h, a, l.tp, l.sequence_parallel,
                                                             RecomputePolicy::Selective);
-  const double traffic_s = mb * stage_layers * kActivationTraffic / hbm;  // per stored byte
-  row.time.compute = linear_s + attention_s + traffic_s * stored;
+  // Per micro-batch and stored byte of the stage; the formulas count 16-bit values.
+  const double traffic_s = mb * c.activation_traffic / hbm;
+  const double stage_stored = r.stored_activation_bytes > 0
+                                  ? r.stored_activation_bytes
+                                  : stored * stage_layers * value_bytes / 2;
+  const double stage_scores = scores * stage_layers * value_bytes / 2;
+  row.time.compute = linear_s + attention_s + traffic_s * stage_stored;
   // A recomputed forward is a third of forward + backward.
   if (l.recompute == RecomputePolicy::Full) row.time.recompute = row.time.compute / 3.0;
   if (l.recompute == RecomputePolicy::Selective)
-    row.time.recompute = (attention_s + traffic_s * scores) / 3.0;
+    row.time.recompute = (attention_s + traffic_s * stage_scores) / 3.0;
   row.time.bubble = (row.time.compute + row.time.recompute) * (ppd - 1) / (mb * v);
-  const double act_bytes = b * s * h * 2;  // one micro-batch's bf16 activations
+  const double act_bytes = b * s * h * value_bytes;  // one micro-batch's activations
   const int tp_collectives = l.recompute == RecomputePolicy::Full ? 6 : 4;
   row.time.tp_comm = stage_layers * mb * tp_collectives *
-                     ring_s(act_bytes, l.tp, c.intra_gbps, c.intra_alpha_us, 2.0);
+                     ring_s(act_bytes, l.tp, c.intra_gbps, c.intra_alpha_us, 2.0, c.link_efficiency);
   const bool pp_inside = l.tp * l.pp <= c.gpus_per_node;
   if (l.pp > 1)
     row.time.pp_comm = 2.0 * v * (mb + ppd - 2) *
-                       (act_bytes / t / (kLinkEfficiency * (pp_inside ? c.intra_gbps : c.inter_gbps) * 1e9) +
+                       (act_bytes / t / (c.link_efficiency * (pp_inside ? c.intra_gbps : c.inter_gbps) * 1e9) +
                         (pp_inside ? c.intra_alpha_us : c.inter_alpha_us) * 1e-6);
   // The update: AdamW reads the f32 master, m, v and gradient and writes
-  // back the first three and the 16-bit copy (30 bytes) per local parameter.
-  row.time.optimizer = 30.0 * (stage >= 1 ? psi / dp : psi) / hbm;
+  // back the first three and the 16-bit copy (30 bytes; 28 in f32) per
+  // local parameter.
+  row.time.optimizer = (r.fp32 ? 28.0 : 30.0) * (stage >= 1 ? psi / dp : psi) / hbm;
 
   // Data parallelism: gradients reduced during backward (allreduce, or
   // reduce-scatter from stage 2), the updated 16-bit parameters gathered
@@ -149,13 +159,14 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double dp_gbps = dp_inside ? c.intra_gbps : c.inter_gbps;
   const double dp_alpha = dp_inside ? c.intra_alpha_us : c.inter_alpha_us;
   const double reduce_factor = stage >= 2 ? 1.0 : 2.0;
-  const double reduce_s = ring_s(r.engine.gradient_wire_bytes * psi, l.dp, dp_gbps, dp_alpha, reduce_factor);
-  const double gather_s = stage == 0 ? 0.0 : ring_s(bytes.p * psi, l.dp, dp_gbps, dp_alpha, 1.0);
+  const double reduce_s = ring_s(r.engine.gradient_wire_bytes * psi, l.dp, dp_gbps, dp_alpha, reduce_factor,
+                                 c.link_efficiency);
+  const double gather_s = stage == 0 ? 0.0 : ring_s(bytes.p * psi, l.dp, dp_gbps, dp_alpha, 1.0, c.link_efficiency);
   row.time.dp_total = reduce_s + (stage == 3 ? 2 : 1) * gather_s;
   const double forward = row.time.compute / 3.0;
   const double backward = 2.0 * row.time.compute / 3.0 + row.time.recompute;
-  const double last_bucket = ring_s(std::min(kBucketBytes, r.engine.gradient_wire_bytes * psi), l.dp, dp_gbps,
-                                    dp_alpha, reduce_factor);
+  const double last_bucket = ring_s(std::min(kBucketBytes, r.engine.gradient_wire_bytes * psi), l.dp,
+                                    dp_gbps, dp_alpha, reduce_factor, c.link_efficiency);
   if (l.dp == 1)
     row.time.dp_exposed = 0;
   else if (!r.engine.overlap_dp_with_backward)

@@ -67,6 +67,13 @@ struct PlanRequest {
   int64_t seq = 0;           // 0: the model's context
   double train_tokens = 0;   // for time and cost to train; 0: not reported
   LayoutFilter fixed;        // what the caller fixed
+  // The GEMMs run in f32 (a CPU run in fp32 or fp16): the f32 peak, and
+  // 4-byte activations.
+  bool fp32 = false;
+  // The engine's exact stored activations of one micro-batch on one rank
+  // without recompute (ModelSpec::memory), for a run's own prediction; 0:
+  // Korthikanti et al.'s formulas.
+  double stored_activation_bytes = 0;
   EngineTraits engine;       // whose overlap and kernel rules
 };
 
@@ -125,20 +132,19 @@ PlanRow evaluate_layout(const PlanRequest& request, const Layout& layout);
 // Why `a` beats `b`, in one line (the largest differences of the breakdown).
 std::string explain(const PlanRow& a, const PlanRow& b);
 
-// The step-time model's four constants, the same for every cluster and
-// model (docs/PLANNER.md; chosen once against the published runs of
-// plan_published_test, which checks them):
-//  - a GEMM runs at kGemmPeakFraction n / (n + kGemmHalfDim) of the dense
+// The step-time model's four constants, ClusterSpec's gemm_peak_fraction,
+// gemm_half_dim, activation_traffic and link_efficiency: defaults the same
+// for every catalogue GPU (chosen once against the published runs of
+// plan_published_test, which checks them), measured for this machine by
+// `meshtrain plan --calibrate`:
+//  - a GEMM runs at gemm_peak_fraction n / (n + gemm_half_dim) of the dense
 //    peak, n its smallest dimension (hidden / tp or the micro-batch's
 //    tokens; attention's head dimension);
 //  - memory-bound work (norms, activations, softmax, dropout, residuals)
-//    moves kActivationTraffic times a layer's stored activations (Korthikanti
-//    et al.'s bytes) through device memory per forward and backward;
-//  - collectives and sends reach kLinkEfficiency of a link's rate.
-constexpr double kGemmPeakFraction = 0.8;
-constexpr double kGemmHalfDim = 192;
-constexpr double kActivationTraffic = 3;
-constexpr double kLinkEfficiency = 0.7;
-double gemm_efficiency(double n);
+//    moves activation_traffic times the stored activations (Korthikanti et
+//    al.'s bytes, or the engine's exact ones) through memory per forward and
+//    backward;
+//  - collectives and sends reach link_efficiency of a link's rate.
+double gemm_efficiency(const ClusterSpec& c, double n);
 
 }  // namespace meshtrain::plan

@@ -49,6 +49,22 @@ void TransformerShape::validate() const {
   MT_CHECK(heads % kv_heads == 0, "model {}: {} kv heads do not divide {} heads", name, kv_heads, heads);
 }
 
+std::optional<TransformerShape> shape_from_description(const nlohmann::json& j) {
+  const std::string family = j.value("family", "");
+  if (family != "gpt" && family != "llama") return std::nullopt;
+  TransformerShape s;
+  s.name = family;
+  s.llama = family == "llama";
+  s.layers = j.at("n_layer").get<int64_t>();
+  s.hidden = j.at("n_embd").get<int64_t>();
+  s.heads = j.at("n_head").get<int64_t>();
+  s.kv_heads = s.llama ? j.at("n_kv_head").get<int64_t>() : s.heads;
+  s.ffn = s.llama ? j.at("ffn_hidden").get<int64_t>() : 4 * s.hidden;
+  s.vocab = j.value("padded_vocab", j.at("vocab_size").get<int64_t>());
+  s.seq = j.at("seq_len").get<int64_t>();
+  return s;
+}
+
 double narayanan_params(int64_t layers, int64_t hidden, int64_t vocab, int64_t seq) {
   const double l = static_cast<double>(layers), h = static_cast<double>(hidden);
   return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + static_cast<double>(vocab + seq) / (12.0 * l * h));

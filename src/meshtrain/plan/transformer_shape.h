@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "meshtrain/plan/memory_formulas.h"
 
 namespace meshtrain::plan {
@@ -36,6 +38,11 @@ struct TransformerShape {
   // hidden, or kv_heads not dividing heads.
   void validate() const;
 };
+
+// The shape of an engine model from its description (ModelSpec::to_json:
+// families gpt and llama; the padded vocabulary, which the head computes).
+// Null for a family the planner does not model (LoRA adapters).
+std::optional<TransformerShape> shape_from_description(const nlohmann::json& description);
 
 // Narayanan et al. 2021, Eq. 2: a GPT's parameters with biases and learned
 // positions, 12 l h^2 (1 + 13 / (12 h) + (V + s) / (12 l h)).

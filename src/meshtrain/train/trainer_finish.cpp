@@ -6,6 +6,8 @@
 
 #include "meshtrain/core/memory.h"
 #include "meshtrain/io/model_file.h"
+#include "meshtrain/core/threads.h"
+#include "meshtrain/train/step_time_prediction.h"
 #include "meshtrain/train/training_run.h"
 
 namespace meshtrain {
@@ -55,7 +57,28 @@ TrainerSummary TrainingRun::finish() {
   const Tensor params = product_parameters();
   const TrainerSummary& sum = result_;
   if (!lead_) return sum;
-  if (summary_.steps() > 0) fmt::print("{}", summary_.text());
+  if (summary_.steps() > 0) {
+    fmt::print("{}", summary_.text());
+    // The planner's prediction of this step on this machine, beside the
+    // measured median (docs/PLANNER.md, "Own runs").
+    RunLayout run;
+    run.micro_batch = opt_.micro_batch, run.seq = T_, run.grad_accum = opt_.grad_accum;
+    run.dp = mesh_.size(parallel::Axis::DP), run.tp = opt_.tp, run.zero_stage = opt_.zero_stage;
+    run.sequence_parallel = opt_.sequence_parallel, run.recompute = opt_.recompute;
+    run.precision = opt_.precision, run.threads_per_rank = thread_count();
+    std::string why;
+    const auto predicted = predict_step_time(*opt_.model, run, why);
+    const double measured = summary_.breakdown().median.step_s;
+    if (predicted) {
+      fmt::print("step time: {} [{}]\n", step_time_line(*predicted, measured), predicted->machine);
+      std::ofstream(opt_.run_dir + "/step_time.json")
+          << nlohmann::json{{"predicted_s", predicted->step_s()}, {"measured_median_s", measured},
+                            {"error", predicted->step_s() / measured - 1},
+                            {"machine", predicted->machine}}.dump(2) << "\n";
+    } else {
+      fmt::print("step time: measured {:.3f} s; no prediction: {}\n", measured, why);
+    }
+  }
   save_model_safetensors(sum.model_path, product_spec(), params);
   const MemStats ms = mem_stats();
   const int64_t steps_run = total_steps_ - std::min(total_steps_, start_step_);

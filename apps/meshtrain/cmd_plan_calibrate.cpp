@@ -1,0 +1,195 @@
+// `meshtrain plan --calibrate`: measures this machine into a cluster file the
+// planner reads (plan/cluster.h), where one "GPU" is one rank with its
+// threads: the GEMM rate by size in f32 and bf16 (fitted to the planner's
+// efficiency curve), the memory bandwidth, the shared-memory collectives'
+// alpha-beta (`bench comm --calibrate` over real ranks), and the
+// memory-bound traffic of a reference training step (`bench train`), the
+// one constant only a real step shows. `train` and `bench train` then print
+// their predicted step time beside the measured one.
+#include "cmd_plan_calibrate.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "meshtrain/comm/cost_model.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/half.h"
+#include "meshtrain/core/threads.h"
+#include "meshtrain/kernels/cpu/gemm_bf16.h"
+#include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/nn/model_registry.h"
+#include "meshtrain/plan/calibration_fit.h"
+#include "meshtrain/train/step_time_prediction.h"
+
+namespace meshtrain::cli {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best of `reps` (the least disturbed run), after one warm-up.
+template <class F>
+double best_seconds(int reps, F&& f) {
+  f();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = now_s();
+    f();
+    best = std::min(best, now_s() - t0);
+  }
+  return best;
+}
+
+// GFLOP/s of C (M, N) = A (M, K) B^T (the layout of a linear layer's forward).
+double gemm_gflops(bool bf16, int64_t M, int64_t N, int64_t K) {
+  std::vector<float> a(M * K, 0.5f), b(N * K, 0.25f), c(M * N);
+  std::vector<uint16_t> ah(a.size(), f32_to_bf16(0.5f)), bh(b.size(), f32_to_bf16(0.25f));
+  const double s = best_seconds(3, [&] {
+    if (bf16)
+      cpu::gemm_half(cpu::Half::BF16, false, true, M, N, K, 1.0f, ah.data(), K, bh.data(), K, 0.0f,
+                     c.data(), N);
+    else
+      cpu::sgemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  });
+  return 2.0 * M * N * K / s / 1e9;
+}
+
+// A copy over the rank's threads: bytes read + written per second.
+double copy_gbps(int threads) {
+  const size_t n = size_t{32} << 20;  // 128 MB per buffer, well past the caches
+  std::vector<float> src(n, 1.0f), dst(n, 0.0f);
+  const double s = best_seconds(3, [&] {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) dst[i] = src[i];
+  });
+  return 2.0 * n * sizeof(float) / s / 1e9;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  MT_CHECK(len > 0, "cannot find this program's path (/proc/self/exe)");
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+// Runs a command, returning its standard output; throws with its output on failure.
+std::string run_capture(const std::string& cmd) {
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen((cmd + " 2>&1").c_str(), "r"), pclose);
+  MT_CHECK(p, "cannot run {}", cmd);
+  std::string out;
+  char buf[4096];
+  while (size_t k = fread(buf, 1, sizeof(buf), p.get())) out.append(buf, k);
+  const int rc = pclose(p.release());
+  MT_CHECK(rc == 0, "calibration step failed: {}\n{}", cmd, out);
+  return out;
+}
+
+}  // namespace
+
+void run_plan_calibrate(const CalibrateOptions& o) {
+  if (o.ranks < 1) throw UsageError(fmt::format("--ranks must be >= 1 (got {})", o.ranks));
+  const int threads = o.threads > 0 ? o.threads : std::max(1, default_thread_count() / o.ranks);
+  set_thread_count(threads);
+  const std::string out = o.out.empty() ? default_machine_file() : o.out;
+  fmt::print("calibrating this machine for {} rank(s) x {} thread(s) -> {}\n", o.ranks, threads, out);
+
+  plan::ClusterSpec m;
+  m.name = "this-machine";
+  m.gpus_per_node = o.ranks;
+  m.threads_per_device = threads;
+  m.usable_fraction = 0.9;
+  m.memory_gb = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / 1e9 / o.ranks;
+
+  // GEMMs: 1024 x 1024 outputs over inner sizes n; the rate fitted to
+  // peak n / (n + half) (plan::fit_gemm_curve).
+  for (bool bf16 : {false, true}) {
+    std::vector<plan::RatePoint> points;
+    for (int64_t n : {32, 64, 128, 256, 512, 1024})
+      points.push_back({static_cast<double>(n), gemm_gflops(bf16, 1024, 1024, n)});
+    const plan::GemmCurve fit = plan::fit_gemm_curve(points);
+    fmt::print("  {} GEMM: ", bf16 ? "bf16" : "f32 ");
+    for (const auto& p : points) fmt::print("n {} {:.1f}  ", p.n, p.gflops);
+    fmt::print("GFLOP/s -> peak {:.1f}, half-rate size {:.0f}\n", fit.peak_gflops, fit.half_dim);
+    if (bf16) {
+      m.bf16_tflops = fit.peak_gflops / 1e3;
+      // One curve shape for both precisions: the f32 fit's (what most runs use).
+    } else {
+      m.fp32_tflops = fit.peak_gflops / 1e3;
+      m.gemm_half_dim = fit.half_dim;
+    }
+  }
+  m.gemm_peak_fraction = 1.0;  // the fitted peak is the achievable one
+  m.memory_gbps = copy_gbps(threads);
+  fmt::print("  memory: {:.1f} GB/s copy over {} thread(s)\n", m.memory_gbps, threads);
+
+  // Collectives over real ranks (shared memory): the ring allreduce's
+  // alpha-beta as bench comm --calibrate measures it.
+  m.link_efficiency = 1.0;  // measured, not a data-sheet rate
+  if (o.ranks > 1) {
+    const std::string cost_file =
+        (std::filesystem::temp_directory_path() / fmt::format("meshtrain_calibrate_{}.json", getpid())).string();
+    run_capture(fmt::format("MESHTRAIN_COMM_COST_FILE={} {} bench comm --calibrate -n {}", quote(cost_file),
+                            quote(self_exe()), o.ranks));
+    const comm::CostModel cost = comm::CostModel::load(cost_file);
+    std::filesystem::remove(cost_file);
+    const comm::AlphaBeta ab = cost.get("shm", "ring");
+    m.intra_alpha_us = m.inter_alpha_us = ab.alpha_us;
+    m.intra_gbps = m.inter_gbps = 1e-3 / ab.beta_us_per_byte;  // us per byte -> GB/s
+    fmt::print("  allreduce (shm ring, {} ranks): alpha {:.2f} us per step, {:.2f} GB/s\n", o.ranks,
+               ab.alpha_us, m.intra_gbps);
+  } else {
+    m.intra_gbps = m.inter_gbps = m.memory_gbps;
+  }
+
+  // Memory-bound traffic: the one constant left, from a real step of the
+  // reference model on one rank: measured = predicted(0) + traffic x unit.
+  m.activation_traffic = 0;
+  RunLayout run;
+  run.micro_batch = o.batch, run.seq = 0, run.threads_per_rank = threads;
+  const std::shared_ptr<const ModelSpec> spec = model_preset(o.reference);
+  run.seq = spec->seq_len();
+  std::string why;
+  const auto p0 = predict_step_time(*spec, run, m, why);
+  MT_CHECK(p0, "the reference model {} cannot be predicted: {}", o.reference, why);
+  m.activation_traffic = 1;
+  const auto p1 = predict_step_time(*spec, run, m, why);
+  const std::string bench = run_capture(fmt::format(
+      "MESHTRAIN_MACHINE_FILE=/nonexistent {} bench train --preset {} --batch {} --threads {} --steps 6 --json",
+      quote(self_exe()), o.reference, o.batch, threads));
+  const nlohmann::json j = nlohmann::json::parse(bench.substr(bench.rfind("\n{") + 1));
+  const double measured = j.at("ms_per_step").get<double>() / 1e3;
+  m.activation_traffic = plan::fit_traffic(p0->step_s(), p1->step_s(), measured);
+  fmt::print("  reference step ({} batch {} x {}): measured {:.1f} ms, GEMMs and update alone {:.1f} ms "
+             "-> memory-bound traffic {:.2f} x the stored activations\n", o.reference, o.batch,
+             run.seq, measured * 1e3, p0->step_s() * 1e3, m.activation_traffic);
+
+  const std::time_t t = std::time(nullptr);
+  char when[32];
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M", std::gmtime(&t));
+  m.calibrated = fmt::format("meshtrain plan --calibrate --ranks {} ({} threads per rank), {} UTC",
+                             o.ranks, threads, when);
+  std::filesystem::create_directories(std::filesystem::absolute(out).parent_path());
+  std::ofstream(out) << m.to_json().dump(2) << "\n";
+  fmt::print("wrote {} (use it with --cluster {}; train and bench train read it for their predicted "
+             "step time)\n", out, out);
+}
+
+}  // namespace meshtrain::cli

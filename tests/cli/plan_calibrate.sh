@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# `meshtrain plan --calibrate` as a user runs it: it measures this machine
+# into a cluster file (GEMM curve, memory, shm collectives over 2 real
+# ranks, the reference step's memory-bound traffic), the planner plans with
+# that file, and a 2-rank `train` then prints its predicted step time next to
+# the measured one (a unit slip, ms for s, would put it 1000x off: the check
+# is loose, timing is not what this test is about); without a calibration
+# train says how to make one; a bad --ranks is a usage error.
+set -uo pipefail
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
+M="$TMP/machine.json"
+"$BIN" plan --calibrate --ranks 2 --out "$M" >"$TMP/cal" 2>&1 || { cat "$TMP/cal"; fail "calibrate failed"; }
+cat "$TMP/cal"
+grep -q "allreduce (shm ring, 2 ranks)" "$TMP/cal" || fail "no collective calibration"
+python3 - "$M" <<'PY' || fail "calibration file is wrong"
+import json, sys
+m = json.load(open(sys.argv[1]))
+for k in ("bf16_tflops", "fp32_tflops", "memory_gbps", "intra_gbps", "gemm_peak_fraction"):
+    assert m[k] > 0, (k, m)
+assert m["threads_per_device"] >= 1 and m["gpus_per_node"] == 2, m
+assert m["activation_traffic"] >= 0 and "calibrate" in m["calibrated"], m
+PY
+"$BIN" plan --model char-6L --cluster "$M" --gpus 2 --global-batch 16 --top 1 >"$TMP/plan" 2>&1 \
+  || { cat "$TMP/plan"; fail "plan on the calibrated machine failed"; }
+grep -q "^#1 dp" "$TMP/plan" || fail "no layout planned on the calibrated machine"
+
+"$BIN" data synth --out "$TMP/data" --tokens 60000 >/dev/null || fail "data synth failed"
+MESHTRAIN_MACHINE_FILE="$M" "$BIN" train --nproc 2 --set model.preset=tiny --set model.vocab_size=256 \
+  --set data.train="$TMP/data/train_*.bin" --set train.steps=5 --set train.micro_batch=4 \
+  --set telemetry.dir="$TMP/run" --set train.threads=1 >"$TMP/log" 2>&1 || { cat "$TMP/log"; fail "train failed"; }
+grep "^step time: predicted" "$TMP/log" || { cat "$TMP/log"; fail "no predicted step time"; }
+python3 - "$TMP/run/step_time.json" <<'PY' || fail "step_time.json is wrong"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["predicted_s"] > 0 and j["measured_median_s"] > 0, j
+assert abs(j["predicted_s"] / j["measured_median_s"] - 1 - j["error"]) < 1e-9, j
+assert 1 / 3 < j["predicted_s"] / j["measured_median_s"] < 3, j
+PY
+MESHTRAIN_MACHINE_FILE="$TMP/none.json" "$BIN" train --set model.preset=tiny --set model.vocab_size=256 \
+  --set data.train="$TMP/data/train_*.bin" --set train.steps=3 --set telemetry.dir="$TMP/run2" \
+  --set train.threads=1 >"$TMP/log2" 2>&1 || { cat "$TMP/log2"; fail "train without calibration failed"; }
+grep -q "no prediction: no machine calibration at $TMP/none.json (run \`meshtrain plan --calibrate\`)" \
+  "$TMP/log2" || { grep "step time" "$TMP/log2"; fail "no hint to calibrate"; }
+"$BIN" plan --calibrate --ranks 0 --out "$TMP/x.json" >"$TMP/err" 2>&1
+[ $? -eq 2 ] || fail "--ranks 0 should be a usage error"
+grep -q "\-\-ranks must be >= 1" "$TMP/err" || { cat "$TMP/err"; fail "unclear --ranks error"; }
+echo "plan_calibrate: OK"
