@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cmd_plan_calibrate.h"
+#include "cmd_plan_simulate.h"
 #include "commands.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/plan/planner.h"
@@ -29,6 +30,7 @@ struct PlanOpts {
   std::string recompute, sp;
   bool calibrate = false;
   CalibrateOptions calibration;
+  SimulateOptions sim;  // --simulate, --trace, --straggler, --mtbf-hours ...
 };
 
 plan::LayoutFilter filter_of(const PlanOpts& o) {
@@ -98,6 +100,7 @@ void run_plan(const PlanOpts& o) {
   if (o.gpus < 1) throw UsageError("--gpus N is required (N >= 1)");
   if (o.global_batch < 1) throw UsageError("--global-batch B (sequences per step) is required");
   if (o.top < 1) throw UsageError("--top must be >= 1");
+  check_simulate_options(o.sim, o.gpus);
   const auto t0 = std::chrono::steady_clock::now();
   plan::PlanRequest req;
   req.model = model_of(o);
@@ -127,6 +130,7 @@ void run_plan(const PlanOpts& o) {
                         {"seq", o.seq > 0 ? o.seq : req.model.seq}, {"considered", res.considered},
                         {"fitting", res.rows.size()}, {"seconds", secs}};
     for (size_t i = 0; i < k; ++i) j["layouts"].push_back(row_json(res.rows[i]));
+    add_simulate_json(j, req, res.rows[0], o.sim);
     fmt::print("{}\n", j.dump());
     return;
   }
@@ -157,6 +161,7 @@ void run_plan(const PlanOpts& o) {
   }
   if (o.explain && res.rows.size() >= 2)
     fmt::print("\nwhy #1 over #2: {}\n", plan::explain(res.rows[0], res.rows[1]));
+  print_simulate_sections(req, res.rows[0], o.sim);
   fmt::print("\nmodel: FLOPs convention, efficiency and link figures in docs/PLANNER.md "
              "(checked against published A100 runs: median error 3-4%, worst 7.5%)\n");
 }
@@ -186,6 +191,7 @@ void register_plan(CLI::App& app) {
   c->add_option("--threads", o->calibration.threads, "--calibrate: threads per rank (default: cores / ranks)");
   c->add_option("--out", o->calibration.out, "--calibrate: file to write (default: "
                 "$MESHTRAIN_MACHINE_FILE or ~/.cache/meshtrain/machine.json)");
+  add_simulate_options(c, o->sim);
   c->add_option("--show-cluster", o->show_cluster, "Print a cluster's figures as JSON and stop");
   c->add_option("--dp", o->fixed.dp, "Fix data parallelism (default: the planner chooses)");
   c->add_option("--tp", o->fixed.tp, "Fix tensor parallelism");
