@@ -6,7 +6,7 @@
 # (exit 2 for usage, 1 for an unwritable trace).
 set -uo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
-PLAN=(plan --model gpt-100b --cluster h100-sxm --gpus 64 --global-batch 1536 --top 1)
+PLAN=(plan --model gpt-100b --cluster h100-sxm --gpus 64 --global-batch 1536 --top 1 --tp 2 --pp 1)
 "$BIN" "${PLAN[@]}" --simulate --trace "$TMP/trace.json" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "simulate failed"; }
 grep -q "^simulated step of #1 .* s vs .* s analytic" "$TMP/out" || { cat "$TMP/out"; fail "no simulated vs analytic line"; }
 grep -q "mean per rank: busy .* idle .* = bubble" "$TMP/out" || fail "no per-rank summary"
@@ -25,7 +25,7 @@ assert any(e["cat"] == "dp reduce" for e in x) and any(e["cat"] == "optimizer" f
 names = [e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"]
 assert "rank 63 (stage 0, dp 31, tp 1) compute" in names, names[-3:]
 PY
-"$BIN" "${PLAN[@]}" --pp 4 --tp 2 --trace "$TMP/pp.json" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "pipeline simulate failed"; }
+"$BIN" plan --model gpt-100b --cluster h100-sxm --gpus 64 --global-batch 1536 --top 1 --pp 4 --tp 2 --trace "$TMP/pp.json" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "pipeline simulate failed"; }
 grep -q "stage 0 holds .* micro-batches at its peak" "$TMP/out" || { cat "$TMP/out"; fail "no in-flight line"; }
 python3 -c "
 import json, sys

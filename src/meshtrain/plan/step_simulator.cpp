@@ -35,7 +35,7 @@ double ring_s(double bytes, int64_t n, double gbps, double alpha_us, double fact
 
 struct OpTimes {  // seconds, one op of one micro-batch and chunk unless said
   double forward = 0, backward = 0, tp_forward = 0, tp_backward = 0, send = 0;
-  double reduce = 0, gather = 0;  // the step's whole reduction; one gather pass
+  double reduce = 0, gather = 0;  // the step's whole reduction and gathers
   int64_t buckets = 1;            // 25 MiB buckets in the reduction
 };
 
@@ -56,9 +56,15 @@ OpTimes op_times(const PlanRequest& r, const Layout& l, const PlanRow& row) {
   const bool inside = l.dp * l.tp * l.pp <= c.gpus_per_node;
   const double gbps = inside ? c.intra_gbps : c.inter_gbps, alpha = inside ? c.intra_alpha_us : c.inter_alpha_us;
   const double wire = r.engine.gradient_wire_bytes * psi;
-  const double reduce = ring_s(wire, l.dp, gbps, alpha, l.zero_stage >= 2 ? 1.0 : 2.0, c.link_efficiency);
-  const double gather = l.zero_stage == 0 ? 0.0 : ring_s(kMeshtrainBf16.p * psi, l.dp, gbps, alpha, 1.0, c.link_efficiency);
-  const double total = reduce + (l.zero_stage == 3 ? 2.0 : 1.0) * gather;
+  // As planner.cpp: stages 0-1 reduce once (the last micro-batch's
+  // backward), 2-3 every micro-batch; stage 3 gathers before every forward
+  // and backward, 1-2 once (the first forward).
+  const double mb = static_cast<double>(l.micro_batches);
+  const double reduce = ring_s(wire, l.dp, gbps, alpha, l.zero_stage >= 2 ? 1.0 : 2.0, c.link_efficiency) *
+                        (l.zero_stage >= 2 ? mb : 1.0);
+  const double gather = (l.zero_stage == 0 ? 0.0 : ring_s(kMeshtrainBf16.p * psi, l.dp, gbps, alpha, 1.0, c.link_efficiency)) *
+                        (l.zero_stage == 3 ? 2.0 * mb : 1.0);
+  const double total = reduce + gather;
   if (total > 0) {
     o.reduce = t.dp_total * reduce / total;
     o.gather = t.dp_total * gather / total;
@@ -83,15 +89,25 @@ std::vector<CommItem> comm_program(const std::vector<PipeOp>& ops, const OpTimes
     if (ot.reduce > 0) items.push_back({TaskKind::Reduce, ot.reduce, last, 1.0, -1});
     return items;
   }
+  // The reduction's backward ops: every one from stage 2 (each micro-batch's
+  // gradients reduced), else the last micro-batch's (accumulated first).
+  int64_t last_micro = 0;
+  for (const PipeOp& op : ops) last_micro = std::max<int64_t>(last_micro, op.micro_batch);
   std::vector<int64_t> backward_ops;
-  for (int64_t k = 0; k <= last; ++k)
-    if (!ops[static_cast<size_t>(k)].forward) backward_ops.push_back(k);
-  const double nb = static_cast<double>(backward_ops.size()), nf = static_cast<double>(ops.size()) - nb;
+  double nb = 0, nf = 0, first_forwards = 0;
+  for (int64_t k = 0; k <= last; ++k) {
+    const PipeOp& op = ops[static_cast<size_t>(k)];
+    (op.forward ? nf : nb) += 1;
+    if (op.forward && op.micro_batch == 0) first_forwards += 1;
+    if (!op.forward && (zero >= 2 || op.micro_batch == last_micro)) backward_ops.push_back(k);
+  }
   auto gather_for = [&](int64_t k) {
-    const bool fwd = ops[static_cast<size_t>(k)].forward;
-    if (fwd) return zero >= 1 ? ot.gather / nf : 0.0;
-    return zero == 3 ? ot.gather / nb : 0.0;
+    const PipeOp& op = ops[static_cast<size_t>(k)];
+    if (zero == 3) return ot.gather / 2.0 / (op.forward ? nf : nb);
+    if (zero >= 1 && op.forward && op.micro_batch == 0) return ot.gather / first_forwards;
+    return 0.0;
   };
+  const double nr = static_cast<double>(backward_ops.size());
   // Buckets, as cumulative counts of the real ones (merged past kMaxBuckets).
   const int64_t real = ot.buckets, n = std::min(real, kMaxBuckets);
   std::vector<CommItem> buckets;
@@ -100,8 +116,8 @@ std::vector<CommItem> comm_program(const std::vector<PipeOp>& ops, const OpTimes
     const double cum = n == real || j == n - 1
                            ? static_cast<double>(j + 1 == n ? real : j + 1)
                            : std::round(static_cast<double>(j + 1) * static_cast<double>(real - 1) / static_cast<double>(n - 1));
-    const double pos = cum / static_cast<double>(real) * nb;  // in backward ops
-    const int64_t q = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(pos)) - 1, 0, static_cast<int64_t>(nb) - 1);
+    const double pos = cum / static_cast<double>(real) * nr;  // in the reduction's backward ops
+    const int64_t q = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(pos)) - 1, 0, static_cast<int64_t>(nr) - 1);
     buckets.push_back({TaskKind::Reduce, ot.reduce * (cum - prev) / static_cast<double>(real),
                        backward_ops[static_cast<size_t>(q)], pos - static_cast<double>(q), -1});
     prev = cum;
@@ -271,7 +287,7 @@ SimResult simulate_step(const PlanRequest& req, const Layout& l, const SimOption
   // Without overlap, ZeRO's gathers of the updated parameters follow the update.
   if (!overlap && l.dp > 1 && ot.gather > 0)
     for (int64_t s = 0; s < l.pp; ++s) {
-      const double dur = ot.gather * (l.zero_stage == 3 ? 2.0 : 1.0);
+      const double dur = ot.gather;
       const int32_t id = g.add(Task{TaskKind::Gather, static_cast<int32_t>(map.cell(s, 0)), -1, -1, dur}, stage_comm_streams(s));
       for (int64_t d = 0; d < l.dp; ++d) g.depend(id, opt_task[static_cast<size_t>(map.cell(s, d))]);
     }
