@@ -95,17 +95,17 @@ def main():
     # 2 ranks, layouts the engine runs), its top three run as ranked.
     plan = json.loads(subprocess.run(
         [a.bin, "plan", "--model", "char-6L", "--cluster", machine, "--gpus", "2", "--global-batch", "16",
-         "--seq", "256", "--sp", "off", "--top", "40", "--json"], check=True, capture_output=True,
+         "--seq", "256", "--sp", "off", "--precision", "fp32", "--zero", "0", "--top", "200", "--json"], check=True, capture_output=True,
         text=True).stdout)
     picked, seen = [], set()
     for r in plan["layouts"]:
-        key = (r["dp"], r["tp"], r["micro_batch"], r["recompute"])
-        if r["pp"] == 1 and key not in seen and r["zero_stage"] == 0:
+        key = (r["dp"], r["tp"], r["recompute"])
+        if r["pp"] == 1 and key not in seen:
             seen.add(key)
             picked.append(r)
         if len(picked) == 3:
             break
-    print("\nplanner's ranking for char-6L, 16 x 256 tokens per step on 2 ranks (top 3 distinct, zero 0):")
+    print("\nplanner's ranking for char-6L, 16 x 256 tokens per step on 2 ranks (its top layouts of distinct dp, tp, recompute; fp32, zero 0):")
     measured = []
     for i, r in enumerate(picked):
         sets = [f"parallel.tp={r['tp']}", f"recompute={r['recompute']}"]

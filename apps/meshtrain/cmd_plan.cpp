@@ -27,7 +27,7 @@ struct PlanOpts {
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
   bool llama = false;
   plan::LayoutFilter fixed;
-  std::string recompute, sp;
+  std::string recompute, sp, precision = "bf16";
   bool calibrate = false;
   CalibrateOptions calibration;
   SimulateOptions sim;  // --simulate, --trace, --straggler, --mtbf-hours ...
@@ -111,6 +111,9 @@ void run_plan(const PlanOpts& o) {
   req.seq = o.seq;
   req.train_tokens = o.tokens;
   req.fixed = filter_of(o);
+  if (o.precision != "bf16" && o.precision != "fp32")
+    throw UsageError(fmt::format("--precision must be bf16 or fp32 (got '{}')", o.precision));
+  req.fp32 = o.precision == "fp32";
   const plan::PlanResult res = plan::make_plan(req);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (res.rows.empty()) {
@@ -201,6 +204,8 @@ void register_plan(CLI::App& app) {
   c->add_option("--zero", o->fixed.zero_stage, "Fix the ZeRO stage (0-3)");
   c->add_option("--recompute", o->recompute, "Fix recompute: none, selective or full");
   c->add_option("--sp", o->sp, "Fix sequence parallelism: on or off");
+  c->add_option("--precision", o->precision, "bf16 (mixed precision) or fp32 GEMMs and activations")
+      ->capture_default_str();
   c->add_option("--layers", o->layers, "Custom model: layers");
   c->add_option("--hidden", o->hidden, "Custom model: hidden width");
   c->add_option("--heads", o->heads, "Custom model: attention heads");

@@ -2,9 +2,9 @@
 // planner reads (plan/cluster.h), where one "GPU" is one rank with its
 // threads: the GEMM rate by size in f32 and bf16 (fitted to the planner's
 // efficiency curve), the memory bandwidth, the shared-memory collectives'
-// alpha-beta (`bench comm --calibrate` over real ranks), and the
-// memory-bound traffic of a reference training step (`bench train`), the
-// one constant only a real step shows. `train` and `bench train` then print
+// alpha-beta (`bench comm --calibrate` over real ranks), and from reference
+// training steps (`bench train`) the constants only a real step shows: the
+// memory-bound traffic of f32 and bf16 steps and the cost of full recompute. `train` and `bench train` then print
 // their predicted step time beside the measured one.
 #include "cmd_plan_calibrate.h"
 
@@ -159,27 +159,48 @@ void run_plan_calibrate(const CalibrateOptions& o) {
     m.intra_gbps = m.inter_gbps = m.memory_gbps;
   }
 
-  // Memory-bound traffic: the one constant left, from a real step of the
-  // reference model on one rank: measured = predicted(0) + traffic x unit.
-  m.activation_traffic = 0;
-  RunLayout run;
-  run.micro_batch = o.batch, run.seq = 0, run.threads_per_rank = threads;
+  // The constants only a real step shows, from the reference model on one
+  // rank (the predicted step is linear in each): the memory-bound traffic of
+  // an f32 and of a bf16 step (bench train runs the two interleaved), then
+  // what full recompute costs in forwards.
   const std::shared_ptr<const ModelSpec> spec = model_preset(o.reference);
-  run.seq = spec->seq_len();
-  std::string why;
-  const auto p0 = predict_step_time(*spec, run, m, why);
-  MT_CHECK(p0, "the reference model {} cannot be predicted: {}", o.reference, why);
-  m.activation_traffic = 1;
-  const auto p1 = predict_step_time(*spec, run, m, why);
-  const std::string bench = run_capture(fmt::format(
-      "MESHTRAIN_MACHINE_FILE=/nonexistent {} bench train --preset {} --batch {} --threads {} --steps 6 --json",
-      quote(self_exe()), o.reference, o.batch, threads));
-  const nlohmann::json j = nlohmann::json::parse(bench.substr(bench.rfind("\n{") + 1));
-  const double measured = j.at("ms_per_step").get<double>() / 1e3;
-  m.activation_traffic = plan::fit_traffic(p0->step_s(), p1->step_s(), measured);
-  fmt::print("  reference step ({} batch {} x {}): measured {:.1f} ms, GEMMs and update alone {:.1f} ms "
-             "-> memory-bound traffic {:.2f} x the stored activations\n", o.reference, o.batch,
-             run.seq, measured * 1e3, p0->step_s() * 1e3, m.activation_traffic);
+  RunLayout run;
+  run.micro_batch = o.batch, run.seq = spec->seq_len(), run.threads_per_rank = threads;
+  auto predicted = [&](const RunLayout& rl) {
+    std::string why;
+    const auto p = predict_step_time(*spec, rl, m, why);
+    MT_CHECK(p, "the reference model {} cannot be predicted: {}", o.reference, why);
+    return p->step_s();
+  };
+  auto bench = [&](const std::string& extra) {
+    const std::string text = run_capture(fmt::format(
+        "MESHTRAIN_MACHINE_FILE=/nonexistent {} bench train --preset {} --batch {} --threads {} "
+        "--steps 6 --json {}", quote(self_exe()), o.reference, o.batch, threads, extra));
+    return nlohmann::json::parse(text.substr(text.rfind("\n{") + 1));
+  };
+  const nlohmann::json mixed = bench("--precision bf16");
+  const double measured_f32 = mixed.at("fp32").at("ms_per_step").get<double>() / 1e3;
+  const double measured_bf16 = mixed.at("bf16").at("ms_per_step").get<double>() / 1e3;
+  RunLayout half = run;
+  half.precision = Precision::BF16;
+  m.activation_traffic = m.activation_traffic_fp32 = 0;
+  const double f32_at_0 = predicted(run), bf16_at_0 = predicted(half);
+  m.activation_traffic = m.activation_traffic_fp32 = 1;
+  m.activation_traffic_fp32 = plan::fit_traffic(f32_at_0, predicted(run), measured_f32);
+  m.activation_traffic = plan::fit_traffic(bf16_at_0, predicted(half), measured_bf16);
+  fmt::print("  reference steps ({} batch {} x {}): f32 {:.1f} ms, bf16 {:.1f} ms measured -> memory-bound "
+             "traffic {:.2f} (f32) and {:.2f} (bf16) x the stored activations\n", o.reference, o.batch,
+             run.seq, measured_f32 * 1e3, measured_bf16 * 1e3, m.activation_traffic_fp32,
+             m.activation_traffic);
+  RunLayout full = run;
+  full.recompute = Recompute::full();
+  const double measured_full = bench("--recompute full").at("ms_per_step").get<double>() / 1e3;
+  m.recompute_forward_fraction = 0;
+  const double full_at_0 = predicted(full);
+  m.recompute_forward_fraction = 1;
+  m.recompute_forward_fraction = plan::fit_traffic(full_at_0, predicted(full), measured_full);
+  fmt::print("  full recompute: {:.1f} ms measured -> it costs {:.2f} forwards\n", measured_full * 1e3,
+             m.recompute_forward_fraction);
 
   const std::time_t t = std::time(nullptr);
   char when[32];

@@ -18,7 +18,8 @@ m = json.load(open(sys.argv[1]))
 for k in ("bf16_tflops", "fp32_tflops", "memory_gbps", "intra_gbps", "gemm_peak_fraction"):
     assert m[k] > 0, (k, m)
 assert m["threads_per_device"] >= 1 and m["gpus_per_node"] == 2, m
-assert m["activation_traffic"] >= 0 and "calibrate" in m["calibrated"], m
+assert m["activation_traffic"] >= 0 and m["activation_traffic_fp32"] >= 0, m
+assert 0 <= m["recompute_forward_fraction"] <= 3 and "calibrate" in m["calibrated"], m
 PY
 "$BIN" plan --model char-6L --cluster "$M" --gpus 2 --global-batch 16 --top 1 >"$TMP/plan" 2>&1 \
   || { cat "$TMP/plan"; fail "plan on the calibrated machine failed"; }

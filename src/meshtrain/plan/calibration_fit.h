@@ -20,8 +20,9 @@ struct GemmCurve {
 // measured with half_dim 0.
 GemmCurve fit_gemm_curve(const std::vector<RatePoint>& points);
 
-// The traffic constant k with predicted(k) = measured, given the predicted
-// step at k = 0 and k = 1 (the model is linear in k); never negative.
+// The constant k with predicted(k) = measured, given the predicted step at
+// k = 0 and k = 1, for a constant the model is linear in (the memory-bound
+// traffic, full recompute's cost in forwards); never negative.
 double fit_traffic(double predicted_at_0, double predicted_at_1, double measured);
 
 }  // namespace meshtrain::plan

@@ -29,7 +29,9 @@ struct ClusterSpec {
   double fp32_tflops = 0;        // f32 GEMM peak (0: half the bf16 peak)
   double gemm_peak_fraction = 0.8;
   double gemm_half_dim = 192;
-  double activation_traffic = 3;
+  double activation_traffic = 3;       // 16-bit runs (and every GPU plan)
+  double activation_traffic_fp32 = 0;  // f32 runs; 0: activation_traffic
+  double recompute_forward_fraction = 1;  // full recompute's cost in forwards (calibrated CPUs re-run less)
   double link_efficiency = 0.7;
   int threads_per_device = 0;    // calibrated CPUs: the threads each rank had (rates scale with them)
   std::string calibrated;        // what measured it, when; empty for the catalogue

@@ -126,14 +126,16 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double scores = stored - activation_bytes_per_layer(s, b, h, a, l.tp, l.sequence_parallel,
                                                             RecomputePolicy::Selective);
   // Per micro-batch and stored byte of the stage; the formulas count 16-bit values.
-  const double traffic_s = mb * c.activation_traffic / hbm;
+  const double traffic = r.fp32 && c.activation_traffic_fp32 > 0 ? c.activation_traffic_fp32 : c.activation_traffic;
+  const double traffic_s = mb * traffic / hbm;
   const double stage_stored = r.stored_activation_bytes > 0
                                   ? r.stored_activation_bytes
                                   : stored * stage_layers * value_bytes / 2;
   const double stage_scores = scores * stage_layers * value_bytes / 2;
   row.time.compute = linear_s + attention_s + traffic_s * stage_stored;
   // A recomputed forward is a third of forward + backward.
-  if (l.recompute == RecomputePolicy::Full) row.time.recompute = row.time.compute / 3.0;
+  if (l.recompute == RecomputePolicy::Full)
+    row.time.recompute = c.recompute_forward_fraction * row.time.compute / 3.0;
   if (l.recompute == RecomputePolicy::Selective)
     row.time.recompute = (attention_s + traffic_s * stage_scores) / 3.0;
   const double act_bytes = b * s * h * value_bytes;  // one micro-batch's activations
