@@ -166,7 +166,7 @@ void run_plan(const PlanOpts& o) {
     fmt::print("\nwhy #1 over #2: {}\n", plan::explain(res.rows[0], res.rows[1]));
   print_simulate_sections(req, res.rows[0], o.sim);
   fmt::print("\nmodel: FLOPs convention, efficiency and link figures in docs/PLANNER.md "
-             "(checked against published A100 runs: median error 3-4%, worst 7.5%)\n");
+             "(checked against published A100 runs: median error 3-5%, worst 8.4%)\n");
 }
 
 }  // namespace
