@@ -6,6 +6,8 @@
 // 1F1B's, the Perfetto trace, and 1,024 GPUs in well under 10 s.
 #include <gtest/gtest.h>
 
+#include "plan_request.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -24,15 +26,6 @@ using namespace meshtrain;
 using namespace meshtrain::plan;
 
 namespace {
-
-PlanRequest request(const std::string& model, const std::string& cluster, int64_t gpus, int64_t batch) {
-  PlanRequest r;
-  r.model = *shape_preset(model);
-  r.cluster = ClusterSpec::load(cluster);
-  r.gpus = gpus;
-  r.global_batch = batch;
-  return r;
-}
 
 // (dp, tp, pp, micro-batch, micro-batches, zero, recompute, sp, chunks)
 Layout layout(int64_t dp, int64_t tp, int64_t pp, int64_t mb, int64_t m, int zero, RecomputePolicy rc,
@@ -53,18 +46,18 @@ struct Case {
 
 std::vector<Case> cases() {
   return {
-      {"pp 1 dp 8", request("gpt3-2.7b", "a100-80gb", 8, 64), layout(8, 1, 1, 2, 4, 1, RecomputePolicy::None, false)},
+      {"pp 1 dp 8", plan_request("gpt3-2.7b", "a100-80gb", 8, 64), layout(8, 1, 1, 2, 4, 1, RecomputePolicy::None, false)},
       // (The analytic bubble leaves out the tp collectives inside each op:
       // tp_comm (pp - 1) / m, 2.3% here, 4.6% at 32 micro-batches.)
-      {"tp 8 pp 8 dp 2, 1F1B", request("gpt-100b", "h100-sxm", 128, 128),
+      {"tp 8 pp 8 dp 2, 1F1B", plan_request("gpt-100b", "h100-sxm", 128, 128),
        layout(2, 8, 8, 1, 64, 1, RecomputePolicy::Selective, true)},
-      {"tp 8 pp 8 dp 2, interleaved x2", request("gpt-100b", "h100-sxm", 128, 128),
+      {"tp 8 pp 8 dp 2, interleaved x2", plan_request("gpt-100b", "h100-sxm", 128, 128),
        layout(2, 8, 8, 1, 64, 1, RecomputePolicy::Selective, true, 2)},
-      {"ZeRO-3 dp 32 tp 2", request("gpt-100b", "h100-sxm", 64, 1536),
+      {"ZeRO-3 dp 32 tp 2", plan_request("gpt-100b", "h100-sxm", 64, 1536),
        layout(32, 2, 1, 1, 48, 3, RecomputePolicy::Selective, true)},
-      {"ZeRO-3 with pipeline, full recompute", request("gpt-100b", "h100-sxm", 64, 256),
+      {"ZeRO-3 with pipeline, full recompute", plan_request("gpt-100b", "h100-sxm", 64, 256),
        layout(4, 4, 4, 1, 64, 3, RecomputePolicy::Full, false)},
-      {"Megatron-LM 2021 rules (no overlap), ZeRO-1", megatron(request("gpt3-2.7b", "a100-80gb", 64, 512)),
+      {"Megatron-LM 2021 rules (no overlap), ZeRO-1", megatron(plan_request("gpt3-2.7b", "a100-80gb", 64, 512)),
        layout(16, 2, 2, 2, 16, 1, RecomputePolicy::Full, false, 2)},
   };
 }
@@ -244,7 +237,7 @@ TEST(plan_simulate, the_trace_is_json_with_every_ranks_streams) {
     return nlohmann::json::parse(in);
   };
   {  // 32 ranks (tp 4 pp 4 dp 2): all written, one process per node.
-    Case c{"", request("gpt-100b", "h100-sxm", 32, 64), layout(2, 4, 4, 1, 32, 1, RecomputePolicy::Selective, true)};
+    Case c{"", plan_request("gpt-100b", "h100-sxm", 32, 64), layout(2, 4, 4, 1, 32, 1, RecomputePolicy::Selective, true)};
     SimOptions o;
     o.trace_path = (dir / "small.json").string();
     const SimResult r = simulate_step(c.req, c.l, o);
@@ -299,7 +292,7 @@ TEST(plan_simulate, the_trace_is_json_with_every_ranks_streams) {
 
 TEST(plan_simulate, a_thousand_gpus_simulate_in_well_under_ten_seconds) {
   // gpt-1t (128 layers) on 1,024 H100s: tp 8 x pp 64 x dp 2, 1,024 micro-batches per pipeline.
-  const PlanRequest req = request("gpt-1t", "h100-sxm", 1024, 2048);
+  const PlanRequest req = plan_request("gpt-1t", "h100-sxm", 1024, 2048);
   for (int64_t chunks : {1, 2}) {
     const Layout l = layout(2, 8, 64, 1, 1024, 1, RecomputePolicy::Selective, true, chunks);
     const SimResult r = simulate_step(req, l);

@@ -18,6 +18,7 @@
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/plan/planner.h"
+#include "plan_request.h"
 
 using namespace meshtrain;
 using namespace meshtrain::plan;
@@ -103,17 +104,8 @@ TEST(plan_shapes, parameter_counts_equal_the_engine_layouts) {
   EXPECT_FALSE(shape_preset("no-such-model"));
 }
 
-PlanRequest request(const std::string& model, const std::string& cluster, int64_t gpus, int64_t batch) {
-  PlanRequest r;
-  r.model = *shape_preset(model);
-  r.cluster = ClusterSpec::load(cluster);
-  r.gpus = gpus;
-  r.global_batch = batch;
-  return r;
-}
-
 TEST(plan_search, returns_only_valid_fitting_layouts_fastest_first) {
-  const PlanRequest r = request("gpt-100b", "h100-sxm", 64, 1536);
+  const PlanRequest r = plan_request("gpt-100b", "h100-sxm", 64, 1536);
   const auto t0 = std::chrono::steady_clock::now();
   const PlanResult res = make_plan(r);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
@@ -132,19 +124,19 @@ TEST(plan_search, returns_only_valid_fitting_layouts_fastest_first) {
   // 100B does not fit without sharding: no plain data-parallel replica.
   for (const PlanRow& row : res.rows) EXPECT_FALSE(row.layout.tp == 1 && row.layout.pp == 1 && row.layout.zero_stage == 0);
   // Twice the GPUs, the same batch: faster.
-  EXPECT_GT(make_plan(request("gpt-100b", "h100-sxm", 128, 1536)).rows.front().tokens_per_s,
+  EXPECT_GT(make_plan(plan_request("gpt-100b", "h100-sxm", 128, 1536)).rows.front().tokens_per_s,
             res.rows.front().tokens_per_s);
 }
 
 TEST(plan_search, a_trillion_on_4096_gpus_is_planned_fast_and_on_8_fits_nowhere) {
   const auto t0 = std::chrono::steady_clock::now();
-  const PlanResult big = make_plan(request("gpt-1t", "a100-80gb", 4096, 4096));
+  const PlanResult big = make_plan(plan_request("gpt-1t", "a100-80gb", 4096, 4096));
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   EXPECT_FALSE(big.rows.empty());
-  const PlanResult small = make_plan(request("gpt-1t", "a100-40gb", 8, 64));
+  const PlanResult small = make_plan(plan_request("gpt-1t", "a100-40gb", 8, 64));
   EXPECT_TRUE(small.rows.empty());
   EXPECT_GT(small.smallest.memory.total(), 40e9);
-  EXPECT_THROW(make_plan(request("gpt-100b", "h100-sxm", 7, 1536)), Error);  // 7 splits nothing
+  EXPECT_THROW(make_plan(plan_request("gpt-100b", "h100-sxm", 7, 1536)), Error);  // 7 splits nothing
 }
 
 TEST(plan_cluster, unknown_names_and_bad_files_are_clear_errors) {

@@ -168,6 +168,8 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double reduce_s = stage >= 2 ? mb * reduce_once : reduce_once;
   const double gather_once = stage == 0 ? 0.0 : ring_s(bytes.p * psi, l.dp, dp_gbps, dp_alpha, 1.0, c.link_efficiency);
   const double gather_s = stage == 3 ? 2.0 * mb * gather_once : gather_once;
+  row.time.dp_reduce = reduce_s;
+  row.time.dp_gather = gather_s;
   row.time.dp_total = reduce_s + gather_s;
   const double forward = row.time.compute / 3.0;
   const double backward = 2.0 * row.time.compute / 3.0 + row.time.recompute;

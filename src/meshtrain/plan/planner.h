@@ -104,6 +104,7 @@ struct TimeBreakdown {  // seconds per step
   double compute = 0, recompute = 0, bubble = 0, tp_comm = 0, pp_comm = 0, dp_exposed = 0;
   double optimizer = 0;
   double dp_total = 0;  // the whole data-parallel traffic, most of it hidden
+  double dp_reduce = 0, dp_gather = 0;  // dp_total's gradient reduction and ZeRO weight gathers
   double step() const {
     return compute + recompute + bubble + tp_comm + pp_comm + dp_exposed + optimizer;
   }

@@ -25,14 +25,6 @@ constexpr double kBucketBytes = 25.0 * (1 << 20);  // the engine's gradient buck
 // which is what stays exposed); 1T on 1,024 GPUs would otherwise be ~300.
 constexpr int64_t kMaxBuckets = 128;
 
-// The planner's ring collective (planner.cpp), to split its data-parallel
-// total into the reduction and the ZeRO gathers.
-double ring_s(double bytes, int64_t n, double gbps, double alpha_us, double factor, double efficiency) {
-  if (n <= 1) return 0;
-  const double nn = static_cast<double>(n);
-  return factor * (nn - 1) / nn * bytes / (efficiency * gbps * 1e9) + factor * (nn - 1) * alpha_us * 1e-6;
-}
-
 struct OpTimes {  // seconds, one op of one micro-batch and chunk unless said
   double forward = 0, backward = 0, tp_forward = 0, tp_backward = 0, send = 0;
   double reduce = 0, gather = 0;  // the step's whole reduction and gathers
@@ -50,25 +42,13 @@ OpTimes op_times(const PlanRequest& r, const Layout& l, const PlanRow& row) {
   o.tp_backward = t.tp_comm / n * (collectives - 2.0) / collectives;
   if (l.pp > 1)
     o.send = t.pp_comm / (2.0 * static_cast<double>(l.chunks * (l.micro_batches + l.pp - 2)));
-  // The planner's split of dp_total (same links for both, so only the ratio matters).
+  // The planner's dp traffic as the engine runs it (planner.cpp): stages
+  // 0-1 reduce once (the last micro-batch's backward), 2-3 every
+  // micro-batch; stage 3 gathers before every forward and backward, 1-2 once.
+  o.reduce = t.dp_reduce;
+  o.gather = t.dp_gather;
   const double psi = row.memory.params / kMeshtrainBf16.p * (l.zero_stage == 3 ? static_cast<double>(l.dp) : 1.0);
-  const ClusterSpec& c = r.cluster;
-  const bool inside = l.dp * l.tp * l.pp <= c.gpus_per_node;
-  const double gbps = inside ? c.intra_gbps : c.inter_gbps, alpha = inside ? c.intra_alpha_us : c.inter_alpha_us;
   const double wire = r.engine.gradient_wire_bytes * psi;
-  // As planner.cpp: stages 0-1 reduce once (the last micro-batch's
-  // backward), 2-3 every micro-batch; stage 3 gathers before every forward
-  // and backward, 1-2 once (the first forward).
-  const double mb = static_cast<double>(l.micro_batches);
-  const double reduce = ring_s(wire, l.dp, gbps, alpha, l.zero_stage >= 2 ? 1.0 : 2.0, c.link_efficiency) *
-                        (l.zero_stage >= 2 ? mb : 1.0);
-  const double gather = (l.zero_stage == 0 ? 0.0 : ring_s(kMeshtrainBf16.p * psi, l.dp, gbps, alpha, 1.0, c.link_efficiency)) *
-                        (l.zero_stage == 3 ? 2.0 * mb : 1.0);
-  const double total = reduce + gather;
-  if (total > 0) {
-    o.reduce = t.dp_total * reduce / total;
-    o.gather = t.dp_total * gather / total;
-  }
   o.buckets = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(wire / kBucketBytes)));
   return o;
 }
