@@ -12,6 +12,14 @@ Writes, deterministically:
       pattern followed by ByteLevel(use_regex=false), ignore_merges=true,
       special tokens <|begin_of_text|>, <|end_of_text|>, <|eot_id|>, and a
       TemplateProcessing post-processor that prepends <|begin_of_text|>.
+  tests/fixtures/tokenizers/{llama2,metaspace,metaspace_split}_style/tokenizer.json
+      SentencePiece-style BPE with byte fallback (vocabulary 600 + the 256
+      <0x00>..<0xFF> tokens, unk/bos/eos, 80 base characters so rarer ones
+      fall back to bytes), spelled three ways: Llama 2's "legacy" normalizer
+      (Prepend + Replace, no pre-tokenizer, Replace/ByteFallback/Fuse/Strip
+      decoder); a Metaspace pre-tokenizer prepending "first" without split
+      (newer Llama/Mistral conversions); Metaspace "always" with split and the
+      Metaspace decoder.
   tests/fixtures/tokenizers/cases.json
       for each tokenizer, per text: ids without and with special tokens; and
       per id sequence: decode() with skip_special_tokens true and false.
@@ -21,6 +29,7 @@ Writes, deterministically:
 The training text is the fortunes corpus (Debian's `fortunes`) plus the
 multilingual lines below, so merges span multi-byte characters too.
 Usage: python3 tools/make_tokenizer_fixtures.py [--out-dir tests/fixtures/tokenizers]
+                                              [--kinds KIND ...]  (others kept as they are)
 Needs: tokenizers (pip).
 """
 import argparse
@@ -29,7 +38,8 @@ import json
 import os
 import random
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        processors, trainers)
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -71,7 +81,61 @@ CASES = [
 ]
 
 
+SP_KINDS = ("llama2_style", "metaspace_style", "metaspace_split_style")
+META = "\u2581"
+
+# Extra texts for the SentencePiece-style kinds: their special tokens inside
+# text, leading spaces, and "▁" itself.
+SP_CASES = [
+    "<s>hello</s> world <s> x",
+    " one leading space",
+    "  two leading spaces",
+    "already \u2581 a meta symbol",
+    "rare characters fall back: \u00fe \u0416 \u4e2d \U0001f600 \u2603",
+]
+
+
+def train_sentencepiece(kind, corpus):
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    # Trained on words that each start with "▁" (as SentencePiece's pieces do),
+    # then spelled as the kind says.
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=META, prepend_scheme="always",
+                                                 split=True)
+    trainer = trainers.BpeTrainer(vocab_size=600, min_frequency=2, limit_alphabet=80,
+                                  special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    j = json.loads(tok.to_str())
+    # The 256 byte tokens right after the specials, as Llama 2's file has them.
+    vocab = {t: (i if i < 3 else i + 256) for t, i in j["model"]["vocab"].items()}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = 3 + b
+    j["model"]["vocab"] = vocab
+    byte_fallback_decoder = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": META}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    if kind == "llama2_style":
+        j["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": META},
+            {"type": "Replace", "pattern": {"String": " "}, "content": META}]}
+        j["pre_tokenizer"] = None
+        j["decoder"] = byte_fallback_decoder
+    elif kind == "metaspace_style":
+        j["pre_tokenizer"] = {"type": "Metaspace", "replacement": META,
+                              "prepend_scheme": "first", "split": False}
+        j["decoder"] = byte_fallback_decoder
+    else:
+        j["decoder"] = {"type": "Metaspace", "replacement": META, "prepend_scheme": "always",
+                        "split": True}
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)])
+    return tok
+
+
 def train(kind, corpus):
+    if kind in SP_KINDS:
+        return train_sentencepiece(kind, corpus)
     if kind == "gpt2_style":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -118,14 +182,21 @@ def decode_cases(tok, rng):
     # single tokens, specials included, and single raw bytes (invalid alone)
     n = tok.get_vocab_size()
     seqs.append(list(range(0, n, max(1, n // 60))))
-    byte_ids = [tok.token_to_id(ch) for ch in pre_tokenizers.ByteLevel.alphabet()]
-    seqs.append(sorted(i for i in byte_ids if i is not None)[-40:])
+    if tok.token_to_id("<0x41>") is not None:  # byte tokens: valid runs, cut runs, mixed
+        b = lambda *xs: [tok.token_to_id(f"<0x{x:02X}>") for x in xs]
+        word = tok.encode("hello", add_special_tokens=False).ids
+        seqs += [b(0xE4, 0xB8, 0xAD), b(0xE4, 0xB8), b(0xF0, 0x9F, 0x98, 0x80, 0xE4),
+                 word + b(0xE4, 0xB8) + word, b(0x41) + [1] + b(0x42), [1] + word + b(0xFF)]
+    else:
+        byte_ids = [tok.token_to_id(ch) for ch in pre_tokenizers.ByteLevel.alphabet()]
+        seqs.append(sorted(i for i in byte_ids if i is not None)[-40:])
     return seqs
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out-dir", default="tests/fixtures/tokenizers")
+    ap.add_argument("--kinds", nargs="+", default=["gpt2_style", "llama3_style", *SP_KINDS])
     args = ap.parse_args()
     files = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
                    if not f.endswith((".dat", ".u8")) and os.path.isfile(f))
@@ -137,16 +208,20 @@ def main():
             corpus.extend(fh.read().split("\n%\n"))
     corpus.extend(MULTILINGUAL * 20)
 
+    cases_path = os.path.join(args.out_dir, "cases.json")
     out = {}
-    rng = random.Random(1234)
-    for kind in ("gpt2_style", "llama3_style"):
+    if os.path.exists(cases_path):  # kinds not asked for keep their cases
+        with open(cases_path, encoding="utf-8") as fh:
+            out = json.load(fh)
+    for kind in args.kinds:
+        rng = random.Random(1234)
         tok = train(kind, corpus)
         d = os.path.join(args.out_dir, kind)
         os.makedirs(d, exist_ok=True)
         tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
         tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))  # what the file says
         enc = []
-        for text in CASES + MULTILINGUAL:
+        for text in CASES + MULTILINGUAL + (SP_CASES if kind in SP_KINDS else []):
             enc.append({"text": text,
                         "ids": tok.encode(text, add_special_tokens=False).ids,
                         "ids_special": tok.encode(text, add_special_tokens=True).ids})
@@ -156,7 +231,7 @@ def main():
                         "skip_special": tok.decode(ids, skip_special_tokens=True),
                         "keep_special": tok.decode(ids, skip_special_tokens=False)})
         out[kind] = {"vocab_size": tok.get_vocab_size(), "encode": enc, "decode": dec}
-    with open(os.path.join(args.out_dir, "cases.json"), "w", encoding="utf-8") as fh:
+    with open(cases_path, "w", encoding="utf-8") as fh:
         json.dump(out, fh, ensure_ascii=True, indent=0)
         fh.write("\n")
     for kind in out:

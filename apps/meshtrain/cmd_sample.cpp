@@ -120,7 +120,7 @@ void run_sample(const SampleArgs& a) {
   auto first = start;
   generate(*model, prompt, opt, rng, [&](int32_t id) {
     if (generated++ == 0) first = std::chrono::steady_clock::now();
-    const std::string bytes = tok->decode_bytes(std::span<const int32_t>(&id, 1), true);
+    const std::string bytes = tok->continuation_bytes(id);
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
     std::fflush(stdout);
   });

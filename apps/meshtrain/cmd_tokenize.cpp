@@ -68,8 +68,10 @@ void run_tokenize(const TokenizeArgs& a) {
   if (!a.quiet) {
     std::string pieces;
     for (int32_t id : ids) {
+      // A piece as it reads inside text (SentencePiece's "▁" as the space).
       const int32_t one[1] = {id};
-      pieces += (pieces.empty() ? "" : " ") + show_piece(tok->decode_bytes(one));
+      pieces += (pieces.empty() ? "" : " ") +
+                show_piece(tok->is_special(id) ? tok->decode_bytes(one) : tok->continuation_bytes(id));
     }
     fmt::print("pieces: {}\n", pieces);
   }

@@ -1,6 +1,8 @@
-// Byte-level BPE from tokenizer.json against the Hugging Face `tokenizers`
-// library: fixtures from tools/make_tokenizer_fixtures.py (a GPT-2 style and a
-// Llama 3 style tokenizer, each encoding and decoding awkward text).
+// BPE from tokenizer.json against the Hugging Face `tokenizers` library:
+// fixtures from tools/make_tokenizer_fixtures.py (byte-level as GPT-2 and
+// Llama 3 ship it; SentencePiece-style with byte fallback as Llama 2's file,
+// newer Metaspace conversions and Metaspace with split spell it), each
+// encoding and decoding awkward text.
 // test-links: mt_data
 #include <gtest/gtest.h>
 
@@ -26,6 +28,11 @@ nlohmann::json cases() {
 }
 
 class Reference : public ::testing::TestWithParam<std::string> {};
+// Tokenizers whose decode(encode(x)) gives x back: byte-level ones, and
+// SentencePiece-style ones that put "▁" before every text (a Metaspace
+// "first" drops a leading space for good, as the library does, and the
+// Metaspace decoder alone leaves byte tokens spelled out).
+class RoundTrip : public Reference {};
 }  // namespace
 
 TEST_P(Reference, EncodesAsTheLibraryDoes) {
@@ -45,7 +52,7 @@ TEST_P(Reference, EncodesAsTheLibraryDoes) {
 
 TEST_P(Reference, DecodesAsTheLibraryDoes) {
   const auto tok = load_tokenizer(kDir + GetParam() + "/tokenizer.json");
-  int cut = 0;
+  int cut = 0, spelled = 0;
   const nlohmann::json c = cases()[GetParam()];
   for (const auto& d : c["decode"]) {
     const auto ids = d["ids"].get<std::vector<int32_t>>();
@@ -53,11 +60,16 @@ TEST_P(Reference, DecodesAsTheLibraryDoes) {
     EXPECT_EQ(tok->decode(ids, false), keep);
     EXPECT_EQ(tok->decode(ids, true), d["skip_special"].get<std::string>());
     cut += keep.find("\xEF\xBF\xBD") != std::string::npos;
+    spelled += keep.find("<0x") != std::string::npos;
   }
-  EXPECT_GE(cut, 3) << "the fixture should cut characters in some sequences";
+  if (GetParam() == "metaspace_split_style") {  // its decoder has no ByteFallback step
+    EXPECT_GE(spelled, 3) << "byte tokens should decode spelled out, as the library does";
+  } else {
+    EXPECT_GE(cut, 3) << "the fixture should cut characters in some sequences";
+  }
 }
 
-TEST_P(Reference, RoundTripsAnyBytesIncludingInvalidUtf8) {
+TEST_P(RoundTrip, RoundTripsAnyBytesIncludingInvalidUtf8) {
   const auto tok = load_tokenizer(kDir + GetParam() + "/tokenizer.json");
   std::mt19937 rng(7);
   std::vector<std::string> texts = {
@@ -93,7 +105,29 @@ TEST_P(Reference, EncodingIsTheSameFromManyThreads) {
     EXPECT_EQ(got[i], c[i % c.size()]["ids"].get<std::vector<int32_t>>()) << "repetition " << i / c.size();
 }
 
-INSTANTIATE_TEST_SUITE_P(tokenizer, Reference, ::testing::Values("gpt2_style", "llama3_style"));
+INSTANTIATE_TEST_SUITE_P(tokenizer, Reference,
+                         ::testing::Values("gpt2_style", "llama3_style", "llama2_style",
+                                           "metaspace_style", "metaspace_split_style"));
+INSTANTIATE_TEST_SUITE_P(tokenizer, RoundTrip,
+                         ::testing::Values("gpt2_style", "llama3_style", "llama2_style"));
+
+// Streaming output (sample): each token's bytes as they read after earlier
+// tokens; only the start of a text loses the space the encoder put there.
+TEST(tokenizer, continuation_bytes_keep_the_spaces_between_pieces) {
+  const auto tok = load_tokenizer(kDir + "llama2_style/tokenizer.json");
+  EXPECT_NE(tok->describe().find("SentencePiece-style"), std::string::npos);
+  const std::string text = "Hello world, 中文 and 😀 x";
+  const std::vector<int32_t> ids = tok->encode(text, true);
+  std::string streamed;
+  for (size_t i = 1; i < ids.size(); ++i) streamed += tok->continuation_bytes(ids[i]);
+  EXPECT_EQ(streamed, " " + text);  // the leading "▁" the encoder added, as a space
+  EXPECT_EQ(tok->continuation_bytes(ids[0]), "");  // <s> is special
+  EXPECT_EQ(tok->decode(ids, true), text);
+  const auto bytes_tok = load_tokenizer(kDir + "gpt2_style/tokenizer.json");
+  std::string gpt;
+  for (int32_t id : bytes_tok->encode(text)) gpt += bytes_tok->continuation_bytes(id);
+  EXPECT_EQ(gpt, text);
+}
 
 // The cache encoding threads share: 4 threads insert and look up the same
 // 20000 pieces at once; every hit is the ids inserted for that piece.
@@ -159,7 +193,13 @@ TEST(tokenizer, bad_files_get_clear_errors) {
                 .find("model type 'WordPiece' is not supported"),
             std::string::npos);
   EXPECT_NE(message(write("sp.json", R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0}, "merges": []}})"))
-                .find("SentencePiece-style"),
+                .find("byte-fallback BPE without the"),
+            std::string::npos);
+  EXPECT_NE(message(write("spnorm.json", R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0}, "merges": []}})"))
+                .find("normalizer 'NFKC' is not supported in a SentencePiece-style"),
+            std::string::npos);
+  EXPECT_NE(message(write("spdec.json", R"({"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first"}, "decoder": {"type": "WordPiece"}, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0}, "merges": []}})"))
+                .find("decoder 'WordPiece' is not supported in a SentencePiece-style"),
             std::string::npos);
   EXPECT_NE(message(write("nfc.json", R"({"normalizer": {"type": "NFC"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"))
                 .find("normalizer 'NFC' is not supported"),

@@ -84,12 +84,16 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) c
       syms.push_back(unk_id_);
     }
   }
+  merge(syms);
+  out.insert(out.end(), syms.begin(), syms.end());
+}
+
+void BpeModel::merge(std::vector<int32_t>& syms) const {
   if (syms.size() <= kLinearMergeMax) {
     merge_short(syms);
   } else {
     merge_long(syms);
   }
-  out.insert(out.end(), syms.begin(), syms.end());
 }
 
 void BpeModel::merge_short(std::vector<int32_t>& syms) const {

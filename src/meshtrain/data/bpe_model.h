@@ -26,6 +26,11 @@ class BpeModel {
 
   // Appends the ids of one pre-tokenized piece.
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  // Applies the merges to symbols made elsewhere (SentencePiece-style BPE
+  // starts from characters, not bytes).
+  void merge(std::vector<int32_t>& syms) const;
+  bool ignore_merges() const { return ignore_merges_; }
+  int32_t unk_id() const { return unk_id_; }
 
   int32_t size() const { return static_cast<int32_t>(vocab_.size()); }
   const std::string& bytes_of(int32_t id) const { return vocab_[static_cast<size_t>(id)]; }

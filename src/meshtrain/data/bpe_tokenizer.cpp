@@ -126,11 +126,10 @@ void BpeTokenizer::load(const std::string& json_text) {
   const json& m = j["model"];
   const std::string model_type = m.value("type", m.contains("merges") ? "BPE" : "?");
   MT_CHECK(model_type == "BPE",
-           "tokenizer '{}': model type '{}' is not supported (byte-level BPE only: GPT-2, "
-           "Llama 3, Qwen-style tokenizers)", source_, model_type);
-  MT_CHECK(!m.value("byte_fallback", false),
-           "tokenizer '{}': SentencePiece-style BPE with byte fallback (Llama 2, Mistral) is not "
-           "supported yet; byte-level BPE only", source_);
+           "tokenizer '{}': model type '{}' is not supported (BPE only: byte-level as GPT-2, "
+           "Llama 3 and Qwen ship it, or SentencePiece-style as Llama 2 and Mistral do)", source_,
+           model_type);
+  const bool sentencepiece = SentencePieceStyle::detect(j);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     MT_CHECK(!m.contains(key) || m[key].is_null() || m[key].get<std::string>().empty(),
              "tokenizer '{}': model.{} is set, which byte-level BPE does not use; not supported",
@@ -139,9 +138,9 @@ void BpeTokenizer::load(const std::string& json_text) {
   MT_CHECK(!m.contains("dropout") || m["dropout"].is_null() || m["dropout"].get<double>() == 0.0,
            "tokenizer '{}': BPE dropout is set (a training-time option); remove it to encode "
            "deterministically", source_);
-  MT_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(),
-           "tokenizer '{}': normalizer '{}' is not supported (tokenizers without a normalizer "
-           "only)", source_, type_of(j["normalizer"]));
+  MT_CHECK(sentencepiece || !j.contains("normalizer") || j["normalizer"].is_null(),
+           "tokenizer '{}': normalizer '{}' is not supported (byte-level tokenizers without a "
+           "normalizer, or SentencePiece-style ones)", source_, type_of(j["normalizer"]));
 
   // The vocabulary, spelled in the byte-level alphabet.
   MT_CHECK(m.contains("vocab") && m["vocab"].is_object(),
@@ -160,6 +159,12 @@ void BpeTokenizer::load(const std::string& json_text) {
   token_text_.assign(static_cast<size_t>(max_id) + 1, std::string());
   std::string bytes;
   for (const auto& [text, id] : vocab_ids) {
+    if (sentencepiece) {  // the model works on the text as spelled ("▁" included)
+      MT_CHECK(!text.empty(), "tokenizer '{}': vocabulary entry {} is empty", source_, id);
+      model_bytes[static_cast<size_t>(id)] = text;
+      token_text_[static_cast<size_t>(id)] = text;
+      continue;
+    }
     MT_CHECK(byte_level_to_bytes(text, bytes),
              "tokenizer '{}': vocabulary entry {} ('{}') is not in the byte-level alphabet; only "
              "byte-level BPE is supported", source_, id, text);
@@ -205,6 +210,7 @@ void BpeTokenizer::load(const std::string& json_text) {
   }
   model_ = std::make_unique<BpeModel>(model_bytes, std::move(merges),
                                       m.value("ignore_merges", false), unk_id);
+  if (sentencepiece) sp_ = std::make_unique<SentencePieceStyle>(j, token_text_, source_);
 
   // Added tokens: matched in the text before anything else.
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
@@ -234,7 +240,7 @@ void BpeTokenizer::load(const std::string& json_text) {
   for (const AddedToken& t : added_) {
     // As the library's ByteLevel decoder: a token spelled in the byte-level
     // alphabet decodes to those bytes, any other to its own UTF-8.
-    if (!byte_level_to_bytes(t.content, bytes)) bytes = t.content;
+    if (sp_ || !byte_level_to_bytes(t.content, bytes)) bytes = t.content;
     token_bytes_[static_cast<size_t>(t.id)] = bytes;
     token_text_[static_cast<size_t>(t.id)] = t.content;
     special_[static_cast<size_t>(t.id)] = t.special ? 1 : 0;
@@ -277,12 +283,13 @@ void BpeTokenizer::load(const std::string& json_text) {
            "Sequence are)", source_, type);
     }
   };
-  if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) add_step(j["pre_tokenizer"]);
-  MT_CHECK(byte_level,
+  if (!sp_ && j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
+    add_step(j["pre_tokenizer"]);
+  MT_CHECK(byte_level || sp_,
            "tokenizer '{}' has no ByteLevel pre-tokenizer: only byte-level BPE (GPT-2, Llama 3, "
            "Qwen style) is supported, not SentencePiece-style BPE", source_);
 
-  if (j.contains("decoder") && !j["decoder"].is_null()) {
+  if (!sp_ && j.contains("decoder") && !j["decoder"].is_null()) {
     const json& d = j["decoder"];
     bool ok = type_of(d) == "ByteLevel";
     if (type_of(d) == "Sequence") {
@@ -340,13 +347,22 @@ void BpeTokenizer::load(const std::string& json_text) {
 }
 
 std::string BpeTokenizer::describe() const {
-  return fmt::format("byte-level BPE, {} tokens ({} added), from {}", vocab_size(), added_.size(),
+  return fmt::format("{} BPE, {} tokens ({} added), from {}",
+                     sp_ ? "SentencePiece-style" : "byte-level", vocab_size(), added_.size(),
                      source_);
+}
+
+void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (sp_) {
+    sp_->encode_piece(*model_, piece, model_->unk_id(), out);
+  } else {
+    model_->encode_piece(piece, out);
+  }
 }
 
 void BpeTokenizer::encode_piece_cached(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.size() > kCacheMaxPieceBytes) {
-    model_->encode_piece(piece, out);
+    encode_piece(piece, out);
     return;
   }
   thread_local PieceCache cache;
@@ -371,7 +387,7 @@ void BpeTokenizer::encode_piece_cached(std::string_view piece, std::vector<int32
     }
   }
   const size_t start = out.size();
-  model_->encode_piece(piece, out);
+  encode_piece(piece, out);
   const auto n = static_cast<uint32_t>(out.size() - start);
   cache.insert(piece, hash, out.data() + start, n);
   if (shared) shared_->insert(piece, hash, out.data() + start, n);
@@ -401,6 +417,18 @@ void BpeTokenizer::encode_segment(std::string_view text, size_t step,
   for (std::string_view p : pieces) encode_segment(p, step + 1, out);
 }
 
+void BpeTokenizer::encode_stretch(std::string_view text, bool at_start,
+                                  std::vector<int32_t>& out) const {
+  if (!sp_) {
+    encode_segment(text, 0, out);
+    return;
+  }
+  std::string scratch;
+  std::vector<std::string_view> pieces;
+  sp_->pieces(text, at_start, scratch, pieces);
+  for (std::string_view p : pieces) encode_piece_cached(p, out);
+}
+
 void BpeTokenizer::encode_into(std::string_view text, std::vector<int32_t>& out) const {
   size_t seg = 0, i = 0;
   while (i < text.size()) {
@@ -425,24 +453,46 @@ void BpeTokenizer::encode_into(std::string_view text, std::vector<int32_t>& out)
       while (begin > seg && ascii_space(text[begin - 1])) --begin;
     if (hit->rstrip)
       while (end < text.size() && ascii_space(text[end])) ++end;
-    encode_segment(text.substr(seg, begin - seg), 0, out);
+    encode_stretch(text.substr(seg, begin - seg), seg == 0, out);
     out.push_back(hit->id);
     seg = i = end;
   }
-  encode_segment(text.substr(seg), 0, out);
+  encode_stretch(text.substr(seg), seg == 0, out);
 }
 
-std::string BpeTokenizer::decode_bytes(std::span<const int32_t> ids, bool skip_special) const {
-  std::string out;
+void BpeTokenizer::check_ids(std::span<const int32_t> ids) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
     MT_CHECK(id >= 0 && id < vocab_size() && !token_bytes_[static_cast<size_t>(id)].empty(),
              "token id {} at position {} is not in the tokenizer's vocabulary ({} ids, {})", id,
              i, vocab_size(), source_);
+  }
+}
+
+std::string BpeTokenizer::decode_bytes(std::span<const int32_t> ids, bool skip_special) const {
+  check_ids(ids);
+  if (sp_) {
+    return sp_->decode(ids, token_text_, skip_special ? special_.data() : nullptr, false);
+  }
+  std::string out;
+  for (const int32_t id : ids) {
     if (skip_special && special_[static_cast<size_t>(id)]) continue;
     out += token_bytes_[static_cast<size_t>(id)];
   }
   return out;
+}
+
+std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  if (!sp_) return Tokenizer::decode(ids, skip_special);
+  check_ids(ids);
+  return sp_->decode(ids, token_text_, skip_special ? special_.data() : nullptr, true);
+}
+
+std::string BpeTokenizer::continuation_bytes(int32_t id) const {
+  check_ids(std::span<const int32_t>(&id, 1));
+  if (special_[static_cast<size_t>(id)]) return {};
+  if (sp_) return sp_->continuation_bytes(id, token_text_);
+  return token_bytes_[static_cast<size_t>(id)];
 }
 
 std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {

@@ -7,9 +7,11 @@
 //      regex and prefix space, or a Sequence of these) cuts the rest into pieces;
 //   3. the BPE model merges each piece's bytes (bpe_model.h), optionally
 //      keeping a piece that is itself a token whole (ignore_merges).
-// Decoding concatenates each token's bytes. Anything outside this family (a
-// normalizer, WordPiece/Unigram models, SentencePiece-style BPE without
-// ByteLevel) is refused at load with an error naming it.
+// Decoding concatenates each token's bytes. SentencePiece-style BPE with byte
+// fallback (Llama 2, Mistral) runs the same steps with its own normalization,
+// symbols and decoder (sentencepiece_style.h). Anything outside these two
+// families (other normalizers, WordPiece/Unigram models) is refused at load
+// with an error naming it.
 #pragma once
 #include <memory>
 #include <mutex>
@@ -18,6 +20,7 @@
 
 #include "meshtrain/data/bpe_model.h"
 #include "meshtrain/data/regex_splitter.h"
+#include "meshtrain/data/sentencepiece_style.h"
 #include "meshtrain/data/shared_piece_cache.h"
 #include "meshtrain/data/tokenizer.h"
 
@@ -37,6 +40,8 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<int32_t> prefix_tokens() const override { return prefix_; }
   std::vector<int32_t> suffix_tokens() const override { return suffix_; }
   std::string decode_bytes(std::span<const int32_t> ids, bool skip_special) const override;
+  std::string decode(std::span<const int32_t> ids, bool skip_special) const override;
+  std::string continuation_bytes(int32_t id) const override;
   std::optional<int32_t> token_id(std::string_view token) const override;
   bool is_special(int32_t id) const override;
 
@@ -52,11 +57,16 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   void load(const std::string& json_text);
+  // One stretch of text between added tokens; `at_start`: it begins the text.
+  void encode_stretch(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
   void encode_segment(std::string_view text, size_t step, std::vector<int32_t>& out) const;
   void encode_piece_cached(std::string_view piece, std::vector<int32_t>& out) const;
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  void check_ids(std::span<const int32_t> ids) const;
 
   std::string source_;
   std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<SentencePieceStyle> sp_;  // null: byte-level BPE
   std::vector<std::string> token_bytes_;  // by id: the bytes decoding gives
   std::vector<std::string> token_text_;   // by id: the token as tokenizer.json spells it
   std::vector<uint8_t> special_;          // by id

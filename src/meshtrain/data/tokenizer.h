@@ -42,8 +42,15 @@ class Tokenizer {
   virtual bool is_special(int32_t /*id*/) const { return false; }
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
-  // decode_bytes as UTF-8 text, each invalid subpart replaced by U+FFFD.
-  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // As UTF-8 text, as the Hugging Face library decodes: by default
+  // decode_bytes with each invalid subpart replaced by U+FFFD.
+  virtual std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // The bytes token `id` adds after earlier tokens, for streaming output
+  // (SentencePiece-style decoders drop a space only at the start of the text).
+  // Special tokens add nothing.
+  virtual std::string continuation_bytes(int32_t id) const {
+    return decode_bytes(std::span<const int32_t>(&id, 1), true);
+  }
 };
 
 // "bytes" (or "byte") gives the byte-level tokenizer; a file is read as a

@@ -9,11 +9,14 @@ namespace meshtrain::plan {
 GemmCurve fit_gemm_curve(const std::vector<RatePoint>& points) {
   MT_CHECK(points.size() >= 2, "a GEMM curve needs two or more measurements (got {})", points.size());
   double sx = 0, sy = 0, sxx = 0, sxy = 0, best = 0;
-  for (const RatePoint& p : points) {
+  std::vector<RatePoint> sorted = points;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const RatePoint& a, const RatePoint& b) { return a.n < b.n; });
+  for (const RatePoint& p : sorted) {
     MT_CHECK(p.n > 0 && p.gflops > 0, "GEMM measurement n {} rate {}: both must be positive", p.n, p.gflops);
-    const double x = 1.0 / p.n, y = 1.0 / p.gflops;
+    best = std::max(best, p.gflops);  // the best so far, at this n or below
+    const double x = 1.0 / p.n, y = 1.0 / best;
     sx += x, sy += y, sxx += x * x, sxy += x * y;
-    best = std::max(best, p.gflops);
   }
   const double k = static_cast<double>(points.size());
   const double det = k * sxx - sx * sx;

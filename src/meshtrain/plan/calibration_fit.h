@@ -15,7 +15,9 @@ struct GemmCurve {
 };
 
 // Least squares on 1 / rate = 1 / peak + (half_dim / peak) / n, which is
-// linear in 1 / n. Needs two or more points with distinct n; a fit that
+// linear in 1 / n. Each rate is first raised to the best rate at any smaller
+// n: the model's rate never falls with n, and a slower large-n reading is a
+// busy machine (another process on the core), not the GEMM. Needs two or more points with distinct n; a fit that
 // would give a non-positive peak or half size falls back to the best rate
 // measured with half_dim 0.
 GemmCurve fit_gemm_curve(const std::vector<RatePoint>& points);
