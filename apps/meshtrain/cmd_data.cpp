@@ -149,7 +149,7 @@ void register_data(CLI::App& app) {
       ->capture_default_str();
   prepare->add_option("--tokenizer", prepare_opts->tokenizer,
                       "'bytes', or a Hugging Face tokenizer.json (or its folder): byte-level BPE "
-                      "as GPT-2, Llama 3 and Qwen use")->capture_default_str();
+                      "as GPT-2, Llama 3 and Qwen use, or SentencePiece-style BPE as Llama 2 and Mistral")->capture_default_str();
   prepare->add_option("--doc-separator", prepare_opts->doc_separator,
                       "A token put before each file's text, e.g. \"<|endoftext|>\"");
   prepare->add_option("--threads", prepare_opts->threads, "Encoding threads (0 = all cores)")

@@ -68,9 +68,14 @@ std::string awkward_text(int copies, int salt) {
 }
 }  // namespace
 
-TEST(data_tokenized, prepare_equals_encoding_each_whole_file_at_any_thread_count) {
+// Byte-level BPE, and SentencePiece-style BPE (later chunks continue the
+// file's text: no "▁" of their own).
+class PrepareWholeFile : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PrepareWholeFile, prepare_equals_encoding_each_whole_file_at_any_thread_count) {
   TempDir dir;
-  const std::string tok_path = kFixtures + "gpt2_style/tokenizer.json";
+  const std::string tok_path = kFixtures + GetParam() + "/tokenizer.json";
+  const std::string sep = GetParam() == "llama2_style" ? "</s>" : "<|endoftext|>";
   write(dir.file("in/a.txt"), awkward_text(40, 1));
   write(dir.file("in/b.txt"), awkward_text(25, 2));
   const auto tok = load_tokenizer(tok_path);
@@ -79,7 +84,7 @@ TEST(data_tokenized, prepare_equals_encoding_each_whole_file_at_any_thread_count
     std::ifstream in(dir.file(f), std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
-    expect.push_back(*tok->token_id("<|endoftext|>"));
+    expect.push_back(*tok->token_id(sep));
     tok->encode_into(ss.str(), expect);
   }
   std::vector<int32_t> first;
@@ -90,17 +95,19 @@ TEST(data_tokenized, prepare_equals_encoding_each_whole_file_at_any_thread_count
     o.val_fraction = 0;
     o.chunk_bytes = 48;  // many chunks, most cut where a naive cut would change the tokens
     o.tokenizer = tok_path;
-    o.doc_separator = "<|endoftext|>";
+    o.doc_separator = sep;
     o.threads = threads;
     const PrepareResult r = prepare_text(o);
     EXPECT_GT(r.chunks, 40);
     EXPECT_EQ(r.token_bytes, 2);
-    EXPECT_EQ(r.vocab_size, 700);
+    EXPECT_EQ(r.vocab_size, tok->vocab_size());
     const std::vector<int32_t> got = read_series(r.train_shards);
     EXPECT_EQ(got, expect) << threads << " thread(s)";
     EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "tokenizer.json")) << "the tokenizer travels with the shards";
   }
 }
+INSTANTIATE_TEST_SUITE_P(data_tokenized, PrepareWholeFile,
+                         ::testing::Values("gpt2_style", "llama2_style"));
 
 TEST(data_tokenized, prepare_splits_train_and_val_without_losing_tokens) {
   TempDir dir;

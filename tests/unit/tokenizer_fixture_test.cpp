@@ -111,6 +111,20 @@ INSTANTIATE_TEST_SUITE_P(tokenizer, Reference,
 INSTANTIATE_TEST_SUITE_P(tokenizer, RoundTrip,
                          ::testing::Values("gpt2_style", "llama3_style", "llama2_style"));
 
+// `data prepare` encodes a file in chunks; a later chunk continues the text,
+// so a SentencePiece-style tokenizer puts no "▁" of its own before it and the
+// chunks read as the whole text where they meet at a space.
+TEST_P(Reference, ContinuationEncodesAsTheWholeText) {
+  const auto tok = load_tokenizer(kDir + GetParam() + "/tokenizer.json");
+  const std::string a = "The quick brown fox", b = " jumps over the lazy dog.";
+  std::vector<int32_t> chunked = tok->encode(a);
+  tok->encode_continuation_into(b, chunked);
+  EXPECT_EQ(chunked, tok->encode(a + b));
+  if (GetParam() == "llama2_style") {  // encode_into puts a "▁" before every text
+    EXPECT_NE(tok->encode(b), (std::vector<int32_t>(chunked.begin() + static_cast<std::ptrdiff_t>(tok->encode(a).size()), chunked.end())));
+  }
+}
+
 // Streaming output (sample): each token's bytes as they read after earlier
 // tokens; only the start of a text loses the space the encoder put there.
 TEST(tokenizer, continuation_bytes_keep_the_spaces_between_pieces) {

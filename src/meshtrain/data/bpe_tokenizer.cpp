@@ -417,7 +417,7 @@ void BpeTokenizer::encode_segment(std::string_view text, size_t step,
   for (std::string_view p : pieces) encode_segment(p, step + 1, out);
 }
 
-void BpeTokenizer::encode_stretch(std::string_view text, bool at_start,
+void BpeTokenizer::encode_stretch(std::string_view text, SentencePieceStyle::Position at,
                                   std::vector<int32_t>& out) const {
   if (!sp_) {
     encode_segment(text, 0, out);
@@ -425,11 +425,25 @@ void BpeTokenizer::encode_stretch(std::string_view text, bool at_start,
   }
   std::string scratch;
   std::vector<std::string_view> pieces;
-  sp_->pieces(text, at_start, scratch, pieces);
+  sp_->pieces(text, at, scratch, pieces);
   for (std::string_view p : pieces) encode_piece_cached(p, out);
 }
 
 void BpeTokenizer::encode_into(std::string_view text, std::vector<int32_t>& out) const {
+  encode_text(text, false, out);
+}
+
+void BpeTokenizer::encode_continuation_into(std::string_view text,
+                                            std::vector<int32_t>& out) const {
+  encode_text(text, true, out);
+}
+
+void BpeTokenizer::encode_text(std::string_view text, bool continues,
+                               std::vector<int32_t>& out) const {
+  using Position = SentencePieceStyle::Position;
+  const auto where = [&](size_t seg) {
+    return seg != 0 ? Position::Inside : continues ? Position::Continues : Position::Start;
+  };
   size_t seg = 0, i = 0;
   while (i < text.size()) {
     if (!added_first_byte_[static_cast<uint8_t>(text[i])]) {
@@ -453,11 +467,11 @@ void BpeTokenizer::encode_into(std::string_view text, std::vector<int32_t>& out)
       while (begin > seg && ascii_space(text[begin - 1])) --begin;
     if (hit->rstrip)
       while (end < text.size() && ascii_space(text[end])) ++end;
-    encode_stretch(text.substr(seg, begin - seg), seg == 0, out);
+    encode_stretch(text.substr(seg, begin - seg), where(seg), out);
     out.push_back(hit->id);
     seg = i = end;
   }
-  encode_stretch(text.substr(seg), seg == 0, out);
+  encode_stretch(text.substr(seg), where(seg), out);
 }
 
 void BpeTokenizer::check_ids(std::span<const int32_t> ids) const {

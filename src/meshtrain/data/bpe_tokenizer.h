@@ -37,6 +37,7 @@ class BpeTokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(token_bytes_.size()); }
   std::string describe() const override;
   void encode_into(std::string_view text, std::vector<int32_t>& out) const override;
+  void encode_continuation_into(std::string_view text, std::vector<int32_t>& out) const override;
   std::vector<int32_t> prefix_tokens() const override { return prefix_; }
   std::vector<int32_t> suffix_tokens() const override { return suffix_; }
   std::string decode_bytes(std::span<const int32_t> ids, bool skip_special) const override;
@@ -57,8 +58,10 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   void load(const std::string& json_text);
-  // One stretch of text between added tokens; `at_start`: it begins the text.
-  void encode_stretch(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+  void encode_text(std::string_view text, bool continues, std::vector<int32_t>& out) const;
+  // One stretch of text between added tokens.
+  void encode_stretch(std::string_view text, SentencePieceStyle::Position at,
+                      std::vector<int32_t>& out) const;
   void encode_segment(std::string_view text, size_t step, std::vector<int32_t>& out) const;
   void encode_piece_cached(std::string_view piece, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;

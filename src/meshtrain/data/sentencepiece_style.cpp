@@ -157,11 +157,11 @@ SentencePieceStyle::SentencePieceStyle(const json& j, const std::vector<std::str
   }
 }
 
-void SentencePieceStyle::pieces(std::string_view stretch, bool at_start, std::string& scratch,
+void SentencePieceStyle::pieces(std::string_view stretch, Position at, std::string& scratch,
                                 std::vector<std::string_view>& out) const {
   scratch.clear();
   if (stretch.empty()) return;
-  if (norm_prepend_) scratch.append(kMeta);
+  if (norm_prepend_ && at != Position::Continues) scratch.append(kMeta);
   if (norm_replace_ || metaspace_) {
     for (char c : stretch) {
       if (c == ' ') scratch.append(kMeta);
@@ -171,7 +171,8 @@ void SentencePieceStyle::pieces(std::string_view stretch, bool at_start, std::st
     scratch.append(stretch);
   }
   if (metaspace_ && !std::string_view(scratch).starts_with(kMeta) &&
-      (prepend_ == Prepend::Always || (prepend_ == Prepend::First && at_start)))
+      ((prepend_ == Prepend::Always && at != Position::Continues) ||
+       (prepend_ == Prepend::First && at == Position::Start)))
     scratch.insert(0, kMeta);
   const std::string_view s(scratch);
   if (!split_ || !metaspace_) {

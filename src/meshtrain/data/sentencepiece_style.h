@@ -37,9 +37,12 @@ class SentencePieceStyle {
   SentencePieceStyle(const nlohmann::json& tokenizer, const std::vector<std::string>& vocab_text,
                      const std::string& source);
 
-  // The pieces one stretch of text (between added tokens) is encoded as;
-  // `at_start`: the stretch begins the text. `scratch` holds their bytes.
-  void pieces(std::string_view stretch, bool at_start, std::string& scratch,
+  // Where a stretch of text (between added tokens) stands: at the start of
+  // the text, after an added token, or continuing text encoded before (a
+  // later chunk of a document), which gets no "▁" of its own.
+  enum class Position { Start, Inside, Continues };
+  // The pieces one stretch is encoded as; `scratch` holds their bytes.
+  void pieces(std::string_view stretch, Position at, std::string& scratch,
               std::vector<std::string_view>& out) const;
   // Appends the ids of one piece: one symbol per character (byte fallback,
   // else unk), then the model's merges.

@@ -218,7 +218,12 @@ PrepareResult prepare_text(const PrepareOptions& options) {
       try {
         auto& out = encoded[static_cast<size_t>(c)];
         if (c == 0) out = separator;
-        tokenizer->encode_into(chunks[static_cast<size_t>(c)], out);
+        // A file is one text: later chunks continue it (no SentencePiece "▁").
+        if (c == 0) {
+          tokenizer->encode_into(chunks[static_cast<size_t>(c)], out);
+        } else {
+          tokenizer->encode_continuation_into(chunks[static_cast<size_t>(c)], out);
+        }
       } catch (...) {
 #pragma omp critical(prepare_error)
         if (!error) error = std::current_exception();

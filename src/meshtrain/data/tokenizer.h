@@ -27,6 +27,14 @@ class Tokenizer {
   // around it, and special tokens written in the text ("<|endoftext|>") are
   // recognized as themselves, as the Hugging Face library does. Thread-safe.
   virtual void encode_into(std::string_view text, std::vector<int32_t>& out) const = 0;
+  // As encode_into, for text that continues text encoded before (a later
+  // chunk of a document in `data prepare`): SentencePiece-style tokenizers
+  // put no "▁" before it, so encode(a) + continuation(b) reads as encode(a+b)
+  // when b starts at a token boundary (a space, or a line for Llama 2, whose
+  // newline is a byte token).
+  virtual void encode_continuation_into(std::string_view text, std::vector<int32_t>& out) const {
+    encode_into(text, out);
+  }
   // The ids the tokenizer's post-processor puts around one sequence when
   // special tokens are wanted (Llama 3: <|begin_of_text|> before it).
   virtual std::vector<int32_t> prefix_tokens() const { return {}; }
