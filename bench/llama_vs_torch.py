@@ -28,6 +28,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
+    ap.add_argument("--compile", action="store_true",
+                    help="the peer's step under torch.compile (inductor) too, a third column")
     a = ap.parse_args()
     shape = ["--preset", a.preset, "--batch", str(a.batch), "--seq", str(a.seq),
              "--steps", str(a.steps), "--warmup", "2"]
@@ -42,12 +44,18 @@ def main():
                 else:
                     ours = run_json(cmd, t, isa_env(None, "ours"))
                     ours_tok, mfu = ours["tokens_per_s"], ours["mfu"]
-                peer = run_json([sys.executable, os.path.join(ROOT, "tools", "peers", "bench_llama_torch.py")]
-                                + shape + ["--threads", str(t), "--precision", prec, "--json"], t,
-                                isa_env(None, "peer"))
-                res = results.setdefault((t, prec), {"ours": [], "peer": [], "mfu": [], "torch": ""})
+                peer_cmd = ([sys.executable, os.path.join(ROOT, "tools", "peers", "bench_llama_torch.py")]
+                            + shape + ["--threads", str(t), "--precision", prec, "--json"])
+                peer = run_json(peer_cmd, t, isa_env(None, "peer"))
+                res = results.setdefault((t, prec), {"ours": [], "peer": [], "mfu": [], "torch": "",
+                                                     "compiled": []})
                 res["ours"].append(ours_tok)
                 res["peer"].append(peer["tokens_per_s"])
+                if a.compile:
+                    compiled = run_json(peer_cmd + ["--compile"], t, isa_env(None, "peer"))
+                    res["compiled"].append(compiled["tokens_per_s"])
+                    print(f"round {r + 1} threads {t} {prec}: torch.compile "
+                          f"{compiled['tokens_per_s']:.0f} tok/s", flush=True)
                 if mfu is not None:
                     res["mfu"].append(mfu)
                 res["torch"] = peer["torch_version"]
@@ -56,12 +64,18 @@ def main():
     print()
     print(f"{a.preset}, batch {a.batch} x {a.seq}, medians of {a.rounds} interleaved rounds "
           f"({a.steps} timed steps each); {cpu_model()}")
-    print("| threads | precision | meshtrain tok/s | PyTorch tok/s | ratio | meshtrain MFU |")
-    print("|---|---|---|---|---|---|")
+    extra_head = " torch.compile tok/s | ratio |" if a.compile else ""
+    print("| threads | precision | meshtrain tok/s | PyTorch tok/s | ratio |" + extra_head
+          + " meshtrain MFU |")
+    print("|---|---|---|---|---|" + ("---|---|" if a.compile else "") + "---|")
     for (t, prec), res in results.items():
         o, p = statistics.median(res["ours"]), statistics.median(res["peer"])
         mfu = f"{statistics.median(res['mfu']) * 100:.1f}%" if res["mfu"] else "-"
-        print(f"| {t} | {prec} | {o:.0f} | {p:.0f} | {o / p:.2f}x | {mfu} |")
+        extra = ""
+        if a.compile:
+            c = statistics.median(res["compiled"])
+            extra = f" {c:.0f} | {o / c:.2f}x |"
+        print(f"| {t} | {prec} | {o:.0f} | {p:.0f} | {o / p:.2f}x |{extra} {mfu} |")
     print(f"PyTorch {next(iter(results.values()))['torch']}")
 
 
