@@ -14,6 +14,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/data/byte_level.h"
+#include "meshtrain/data/tokenizer_json.h"
 
 namespace meshtrain::data {
 
@@ -34,11 +35,6 @@ std::string regex_literal(std::string_view s) {
     out.push_back(c);
   }
   return out;
-}
-
-std::string type_of(const json& j) {
-  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
-                                                                      : std::string("?");
 }
 
 // Per-thread cache of encoded pieces: natural text repeats its words, and a
@@ -140,9 +136,10 @@ void BpeTokenizer::load(const std::string& json_text) {
            "deterministically", source_);
   MT_CHECK(sentencepiece || !j.contains("normalizer") || j["normalizer"].is_null(),
            "tokenizer '{}': normalizer '{}' is not supported (byte-level tokenizers without a "
-           "normalizer, or SentencePiece-style ones)", source_, type_of(j["normalizer"]));
+           "normalizer, or SentencePiece-style ones)", source_, json_type_of(j["normalizer"]));
 
-  // The vocabulary, spelled in the byte-level alphabet.
+  // The vocabulary: spelled in the byte-level alphabet, or (SentencePiece-
+  // style) as the text itself with "▁" for spaces.
   MT_CHECK(m.contains("vocab") && m["vocab"].is_object(),
            "tokenizer '{}': model.vocab is missing or not an object", source_);
   std::unordered_map<std::string, int32_t> vocab_ids;
@@ -250,7 +247,7 @@ void BpeTokenizer::load(const std::string& json_text) {
   // The pre-tokenizer as a list of steps; it must be byte-level somewhere.
   bool byte_level = false;
   std::function<void(const json&)> add_step = [&](const json& p) {
-    const std::string type = type_of(p);
+    const std::string type = json_type_of(p);
     if (type == "Sequence") {
       for (const json& q : p.at("pretokenizers")) add_step(q);
     } else if (type == "ByteLevel") {
@@ -286,18 +283,19 @@ void BpeTokenizer::load(const std::string& json_text) {
   if (!sp_ && j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
     add_step(j["pre_tokenizer"]);
   MT_CHECK(byte_level || sp_,
-           "tokenizer '{}' has no ByteLevel pre-tokenizer: only byte-level BPE (GPT-2, Llama 3, "
-           "Qwen style) is supported, not SentencePiece-style BPE", source_);
+           "tokenizer '{}' has neither a ByteLevel pre-tokenizer (byte-level BPE: GPT-2, Llama 3, "
+           "Qwen) nor byte fallback, the \"▁\" normalizer or a Metaspace pre-tokenizer "
+           "(SentencePiece-style BPE: Llama 2, Mistral)", source_);
 
   if (!sp_ && j.contains("decoder") && !j["decoder"].is_null()) {
     const json& d = j["decoder"];
-    bool ok = type_of(d) == "ByteLevel";
-    if (type_of(d) == "Sequence") {
+    bool ok = json_type_of(d) == "ByteLevel";
+    if (json_type_of(d) == "Sequence") {
       ok = true;
-      for (const json& q : d.at("decoders")) ok = ok && type_of(q) == "ByteLevel";
+      for (const json& q : d.at("decoders")) ok = ok && json_type_of(q) == "ByteLevel";
     }
     MT_CHECK(ok, "tokenizer '{}': decoder '{}' is not supported (ByteLevel only)", source_,
-             type_of(d));
+             json_type_of(d));
   }
 
   // Special tokens around one sequence, from the post-processor.
@@ -311,7 +309,7 @@ void BpeTokenizer::load(const std::string& json_text) {
     return v->second;
   };
   std::function<void(const json&)> add_post = [&](const json& p) {
-    const std::string type = type_of(p);
+    const std::string type = json_type_of(p);
     if (type == "Sequence") {
       for (const json& q : p.at("processors")) add_post(q);
     } else if (type == "ByteLevel") {

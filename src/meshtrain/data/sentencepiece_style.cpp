@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/data/tokenizer_json.h"
 #include "meshtrain/data/utf8.h"
 
 namespace meshtrain::data {
@@ -14,24 +15,19 @@ using nlohmann::json;
 namespace {
 constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581 "▁"
 
-std::string type_of(const json& j) {
-  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
-                                                                      : std::string("?");
-}
-
 // The steps of a Sequence (normalizers, pretokenizers, decoders) or the one step.
 std::vector<json> steps_of(const json& j, const char* key) {
-  if (type_of(j) == "Sequence") return j.at(key).get<std::vector<json>>();
+  if (json_type_of(j) == "Sequence") return j.at(key).get<std::vector<json>>();
   return {j};
 }
 
 // A Replace whose pattern is the literal `from` and whose content is `to`.
 bool is_replace(const json& j, std::string_view from, std::string_view to) {
-  return type_of(j) == "Replace" && j.contains("pattern") && j["pattern"].contains("String") &&
+  return json_type_of(j) == "Replace" && j.contains("pattern") && j["pattern"].contains("String") &&
          j["pattern"]["String"] == from && j.value("content", "") == to;
 }
 
-bool is_metaspace(const json& j) { return type_of(j) == "Metaspace"; }
+bool is_metaspace(const json& j) { return json_type_of(j) == "Metaspace"; }
 
 // The byte a token spelled "<0xHH>" stands for (the library's ByteFallback
 // decoder reads either case), or -1.
@@ -75,7 +71,7 @@ bool SentencePieceStyle::detect(const json& j) {
     return true;
   if (j.contains("normalizer") && !j["normalizer"].is_null())
     for (const json& n : steps_of(j["normalizer"], "normalizers"))
-      if (type_of(n) == "Prepend" || is_replace(n, " ", kMeta)) return true;
+      if (json_type_of(n) == "Prepend" || is_replace(n, " ", kMeta)) return true;
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
     for (const json& p : steps_of(j["pre_tokenizer"], "pretokenizers"))
       if (is_metaspace(p)) return true;
@@ -99,7 +95,7 @@ SentencePieceStyle::SentencePieceStyle(const json& j, const std::vector<std::str
 
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
     for (const json& n : steps_of(j["normalizer"], "normalizers")) {
-      if (type_of(n) == "Prepend") {
+      if (json_type_of(n) == "Prepend") {
         MT_CHECK(n.value("prepend", "") == kMeta,
                  "tokenizer '{}': normalizer Prepend('{}') is not supported (Prepend(\"▁\") only)",
                  source, n.value("prepend", ""));
@@ -108,7 +104,7 @@ SentencePieceStyle::SentencePieceStyle(const json& j, const std::vector<std::str
         norm_replace_ = true;
       } else {
         fail("tokenizer '{}': normalizer '{}' is not supported in a SentencePiece-style "
-             "tokenizer (Prepend(\"▁\") and Replace(\" \", \"▁\") are)", source, type_of(n));
+             "tokenizer (Prepend(\"▁\") and Replace(\" \", \"▁\") are)", source, json_type_of(n));
       }
     }
   }
@@ -116,7 +112,7 @@ SentencePieceStyle::SentencePieceStyle(const json& j, const std::vector<std::str
     const json& p = j["pre_tokenizer"];
     MT_CHECK(is_metaspace(p),
              "tokenizer '{}': pre-tokenizer '{}' is not supported in a SentencePiece-style "
-             "tokenizer (Metaspace, or none, is)", source, type_of(p));
+             "tokenizer (Metaspace, or none, is)", source, json_type_of(p));
     MT_CHECK(p.value("replacement", std::string(kMeta)) == kMeta,
              "tokenizer '{}': Metaspace replacement '{}' is not supported (\"▁\" only)", source,
              p.value("replacement", ""));
@@ -136,7 +132,7 @@ SentencePieceStyle::SentencePieceStyle(const json& j, const std::vector<std::str
 
   if (j.contains("decoder") && !j["decoder"].is_null()) {
     for (const json& d : steps_of(j["decoder"], "decoders")) {
-      const std::string t = type_of(d);
+      const std::string t = json_type_of(d);
       if (is_replace(d, kMeta, " ")) {
         decode_meta_ = true;
       } else if (t == "ByteFallback") {

@@ -217,9 +217,9 @@ PrepareResult prepare_text(const PrepareOptions& options) {
     for (int64_t c = 0; c < n; ++c) {
       try {
         auto& out = encoded[static_cast<size_t>(c)];
-        if (c == 0) out = separator;
         // A file is one text: later chunks continue it (no SentencePiece "▁").
         if (c == 0) {
+          out = separator;
           tokenizer->encode_into(chunks[static_cast<size_t>(c)], out);
         } else {
           tokenizer->encode_continuation_into(chunks[static_cast<size_t>(c)], out);
