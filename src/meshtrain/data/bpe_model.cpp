@@ -12,7 +12,15 @@ uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left) + 1) << 32) |
          (static_cast<uint64_t>(static_cast<uint32_t>(right) + 1));
 }
-uint64_t mix(uint64_t k) { return (k * 0x9E3779B97F4A7C15ull) >> 17; }
+// Every bit of the key reaches the low bits the table indexes by (a plain
+// multiply leaves them blind to the left id, so pairs that share a right id
+// would pile into one probe chain).
+uint64_t mix(uint64_t k) {
+  k *= 0x9E3779B97F4A7C15ull;
+  k ^= k >> 32;
+  k *= 0xD6E8FEB86659FD93ull;
+  return k ^ (k >> 32);
+}
 // Words up to this many bytes merge by a linear scan (fast for the short
 // pieces text is made of); longer ones use a heap (no quadratic worst case).
 constexpr size_t kLinearMergeMax = 64;

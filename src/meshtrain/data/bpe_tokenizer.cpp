@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/data/byte_level.h"
+#include "meshtrain/data/piece_cache.h"
 #include "meshtrain/data/tokenizer_json.h"
 
 namespace meshtrain::data {
@@ -37,56 +39,6 @@ std::string regex_literal(std::string_view s) {
   return out;
 }
 
-// Per-thread cache of encoded pieces: natural text repeats its words, and a
-// lookup is far cheaper than merging. A flat open-addressing table over two
-// arenas (piece bytes, ids), so a lookup touches one slot and no nodes; it
-// starts over when half full or when a thread switches tokenizers (serial).
-class PieceCache {
- public:
-  static constexpr size_t kSlots = size_t{1} << 18;
-
-  // The cached ids of `piece`, or null.
-  const int32_t* find(std::string_view piece, uint64_t hash, uint32_t* count) const {
-    if (slots_.empty()) return nullptr;
-    for (size_t i = hash & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
-      const Slot& s = slots_[i];
-      if (s.len == 0) return nullptr;
-      if (s.hash == hash && s.len == piece.size() &&
-          std::memcmp(bytes_.data() + s.key_at, piece.data(), piece.size()) == 0) {
-        *count = s.count;
-        return ids_.data() + s.ids_at;
-      }
-    }
-  }
-  void insert(std::string_view piece, uint64_t hash, const int32_t* ids, uint32_t count) {
-    if (slots_.empty()) slots_.resize(kSlots);
-    if (used_ * 2 >= kSlots) clear();
-    size_t i = hash & (kSlots - 1);
-    while (slots_[i].len != 0) i = (i + 1) & (kSlots - 1);
-    slots_[i] = Slot{hash, static_cast<uint32_t>(bytes_.size()), static_cast<uint32_t>(ids_.size()),
-                     static_cast<uint32_t>(piece.size()), count};
-    bytes_.append(piece);
-    ids_.insert(ids_.end(), ids, ids + count);
-    ++used_;
-  }
-  void clear() {
-    std::fill(slots_.begin(), slots_.end(), Slot{});
-    bytes_.clear();
-    ids_.clear();
-    used_ = 0;
-  }
-  uint64_t serial = 0;
-
- private:
-  struct Slot {
-    uint64_t hash = 0;
-    uint32_t key_at = 0, ids_at = 0, len = 0, count = 0;  // len 0 = empty (pieces are non-empty)
-  };
-  std::vector<Slot> slots_;
-  std::string bytes_;
-  std::vector<int32_t> ids_;
-  size_t used_ = 0;
-};
 constexpr size_t kCacheMaxPieceBytes = 128;
 }  // namespace
 
@@ -358,28 +310,61 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   }
 }
 
-void BpeTokenizer::encode_piece_cached(std::string_view piece, std::vector<int32_t>& out) const {
-  if (piece.size() > kCacheMaxPieceBytes) {
-    encode_piece(piece, out);
-    return;
-  }
+PieceCache& BpeTokenizer::thread_cache() const {
   thread_local PieceCache cache;
   if (cache.serial != serial_) {
     cache.clear();
     cache.serial = serial_;
   }
-  const uint64_t hash = std::hash<std::string_view>{}(piece);
+  return cache;
+}
+
+void BpeTokenizer::encode_piece_cached(std::string_view piece, std::vector<int32_t>& out) const {
+  encode_keyed(PieceKey::of(piece), thread_cache(), out);
+}
+
+void BpeTokenizer::encode_pieces(std::span<const std::string_view> pieces,
+                                 std::vector<int32_t>& out) const {
+  // Most lookups are of a handful of common words, but the rest miss the
+  // CPU caches; fetching the slots a few pieces ahead overlaps those misses.
+  constexpr size_t kAhead = 8;
+  PieceCache& cache = thread_cache();
+  std::array<PieceKey, kAhead> ahead;
+  const size_t n = pieces.size();
+  for (size_t j = 0; j < std::min(n, kAhead); ++j) {
+    ahead[j] = PieceKey::of(pieces[j]);
+    cache.prefetch(ahead[j]);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    PieceKey& slot = ahead[j % kAhead];
+    const PieceKey key = slot;
+    if (j + kAhead < n) {
+      slot = PieceKey::of(pieces[j + kAhead]);
+      cache.prefetch(slot);
+    }
+    encode_keyed(key, cache, out);
+  }
+}
+
+void BpeTokenizer::encode_keyed(const PieceKey& key, PieceCache& cache,
+                                std::vector<int32_t>& out) const {
+  const std::string_view piece = key.piece;
+  if (piece.size() > kCacheMaxPieceBytes) {
+    encode_piece(piece, out);
+    return;
+  }
   uint32_t count = 0;
-  if (const int32_t* ids = cache.find(piece, hash, &count)) {
-    out.insert(out.end(), ids, ids + count);
+  if (const int32_t* ids = cache.find(key, &count)) {
+    if (count == 1) out.push_back(ids[0]);  // most words are one token
+    else out.insert(out.end(), ids, ids + count);
     return;
   }
   // With one encoding thread there is nobody to share merges with.
   const bool shared = omp_in_parallel();
   if (shared) {
     std::call_once(shared_once_, [this] { shared_ = std::make_unique<SharedPieceCache>(); });
-    if (const int32_t* ids = shared_->find(piece, hash, &count)) {  // another thread merged it
-      cache.insert(piece, hash, ids, count);
+    if (const int32_t* ids = shared_->find(piece, key.hash, &count)) {  // another thread merged it
+      cache.insert(key, ids, count);
       out.insert(out.end(), ids, ids + count);
       return;
     }
@@ -387,8 +372,8 @@ void BpeTokenizer::encode_piece_cached(std::string_view piece, std::vector<int32
   const size_t start = out.size();
   encode_piece(piece, out);
   const auto n = static_cast<uint32_t>(out.size() - start);
-  cache.insert(piece, hash, out.data() + start, n);
-  if (shared) shared_->insert(piece, hash, out.data() + start, n);
+  cache.insert(key, out.data() + start, n);
+  if (shared) shared_->insert(piece, key.hash, out.data() + start, n);
 }
 
 void BpeTokenizer::encode_segment(std::string_view text, size_t step,
@@ -412,6 +397,10 @@ void BpeTokenizer::encode_segment(std::string_view text, size_t step,
   }
   std::vector<std::string_view> pieces;
   s.split->split(text, pieces);
+  if (step + 1 == steps_.size()) {  // no step after this one: the pieces are final
+    encode_pieces(pieces, out);
+    return;
+  }
   for (std::string_view p : pieces) encode_segment(p, step + 1, out);
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "meshtrain/data/bpe_model.h"
+#include "meshtrain/data/piece_cache.h"
 #include "meshtrain/data/regex_splitter.h"
 #include "meshtrain/data/sentencepiece_style.h"
 #include "meshtrain/data/shared_piece_cache.h"
@@ -64,6 +65,10 @@ class BpeTokenizer final : public Tokenizer {
                       std::vector<int32_t>& out) const;
   void encode_segment(std::string_view text, size_t step, std::vector<int32_t>& out) const;
   void encode_piece_cached(std::string_view piece, std::vector<int32_t>& out) const;
+  // Final pieces, looked up in this thread's cache with their slots fetched ahead.
+  void encode_pieces(std::span<const std::string_view> pieces, std::vector<int32_t>& out) const;
+  void encode_keyed(const PieceKey& key, PieceCache& cache, std::vector<int32_t>& out) const;
+  PieceCache& thread_cache() const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void check_ids(std::span<const int32_t> ids) const;
 

@@ -1,6 +1,6 @@
 // The encoded pieces every encoding thread of one tokenizer shares: a piece
 // merged by one thread is a lookup for the others (each thread's own
-// PieceCache in bpe_tokenizer.cpp stays the fast path; this one sees only
+// PieceCache (piece_cache.h) stays the fast path; this one sees only
 // its misses). Insert-only and lock-free: a slot is claimed with one
 // compare-and-swap, filled, then published; a reader skips slots still being
 // written (a miss at worst, never a wrong answer). Fixed arenas: when they
@@ -16,7 +16,7 @@ namespace meshtrain::data {
 class SharedPieceCache {
  public:
   SharedPieceCache();
-  // The ids of `piece` (hash: std::hash of it), or null.
+  // The ids of `piece` (hash: PieceKey::of(piece).hash), or null.
   const int32_t* find(std::string_view piece, uint64_t hash, uint32_t* count) const;
   void insert(std::string_view piece, uint64_t hash, const int32_t* ids, uint32_t count);
 
