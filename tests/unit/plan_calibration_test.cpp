@@ -99,6 +99,12 @@ TEST(plan_calibration, predicted_step_follows_the_run_layout) {
   EXPECT_DOUBLE_EQ(two->time.compute, one->time.compute);
   EXPECT_GT(two->time.dp_total, 0);
   EXPECT_LT(two->time.dp_exposed, two->time.dp_total);
+  // comm.grad_dtype = bf16: the reduction moves half the bytes.
+  RunLayout wire = dp;
+  wire.grad_wire_bytes = 2;
+  const auto half_wire = predict_step_time(*spec, wire, machine(), why);
+  EXPECT_LT(half_wire->time.dp_reduce, 0.6 * two->time.dp_reduce);
+  EXPECT_GT(half_wire->time.dp_reduce, 0.4 * two->time.dp_reduce);
   // Full recompute re-runs a forward: a third of forward + backward.
   RunLayout full = run;
   full.recompute = Recompute::full();

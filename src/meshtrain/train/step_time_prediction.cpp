@@ -71,6 +71,7 @@ std::optional<StepTimePrediction> predict_step_time(const ModelSpec& spec, const
   r.seq = run.seq;
   r.gpus = world;
   r.global_batch = static_cast<int64_t>(run.micro_batch) * run.grad_accum * run.dp;
+  r.engine.gradient_wire_bytes = run.grad_wire_bytes;
   r.fp32 = run.precision != Precision::BF16;  // fp16's GEMMs are sgemms after widening
   // The engine's exact stored activations of one micro-batch (no recompute).
   const int threads = std::max(1, run.threads_per_rank);

@@ -20,6 +20,7 @@ struct RunLayout {
   Recompute recompute;
   Precision precision = Precision::FP32;
   int threads_per_rank = 1;
+  int grad_wire_bytes = 4;  // the dp gradient reduction's wire format (comm.grad_dtype): 4 f32, 2 bf16
 };
 
 struct StepTimePrediction {

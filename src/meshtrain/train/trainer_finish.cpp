@@ -66,6 +66,7 @@ TrainerSummary TrainingRun::finish() {
     run.dp = mesh_.size(parallel::Axis::DP), run.tp = opt_.tp, run.zero_stage = opt_.zero_stage;
     run.sequence_parallel = opt_.sequence_parallel, run.recompute = opt_.recompute;
     run.precision = opt_.precision, run.threads_per_rank = thread_count();
+    run.grad_wire_bytes = static_cast<int>(dtype_size(opt_.dp.grad_dtype));
     std::string why;
     const auto predicted = predict_step_time(*opt_.model, run, why);
     const double measured = summary_.breakdown().median.step_s;
