@@ -102,6 +102,25 @@ std::string run_capture(const std::string& cmd) {
   return out;
 }
 
+// Runs `cmd` in n processes at once; their standard outputs, in order.
+std::vector<std::string> run_concurrently(const std::string& cmd, int n) {
+  std::vector<FILE*> procs;
+  for (int i = 0; i < n; ++i) {
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    MT_CHECK(p, "cannot run {}", cmd);
+    procs.push_back(p);
+  }
+  std::vector<std::string> outs(procs.size());
+  bool ok = true;
+  for (size_t i = 0; i < procs.size(); ++i) {
+    char buf[4096];
+    while (size_t k = fread(buf, 1, sizeof(buf), procs[i])) outs[i].append(buf, k);
+    ok = pclose(procs[i]) == 0 && ok;
+  }
+  MT_CHECK(ok, "calibration step failed: {} ({} at once)\n{}", cmd, n, outs.back());
+  return outs;
+}
+
 }  // namespace
 
 void run_plan_calibrate(const CalibrateOptions& o) {
@@ -172,12 +191,13 @@ void run_plan_calibrate(const CalibrateOptions& o) {
     MT_CHECK(p, "the reference model {} cannot be predicted: {}", o.reference, why);
     return p->step_s();
   };
-  auto bench = [&](const std::string& extra) {
-    const std::string text = run_capture(fmt::format(
-        "MESHTRAIN_MACHINE_FILE=/nonexistent {} bench train --preset {} --batch {} --threads {} "
-        "--steps 6 --json {}", quote(self_exe()), o.reference, o.batch, threads, extra));
+  const std::string bench_cmd = fmt::format(
+      "MESHTRAIN_MACHINE_FILE=/nonexistent {} bench train --preset {} --batch {} --threads {} "
+      "--steps 6 --json", quote(self_exe()), o.reference, o.batch, threads);
+  const auto json_of = [](const std::string& text) {
     return nlohmann::json::parse(text.substr(text.rfind("\n{") + 1));
   };
+  auto bench = [&](const std::string& extra) { return json_of(run_capture(bench_cmd + " " + extra)); };
   const nlohmann::json mixed = bench("--precision bf16");
   const double measured_f32 = mixed.at("fp32").at("ms_per_step").get<double>() / 1e3;
   const double measured_bf16 = mixed.at("bf16").at("ms_per_step").get<double>() / 1e3;
@@ -201,6 +221,17 @@ void run_plan_calibrate(const CalibrateOptions& o) {
   m.recompute_forward_fraction = plan::fit_traffic(full_at_0, predicted(full), measured_full);
   fmt::print("  full recompute: {:.1f} ms measured -> it costs {:.2f} forwards\n", measured_full * 1e3,
              m.recompute_forward_fraction);
+
+  // The same f32 step with every rank running it at once (independent
+  // processes, no communication): what sharing the machine costs each rank.
+  if (o.ranks > 1) {
+    double concurrent = 0;
+    for (const std::string& text : run_concurrently(bench_cmd, o.ranks))
+      concurrent += json_of(text).at("ms_per_step").get<double>() / 1e3 / o.ranks;
+    m.concurrent_slowdown = std::max(1.0, concurrent / measured_f32);
+    fmt::print("  {} ranks at once: {:.1f} ms per step each -> {:.3f}x slower than alone\n", o.ranks,
+               concurrent * 1e3, m.concurrent_slowdown);
+  }
 
   const std::time_t t = std::time(nullptr);
   char when[32];

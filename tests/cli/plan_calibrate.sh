@@ -12,6 +12,7 @@ M="$TMP/machine.json"
 "$BIN" plan --calibrate --ranks 2 --out "$M" >"$TMP/cal" 2>&1 || { cat "$TMP/cal"; fail "calibrate failed"; }
 cat "$TMP/cal"
 grep -q "allreduce (shm ring, 2 ranks)" "$TMP/cal" || fail "no collective calibration"
+grep -q "2 ranks at once:" "$TMP/cal" || fail "no concurrent-ranks measurement"
 python3 - "$M" <<'PY' || fail "calibration file is wrong"
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -20,6 +21,7 @@ for k in ("bf16_tflops", "fp32_tflops", "memory_gbps", "intra_gbps", "gemm_peak_
 assert m["threads_per_device"] >= 1 and m["gpus_per_node"] == 2, m
 assert m["activation_traffic"] >= 0 and m["activation_traffic_fp32"] >= 0, m
 assert 0 <= m["recompute_forward_fraction"] <= 3 and "calibrate" in m["calibrated"], m
+assert 1 <= m["concurrent_slowdown"] < 4, m
 PY
 "$BIN" plan --model char-6L --cluster "$M" --gpus 2 --global-batch 16 --top 1 >"$TMP/plan" 2>&1 \
   || { cat "$TMP/plan"; fail "plan on the calibrated machine failed"; }

@@ -105,6 +105,14 @@ TEST(plan_calibration, predicted_step_follows_the_run_layout) {
   const auto half_wire = predict_step_time(*spec, wire, machine(), why);
   EXPECT_LT(half_wire->time.dp_reduce, 0.6 * two->time.dp_reduce);
   EXPECT_GT(half_wire->time.dp_reduce, 0.4 * two->time.dp_reduce);
+  // Ranks that slow each other down (concurrent_slowdown): a 2-rank run's
+  // compute and update take that much longer, a 1-rank run's do not.
+  ClusterSpec crowded = machine();
+  crowded.concurrent_slowdown = 1.25;
+  EXPECT_DOUBLE_EQ(predict_step_time(*spec, run, crowded, why)->time.compute, one->time.compute);
+  const auto two_crowded = predict_step_time(*spec, dp, crowded, why);
+  EXPECT_NEAR(two_crowded->time.compute, 1.25 * two->time.compute, 1e-12);
+  EXPECT_NEAR(two_crowded->time.optimizer, 1.25 * two->time.optimizer, 1e-12);
   // Full recompute re-runs a forward: a third of forward + backward.
   RunLayout full = run;
   full.recompute = Recompute::full();

@@ -52,6 +52,7 @@ nlohmann::json ClusterSpec::to_json() const {
           {"recompute_forward_fraction", recompute_forward_fraction},
           {"link_efficiency", link_efficiency},
           {"threads_per_device", threads_per_device},
+          {"concurrent_slowdown", concurrent_slowdown},
           {"calibrated", calibrated}};
 }
 
@@ -85,14 +86,15 @@ ClusterSpec ClusterSpec::load(const std::string& name_or_file) {
     c.recompute_forward_fraction = j.value("recompute_forward_fraction", c.recompute_forward_fraction);
     c.link_efficiency = j.value("link_efficiency", c.link_efficiency);
     c.threads_per_device = j.value("threads_per_device", c.threads_per_device);
+    c.concurrent_slowdown = j.value("concurrent_slowdown", c.concurrent_slowdown);
     c.calibrated = j.value("calibrated", std::string());
     MT_CHECK(c.gemm_peak_fraction > 0 && c.gemm_peak_fraction <= 1 && c.gemm_half_dim >= 0 &&
                  c.activation_traffic >= 0 && c.activation_traffic_fp32 >= 0 &&
                  c.recompute_forward_fraction >= 0 && c.link_efficiency > 0 && c.link_efficiency <= 1 &&
-                 c.fp32_tflops >= 0 && c.threads_per_device >= 0,
+                 c.fp32_tflops >= 0 && c.threads_per_device >= 0 && c.concurrent_slowdown >= 1,
              "cluster file {}: gemm_peak_fraction and link_efficiency must be in (0, 1], "
              "gemm_half_dim, activation_traffic(_fp32), recompute_forward_fraction, fp32_tflops and "
-             "threads_per_device >= 0", name_or_file);
+             "threads_per_device >= 0, concurrent_slowdown >= 1", name_or_file);
     MT_CHECK(c.memory_gb > 0 && c.bf16_tflops > 0 && c.intra_gbps > 0 && c.inter_gbps > 0 &&
                  c.memory_gbps > 0 &&
                  c.gpus_per_node >= 1 && c.usable_fraction > 0 && c.usable_fraction <= 1,

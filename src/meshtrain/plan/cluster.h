@@ -34,6 +34,10 @@ struct ClusterSpec {
   double recompute_forward_fraction = 1;  // full recompute's cost in forwards (calibrated CPUs re-run less)
   double link_efficiency = 0.7;
   int threads_per_device = 0;    // calibrated CPUs: the threads each rank had (rates scale with them)
+  // Calibrated CPUs: how much slower one rank's step runs while the other
+  // ranks of the calibration run theirs (shared caches, memory bandwidth and
+  // power); own-run predictions with several ranks divide the rates by it.
+  double concurrent_slowdown = 1;
   std::string calibrated;        // what measured it, when; empty for the catalogue
 
   nlohmann::json to_json() const;

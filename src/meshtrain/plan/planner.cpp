@@ -107,8 +107,12 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double gpus = static_cast<double>(r.gpus);
   const double tokens = static_cast<double>(r.global_batch) * s;
   const double replica_tokens = tokens / dp;  // through one pipeline per step
+  // A calibrated CPU's ranks share its caches and memory: all of them busy,
+  // each runs slower than alone (1 for catalogue GPUs).
+  const double shared = l.dp * l.tp * l.pp > 1 ? c.concurrent_slowdown : 1.0;
   const double peak = (r.fp32 ? (c.fp32_tflops > 0 ? c.fp32_tflops : c.bf16_tflops / 2) : c.bf16_tflops) * 1e12;
-  const double hbm = c.memory_gbps * 1e9;
+  const double rate = peak / shared;  // what the GEMMs get (MFU stays against the peak)
+  const double hbm = c.memory_gbps * 1e9 / shared;
   const double value_bytes = r.fp32 ? 4.0 : 2.0;  // an activation's
   const double mb = static_cast<double>(l.micro_batches);
   const double head_flops = 6.0 * static_cast<double>(m.vocab) * h;  // per token
@@ -118,9 +122,9 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double square = r.engine.causal_attention_skips_masked ? 1.0 : 2.0;
   const double head_dim = h / static_cast<double>(m.heads);
   const double linear_s = replica_tokens / t * (stage_layers * layer_linear_flops + head_flops) /
-                          (peak * gemm_efficiency(c, std::min(h / t, b * s)));
+                          (rate * gemm_efficiency(c, std::min(h / t, b * s)));
   const double attention_s = replica_tokens / t * stage_layers * attention_flops * square /
-                             (peak * gemm_efficiency(c, head_dim));
+                             (rate * gemm_efficiency(c, head_dim));
   const double a = static_cast<double>(m.heads);
   const double stored = activation_bytes_per_layer(s, b, h, a, l.tp, l.sequence_parallel, RecomputePolicy::None);
   const double scores = stored - activation_bytes_per_layer(s, b, h, a, l.tp, l.sequence_parallel,
