@@ -64,7 +64,12 @@ void run_instruct(const data::InstructOptions& o) {
     throw UsageError(fmt::format("--val-fraction must be in [0, 1), got {}", o.val_fraction));
   if (o.threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", o.threads));
   const data::InstructResult r = data::prepare_instruct(o);
-  fmt::print("tokenizer {}, template {}\n", r.tokenizer, o.chat_template);
+  fmt::print("tokenizer {}, template {}\n", r.tokenizer, r.chat_template);
+  if (!r.template_source.empty())
+    fmt::print("template auto: the chat_template of {} is recognized as the built-in {} (by its "
+               "signature; the Jinja is not run, so text it adds beyond that format, such as a "
+               "default system message, is not added)\n",
+               r.template_source, r.chat_template);
   fmt::print("examples {} ({} train, {} validation, seed {}); {} longer than seq_len {} were cut, "
              "{} dropped with nothing trained left\n", r.examples, r.train_examples,
              r.val_examples, o.seed, r.truncated, o.seq_len, r.dropped);
@@ -171,7 +176,10 @@ void register_data(CLI::App& app) {
                        "'bytes', or a Hugging Face tokenizer.json (or its folder)")
       ->capture_default_str();
   instruct->add_option("--template", instruct_opts->chat_template,
-                       "plain | chatml | llama3 (docs/FINE_TUNING.md shows each)")
+                       "plain | chatml | llama2 | llama3 | mistral, or auto: the built-in that the "
+                       "chat_template of the tokenizer_config.json beside --tokenizer renders "
+                       "(recognized by signature, the Jinja is not run; docs/FINE_TUNING.md shows "
+                       "each)")
       ->capture_default_str();
   instruct->add_option("--eos", instruct_opts->eos,
                        "plain template: a token after each response, trained on (e.g. \"<|endoftext|>\")");

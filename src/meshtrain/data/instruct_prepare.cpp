@@ -6,10 +6,12 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/data/chat_template.h"
 #include "meshtrain/data/text_prepare.h"
 #include "meshtrain/data/token_shard.h"
 #include "meshtrain/data/tokenizer.h"
@@ -21,13 +23,9 @@ using json = nlohmann::json;
 
 namespace {
 
-struct Message {
-  std::string role, content;
-};
-
-std::vector<Message> messages_of(const json& j, const std::string& where) {
+std::vector<ChatMessage> messages_of(const json& j, const std::string& where) {
   MT_CHECK(j.is_object(), "{}: an example must be a JSON object", where);
-  std::vector<Message> out;
+  std::vector<ChatMessage> out;
   if (j.contains("messages")) {
     const json& m = j["messages"];
     MT_CHECK(m.is_array() && !m.empty(), "{}: \"messages\" must be a non-empty array", where);
@@ -63,39 +61,39 @@ EncodedExample encode_example(const std::string& line, const Tokenizer& tok,
   } catch (const json::exception& e) {
     fail("{}: not valid JSON ({})", where, e.what());
   }
-  const std::vector<Message> msgs = messages_of(j, where);
+  const RenderedChat chat = render_chat(tmpl, messages_of(j, where), eos, where);
   EncodedExample ex;
-  auto add_ids = [&](const std::vector<int32_t>& ids, bool trained) {
-    ex.tokens.insert(ex.tokens.end(), ids.begin(), ids.end());
-    ex.mask.insert(ex.mask.end(), ids.size(), trained ? 1 : 0);
-  };
-  auto add = [&](const std::string& text, bool trained) { add_ids(tok.encode(text, false), trained); };
-  if (tmpl == "plain") {
-    add_ids(tok.prefix_tokens(), false);
-    for (const Message& m : msgs) {
-      const bool trained = m.role == "assistant";
-      add(m.content, trained);
-      if (trained && !eos.empty()) add(eos, true);
-    }
-  } else if (tmpl == "chatml") {
-    add_ids(tok.prefix_tokens(), false);
-    for (const Message& m : msgs) {
-      const bool trained = m.role == "assistant";
-      add("<|im_start|>" + m.role + "\n", false);
-      add(m.content, trained);
-      add("<|im_end|>", trained);
-      add("\n", false);
-    }
-  } else if (tmpl == "llama3") {
-    add("<|begin_of_text|>", false);
-    for (const Message& m : msgs) {
-      const bool trained = m.role == "assistant";
-      add("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n", false);
-      add(m.content, trained);
-      add("<|eot_id|>", trained);
-    }
-  } else {
-    fail("unknown chat template '{}' (known: plain, chatml, llama3)", tmpl);
+  if (chat.prefix_tokens) {
+    ex.tokens = tok.prefix_tokens();
+    ex.mask.assign(ex.tokens.size(), 0);
+  }
+  // Consecutive segments with the same mask are one text, so they encode as
+  // the whole rendered text does. A later text continues the one before: when
+  // that ended with a special token, the text is encoded after it (and its id
+  // dropped), as whole-text encoding sees it (SentencePiece-style tokenizers
+  // put a "▁" before text that follows an added token, and an rstrip token
+  // takes the spaces after it); otherwise as a continuation (no "▁" of its
+  // own). So the tokens equal the whole text's wherever a trained/untrained
+  // boundary is a token boundary there.
+  const std::vector<ChatSegment>& seg = chat.segments;
+  std::vector<int32_t> after;
+  bool first = true;
+  for (size_t i = 0; i < seg.size();) {
+    std::string text;
+    const bool trained = seg[i].trained;
+    for (; i < seg.size() && seg[i].trained == trained; ++i) text += seg[i].text;
+    const int32_t last = ex.tokens.empty() ? -1 : ex.tokens.back();
+    after.clear();
+    if (!first && last >= 0 && tok.is_special(last))
+      tok.encode_into(tok.decode_bytes(std::span<const int32_t>(&last, 1)) + text, after);
+    if (!after.empty() && after.front() == last)
+      ex.tokens.insert(ex.tokens.end(), after.begin() + 1, after.end());
+    else if (first)
+      tok.encode_into(text, ex.tokens);
+    else
+      tok.encode_continuation_into(text, ex.tokens);
+    first = false;
+    ex.mask.resize(ex.tokens.size(), trained ? 1 : 0);
   }
   if (!ex.mask.empty()) ex.mask[0] = 0;  // nothing precedes the first token in its window
   return ex;
@@ -108,10 +106,17 @@ InstructResult prepare_instruct(const InstructOptions& o) {
   MT_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction must be in [0, 1), got {}",
            o.val_fraction);
   MT_CHECK(o.shard_examples >= 1, "--shard-examples must be >= 1, got {}", o.shard_examples);
+  if (o.chat_template != "auto" && !is_builtin_chat_template(o.chat_template))
+    fail("unknown chat template '{}' (known: auto, {})", o.chat_template,
+         fmt::join(builtin_chat_templates(), ", "));
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.tokenizer);
-  if (o.chat_template != "plain" && o.chat_template != "chatml" && o.chat_template != "llama3")
-    fail("unknown chat template '{}' (known: plain, chatml, llama3)", o.chat_template);
   InstructResult r;
+  r.chat_template = o.chat_template;
+  if (o.chat_template == "auto") {
+    const AutoTemplate a = auto_chat_template(o.tokenizer);
+    r.chat_template = a.name;
+    r.template_source = a.config;
+  }
   r.tokenizer = tok->describe();
   r.vocab_size = tok->vocab_size();
   r.token_bytes = r.vocab_size > 65536 ? 4 : 2;
@@ -138,7 +143,7 @@ InstructResult prepare_instruct(const InstructOptions& o) {
 #pragma omp parallel for schedule(dynamic, 16) num_threads(threads)
   for (int64_t i = 0; i < n; ++i) {
     try {
-      ex[i] = encode_example(lines[i], *tok, o.chat_template, o.eos, where[i]);
+      ex[i] = encode_example(lines[i], *tok, r.chat_template, o.eos, where[i]);
     } catch (...) {
       errors[i] = std::current_exception();
     }

@@ -3,16 +3,14 @@
 //
 // Each line is one example, either {"prompt": ..., "response": ...} or
 // {"messages": [{"role": "system"|"user"|"assistant", "content": ...}, ...]}.
-// A template renders it as segments, each encoded on its own (special
-// tokens in the text are recognized) and trained on or not:
-//   plain   the tokenizer's prefix tokens (BOS), then each message's content
-//           as it is; assistant contents (the response) trained, each
-//           followed by `eos` (trained) when one is given
-//   chatml  "<|im_start|>ROLE\n" CONTENT "<|im_end|>" "\n"; an assistant's
-//           CONTENT and "<|im_end|>" trained (Qwen, many fine-tunes)
-//   llama3  "<|begin_of_text|>", then "<|start_header_id|>ROLE<|end_header_id|>\n\n"
-//           CONTENT "<|eot_id|>"; an assistant's CONTENT and "<|eot_id|>"
-//           trained (Llama 3 instruct)
+// A chat template (chat_template.h: plain, chatml, llama2, llama3, mistral,
+// or auto, which recognizes the one tokenizer_config.json names) renders it
+// as segments trained on or not: the assistant contents and the tokens that
+// end their turns. Consecutive segments with the same mask are encoded as one
+// text (special tokens in it recognized), later ones as continuations of the
+// text before (SentencePiece-style tokenizers put no "▁" of their own before
+// them), so the tokens equal those of encoding the whole rendered text
+// wherever a trained/untrained boundary is a token boundary of that encoding.
 // A prompt/response pair is the messages [user: prompt, assistant: response].
 //
 // Layout: padding, not packing. Every example is its own window of seq_len
@@ -35,7 +33,7 @@ struct InstructOptions {
   std::vector<std::string> inputs;  // JSONL files
   std::string out_dir;
   std::string tokenizer = "bytes";  // "bytes", a tokenizer.json, or a folder holding one
-  std::string chat_template = "plain";  // plain | chatml | llama3
+  std::string chat_template = "plain";  // auto | plain | chatml | llama2 | llama3 | mistral
   int64_t seq_len = 0;              // the training window (model.seq_len); required
   std::string eos;                  // plain: a token (or text) after each response
   double val_fraction = 0.05;
@@ -52,6 +50,8 @@ struct InstructResult {
   int64_t padded_tokens = 0;               // windows x seq_len
   std::vector<std::string> train_shards, val_shards;
   std::string tokenizer;
+  std::string chat_template;    // the built-in used (what auto recognized)
+  std::string template_source;  // auto: the file its chat_template was read from
   int vocab_size = 0;
   int token_bytes = 2;
 };
@@ -64,13 +64,16 @@ struct EncodedExample {
 
 class Tokenizer;
 
-// Renders and encodes one JSONL line (`where` names it in errors).
+// Renders and encodes one JSONL line under built-in template `chat_template`
+// (not auto; `where` names the line in errors).
 EncodedExample encode_example(const std::string& line, const Tokenizer& tokenizer,
                               const std::string& chat_template, const std::string& eos,
                               const std::string& where);
 
 // Throws meshtrain::Error naming the file and line for malformed JSON, a
-// missing field, an unknown role or template, or inputs without examples.
+// missing field, an unknown role or template, a conversation the template
+// cannot render, inputs without examples, or (auto) a tokenizer_config.json
+// that is missing or names no built-in template.
 InstructResult prepare_instruct(const InstructOptions& options);
 
 }  // namespace meshtrain::data
