@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -18,7 +20,8 @@
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/attention.h"
 #include "meshtrain/kernels/cpu/attention_fused.h"
-#include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/model_registry.h"
+#include "meshtrain/plan/transformer_shape.h"
 
 namespace meshtrain::cli {
 
@@ -45,13 +48,18 @@ double time_ms(F&& f) {
 }
 
 void run_bench_attention(const BenchAttentionArgs& a) {
-  const GPTConfig cfg = gpt_preset(a.preset);
-  const int64_t T = a.seq > 0 ? a.seq : cfg.seq_len, B = a.batch, C = cfg.n_embd,
-                NH = cfg.n_head, hd = cfg.head_dim();
+  // Any transformer preset: attention runs on every query head (a Llama
+  // forward folds its grouped K/V heads out to them first).
+  const std::shared_ptr<const ModelSpec> spec = model_preset(a.preset);
+  const std::optional<plan::TransformerShape> shape = plan::shape_from_description(spec->to_json());
+  MT_CHECK(shape, "bench attention: preset {} is not a transformer", a.preset);
+  const int64_t context = spec->seq_len(), n_layer = shape->layers;
+  const int64_t T = a.seq > 0 ? a.seq : context, B = a.batch, C = shape->hidden, NH = shape->heads,
+                hd = C / NH;
   if (a.batch < 1 || a.reps < 1)
     throw UsageError(fmt::format("--batch and --reps must be >= 1 (got {} and {})", a.batch, a.reps));
-  if (a.seq < 0 || T > cfg.seq_len)
-    throw UsageError(fmt::format("--seq must be in 1..{} (the {} context), not {}", cfg.seq_len,
+  if (a.seq < 0 || T > context)
+    throw UsageError(fmt::format("--seq must be in 1..{} (the {} context), not {}", context,
                                  a.preset, a.seq));
   if (a.threads < 0) throw UsageError(fmt::format("--threads must be >= 1, not {}", a.threads));
   const int threads = a.threads > 0 ? a.threads : default_thread_count();
@@ -93,7 +101,7 @@ void run_bench_attention(const BenchAttentionArgs& a) {
   if (!a.json)
     fmt::print("bench attention: {} (L={} H={} hd={}) | batch {} x seq {} | {} thread(s) | one layer, "
                "medians of {} interleaved reps\n  {:12} {:>10} {:>10} {:>10} {:>18}\n",
-               a.preset, cfg.n_layer, NH, hd, B, T, threads, a.reps, "path", "fwd ms", "bwd ms",
+               a.preset, n_layer, NH, hd, B, T, threads, a.reps, "path", "fwd ms", "bwd ms",
                "GFLOP/s", "x n_layer (ms)");
   if (!a.json) fmt::print("  {}\n", cpu_report_line());
   for (const Path& p : paths) {
@@ -101,12 +109,12 @@ void run_bench_attention(const BenchAttentionArgs& a) {
     const double gflops = (fwd_flop + bwd_flop) / ((f + b) * 1e-3) * 1e-9;
     if (a.json)
       fmt::print("{}\n", nlohmann::json{{"path", p.name}, {"fwd_ms", f}, {"bwd_ms", b}, {"gflops", gflops},
-                                        {"per_step_ms", (f + b) * cfg.n_layer}, {"threads", threads},
+                                        {"per_step_ms", (f + b) * n_layer}, {"threads", threads},
                                         {"batch", B}, {"seq", T}, {"preset", a.preset}}
                              .dump());
     else
       fmt::print("  {:12} {:10.2f} {:10.2f} {:10.1f} {:18.1f}\n", p.name, f, b, gflops,
-                 (f + b) * cfg.n_layer);
+                 (f + b) * n_layer);
   }
   if (!a.json && !attention_fused_available())
     fmt::print("  (no fused path at ISA level {}: the fused kernels need avx2 or avx512)\n",

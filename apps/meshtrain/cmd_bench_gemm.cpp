@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -24,7 +26,8 @@
 #include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/kernels/cpu/sgemm_onednn.h"
-#include "meshtrain/nn/gpt_config.h"
+#include "meshtrain/nn/model_registry.h"
+#include "meshtrain/plan/transformer_shape.h"
 
 namespace meshtrain::cli {
 
@@ -68,19 +71,30 @@ double seconds(const std::function<void()>& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A block's linear layers and the output head as (name, in, out), the
+// products the engine runs (fused q|k|v, and gate|up for Llama).
+std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> linear_layers(
+    const plan::TransformerShape& m) {
+  const int64_t C = m.hidden, hd = m.hidden / m.heads, F = m.ffn;
+  if (m.llama)
+    return {{"qkv", {C, (m.heads + 2 * m.kv_heads) * hd}}, {"o_proj", {C, C}},
+            {"gate_up", {C, 2 * F}}, {"down", {F, C}}, {"head", {C, m.vocab}}};
+  return {{"qkv", {C, 3 * C}}, {"attproj", {C, C}}, {"fc", {C, F}}, {"fcproj", {F, C}},
+          {"logits", {C, m.vocab}}};
+}
+
 void run_bench_gemm(const BenchGemmArgs& a) {
-  const GPTConfig cfg = gpt_preset(a.preset);
-  const int64_t T = a.seq > 0 ? a.seq : cfg.seq_len, BT = a.batch * T, C = cfg.n_embd;
-  if (a.batch < 1 || a.reps < 1 || T > cfg.seq_len)
+  const std::shared_ptr<const ModelSpec> spec = model_preset(a.preset);
+  const std::optional<plan::TransformerShape> shape = plan::shape_from_description(spec->to_json());
+  MT_CHECK(shape, "bench gemm: preset {} is not a transformer the GEMM table knows", a.preset);
+  const int64_t T = a.seq > 0 ? a.seq : spec->seq_len(), BT = a.batch * T;
+  if (a.batch < 1 || a.reps < 1 || T > spec->seq_len())
     throw UsageError("--batch and --reps must be >= 1 and --seq at most the model context");
   set_thread_count(a.threads > 0 ? a.threads : default_thread_count());
   g_cpu_clock = a.clock == "cpu";
   // out (BT, OC) = in (BT, IC) @ W^T; dIn = dOut @ W; dW (OC, IC) = dOut^T @ In.
   std::vector<GemmCase> cases;
-  const std::pair<const char*, std::pair<int64_t, int64_t>> layers[] = {
-      {"qkv", {C, 3 * C}}, {"attproj", {C, C}}, {"fc", {C, 4 * C}}, {"fcproj", {4 * C, C}},
-      {"logits", {C, cfg.padded_vocab}}};
-  for (const auto& [name, io] : layers) {
+  for (const auto& [name, io] : linear_layers(*shape)) {
     const auto [ic, oc] = io;
     cases.push_back({fmt::format("{} fwd", name), false, true, BT, oc, ic});
     cases.push_back({fmt::format("{} dinp", name), false, false, BT, ic, oc});

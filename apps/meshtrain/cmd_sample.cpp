@@ -16,6 +16,7 @@
 #include "meshtrain/io/hf_llama.h"
 #include "meshtrain/io/model_file.h"
 #include "meshtrain/nn/llama.h"
+#include "meshtrain/nn/model_registry.h"
 #include "meshtrain/nn/sampler.h"
 
 namespace meshtrain::cli {
@@ -45,12 +46,7 @@ struct SampleArgs {
 // preset with random weights (for benchmarks).
 std::unique_ptr<Model> load_model(const SampleArgs& a) {
   if (!a.preset.empty()) {
-    std::unique_ptr<Model> m;
-    const auto llamas = llama_preset_names();
-    if (std::find(llamas.begin(), llamas.end(), a.preset) != llamas.end())
-      m = std::make_unique<Llama>(llama_preset(a.preset));
-    else
-      m = std::make_unique<GPT>(gpt_preset(a.preset));
+    std::unique_ptr<Model> m = model_preset(a.preset)->build();
     m->init_weights(a.seed);
     return m;
   }
