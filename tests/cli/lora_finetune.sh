@@ -47,6 +47,28 @@ test -s "$TMP/hf/config.json" || fail "the hf export wrote no config.json"
 cmp -s "$TMP/base.safetensors" "$TMP/merged.safetensors" && fail "the merged model equals the base: LoRA changed nothing"
 [ "$(cat "$BASE"/*.safetensors | md5sum)" = "$sum_before" ] || fail "training wrote to the base's files"
 
+# The frozen base held in bf16 only (lora.base_dtype = bf16): its f32
+# matrices are released, the allocator's parameter peak is the prediction and
+# below the run that kept them, and the run's model file is again the export
+# of its last checkpoint (the export merges into the same 16-bit values).
+"$BIN" train "${common[@]}" --set lora.base_dtype=bf16 --set checkpoint.dir="$TMP/ck16" \
+  --set telemetry.dir="$TMP/run16" --set train.steps=2 --nproc 2 >"$TMP/train16" 2>&1 \
+  || { cat "$TMP/train16"; fail "LoRA with a bf16 base failed"; }
+grep -q "frozen base's matrices are held in bf16 only" "$TMP/train16" || { cat "$TMP/train16"; fail "no bf16-base line"; }
+python3 - "$TMP/run16/memory.json" "$TMP/run/memory.json" <<'PY' || fail "the bf16 base's memory is wrong"
+import json, sys
+half, kept = (json.load(open(p))[0] for p in sys.argv[1:])
+assert half["peak"]["parameters"] == half["predicted"]["parameters"], half
+assert half["peak"]["parameters"] < kept["peak"]["parameters"], (half, kept)
+PY
+"$BIN" ckpt export "$TMP/ck16" --format meshtrain --to "$TMP/merged16.safetensors" >"$TMP/log" 2>&1 \
+  || { cat "$TMP/log"; fail "export of the bf16-base checkpoint failed"; }
+cmp -s "$TMP/merged16.safetensors" "$TMP/run16/model.safetensors" \
+  || fail "the bf16-base run's model file is not the merged export of its checkpoint"
+"$BIN" train "${common[@]}" --set lora.base_dtype=bf16 --set precision=fp32 --set train.steps=1 \
+  --set checkpoint.resume=never >"$TMP/err" 2>&1 && fail "a bf16 base in an fp32 run was accepted"
+grep -q 'lora.base_dtype.*needs precision = "bf16"' "$TMP/err" || { cat "$TMP/err"; fail "unclear base_dtype error"; }
+
 # Clear errors: a target that names nothing, LoRA with tensor parallelism,
 # an export whose base moved.
 "$BIN" train "${common[@]}" --set lora.targets=qq_proj --set train.steps=1 \

@@ -66,7 +66,11 @@ void export_checkpoint(const std::string& step_dir, const std::string& out_path,
     MT_CHECK(std::filesystem::exists(base), "checkpoint {} holds LoRA adapters on the base {}, "
              "which is not there: pass the base's current place with --base", step_dir, base);
     auto model = spec->build();
+    // A base the run held in 16 bits only merges as the run did (its
+    // matrices' 16-bit values), so the export equals the run's model file.
+    if (is_mixed(spec->frozen_precision())) model->set_precision(spec->frozen_precision());
     load_init_weights(base, *model->frozen_base());
+    model->weights_loaded();
     flat = model->merged_parameters(flat);
     spec = spec->frozen_base();
   }

@@ -206,6 +206,14 @@ TrainConfig convert_config(const nlohmann::json& j,
                                      c.parallel.tp));
   c.memory.limit_mb = r.in_range("memory.limit_mb", 0.0, std::numeric_limits<double>::max(), false);
   c.precision = r.choice("precision", {"fp32", "bf16", "fp16"});
+  c.lora.base_dtype = r.choice("lora.base_dtype", {"fp32", "bf16", "fp16"});
+  if (c.lora.base_dtype != "fp32" && c.lora.base_dtype != c.precision)
+    r.error("lora.base_dtype", fmt::format("\"{}\" holds the frozen base in the 16-bit copy a "
+                                           "mixed-precision run computes with, so it needs precision "
+                                           "= \"{}\" (the run has \"{}\")", c.lora.base_dtype,
+                                           c.lora.base_dtype, c.precision));
+  if (c.lora.base_dtype != "fp32" && c.lora.rank == 0)
+    r.error("lora.base_dtype", "applies to LoRA's frozen base: set lora.rank > 0, or leave it \"fp32\"");
   c.loss_scale.initial = r.positive("loss_scale.initial");
   c.loss_scale.growth_interval = r.integer("loss_scale.growth_interval", 1, INT64_MAX);
   c.loss_scale.hysteresis = r.small_int("loss_scale.hysteresis", 1);

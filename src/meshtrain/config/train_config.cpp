@@ -66,7 +66,8 @@ J to_json(const TrainConfig& c) {
   parallel["sequence_parallel"] = c.parallel.sequence_parallel;
   j["parallel"] = parallel;
   j["zero"] = J{{"stage", c.zero.stage}, {"persist_threshold", c.zero.persist_threshold}};
-  j["lora"] = J{{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"targets", c.lora.targets}};
+  j["lora"] = J{{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"targets", c.lora.targets},
+                {"base_dtype", c.lora.base_dtype}};
   j["memory"] = J{{"limit_mb", c.memory.limit_mb}};
   j["precision"] = c.precision;
   j["loss_scale"] = J{{"initial", c.loss_scale.initial},

@@ -79,6 +79,10 @@ struct LoraSection {
   int rank = 0;              // 0 = off (full fine-tuning)
   double alpha = 16;         // adapter output scale alpha / rank
   std::string targets = "all";  // "all" or matrix names, e.g. "q_proj,v_proj"
+  // "fp32": the frozen base keeps its f32 values (beside the 16-bit copy a
+  // mixed-precision run computes with); "bf16" / "fp16" (= precision): only
+  // the 16-bit copy of its matrices is held.
+  std::string base_dtype = "fp32";
 };
 
 struct MemorySection {

@@ -55,6 +55,11 @@ class GPT final : public Model {
   const GPTDims& dims() const { return dims_; }
   void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) override;
   void freeze(std::shared_ptr<LinearAdapters> adapters) override;
+  int64_t release_f32_matrices() override {
+    return half_.release_masters(layout(), param_buf_.data<float>(), *k_);
+  }
+  bool f32_matrices_released() const override { return half_.released(); }
+  void widen_released_matrices(float* dst) const override { half_.widen_released(layout(), dst, *k_); }
   const Tensor& param_buffer() const override { return param_buf_; }
   const Tensor& grad_buffer() const override { return grad_buf_; }
   const GPTConfig& config() const { return cfg_; }

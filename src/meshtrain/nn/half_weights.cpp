@@ -1,11 +1,16 @@
 #include "meshtrain/nn/half_weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
 
 bool HalfWeights::set_precision(Precision p, int64_t numel) {
   if (p == precision_) return false;
+  MT_CHECK(!released(), "the frozen model's f32 matrices were released; its precision stays {}",
+           precision_name(precision_));
   precision_ = p;
   buf_ = is_mixed(p) ? Tensor::zeros({numel}, p == Precision::BF16 ? DType::BF16 : DType::F16,
                                      MemCategory::Parameters)
@@ -36,6 +41,42 @@ void HalfWeights::refresh(const ParamLayout& layout, int unit, const float* para
   for (const ParamInfo& p : layout.params)
     if (p.unit == unit && p.half_weight)
       k.to_half(format(), params + p.begin, buf_.data<uint16_t>() + p.begin, p.numel());
+}
+
+int64_t HalfWeights::release_masters(const ParamLayout& layout, float* params, const KernelTable& k) {
+  MT_CHECK(frozen_ && mixed() && !external_, "only a frozen model computing with its own 16-bit "
+           "copy (mixed precision) can release its f32 matrices; this one is {}{}",
+           frozen_ ? "" : "trained, ", precision_name(precision_));
+  if (released()) return -released_.bytes();
+  for (int u = 0; u < layout.num_units(); ++u) refresh(layout, u, params, k);
+  // Adjacent parameters merge into one range, so whole pages cover most of it.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  int64_t bytes = 0;
+  auto hand_back = [&](int64_t begin, int64_t end) {
+    if (end <= begin) return;
+    bytes += (end - begin) * static_cast<int64_t>(sizeof(float));
+    const auto lo = (reinterpret_cast<uintptr_t>(params + begin) + page - 1) / page * page;
+    const auto hi = reinterpret_cast<uintptr_t>(params + end) / page * page;
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  };
+  int64_t begin = 0, end = 0;
+  for (const ParamInfo& p : layout.params) {
+    if (!p.half_weight) continue;
+    if (p.begin != end) {
+      hand_back(begin, end);
+      begin = p.begin;
+    }
+    end = p.end();
+  }
+  hand_back(begin, end);
+  released_.set(-bytes);
+  return bytes;
+}
+
+void HalfWeights::widen_released(const ParamLayout& layout, float* dst, const KernelTable& k) const {
+  MT_CHECK(released(), "widen_released: the f32 matrices were not released");
+  for (const ParamInfo& p : layout.params)
+    if (p.half_weight) k.from_half(format(), buf_.data<uint16_t>() + p.begin, dst + p.begin, p.numel());
 }
 
 void check_recompute(const Recompute& recompute) {

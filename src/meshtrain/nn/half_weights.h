@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshtrain/core/memory.h"
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/nn/model.h"
@@ -32,6 +33,16 @@ class HalfWeights {
   // A frozen model's parameters never change after its first forward: each
   // unit is rounded once (at its first refresh), not at every Need.
   void freeze() { frozen_ = true; }
+  // Frozen and mixed: the model computes with this copy only, so the f32
+  // values of the half_weight parameters can go. Rounds every unit now,
+  // hands their pages in `params` back to the system (those values read as
+  // zero afterwards) and stops counting their bytes as held. Returns the
+  // bytes released.
+  int64_t release_masters(const ParamLayout& layout, float* params, const KernelTable& k);
+  bool released() const { return released_.bytes() != 0; }
+  // After release_masters: writes the half_weight parameters' values,
+  // widened from this copy, into `dst` (a layout-sized f32 buffer).
+  void widen_released(const ParamLayout& layout, float* dst, const KernelTable& k) const;
 
  private:
   Precision precision_ = Precision::FP32;
@@ -39,6 +50,7 @@ class HalfWeights {
   bool external_ = false;
   bool frozen_ = false;
   std::vector<char> fresh_;  // frozen: units already rounded
+  ExternalBytes released_{MemCategory::Parameters};  // minus the f32 bytes handed back
 };
 
 // recompute every:K needs K >= 1.

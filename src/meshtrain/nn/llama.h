@@ -67,6 +67,11 @@ class Llama final : public Model {
   bool external_half_copy() const override { return half_.external(); }
   void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) override;
   void freeze(std::shared_ptr<LinearAdapters> adapters) override;
+  int64_t release_f32_matrices() override {
+    return half_.release_masters(layout(), params_.data<float>(), *k_);
+  }
+  bool f32_matrices_released() const override { return half_.released(); }
+  void widen_released_matrices(float* dst) const override { half_.widen_released(layout(), dst, *k_); }
 
  private:
   void ensure_activations(int B, int T);

@@ -159,8 +159,18 @@ Tensor LoraModel::merged_parameters(const Tensor& params) const {
   const Tensor& base = base_->param_buffer();
   Tensor merged = Tensor::zeros({base.numel()}, DType::F32, MemCategory::Other);
   merged.copy_from(base);
+  if (base_->f32_matrices_released()) base_->widen_released_matrices(merged.data<float>());
   merge_lora(*spec_, params.data<float>(), merged.data<float>());
   return merged;
+}
+
+void LoraModel::weights_loaded() {
+  const Precision held = spec_->config().base_precision;
+  if (!is_mixed(held)) return;
+  MT_CHECK(precision() == held, "lora.base_dtype = {}: holding the frozen base in 16 bits needs "
+           "the run in that precision (precision = bf16 or fp16 as it says), not {}",
+           precision_name(held), precision_name(precision()));
+  base_->release_f32_matrices();
 }
 
 }  // namespace meshtrain

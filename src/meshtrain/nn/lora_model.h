@@ -48,6 +48,8 @@ class LoraModel final : public Model {
   bool external_half_copy() const override { return external_half_.defined(); }
   Model* frozen_base() override { return base_.get(); }
   Tensor merged_parameters(const Tensor& params) const override;
+  // LoraConfig::base_precision bf16/fp16: the base's f32 matrices go (Model::release_f32_matrices).
+  void weights_loaded() override;
 
  private:
   std::shared_ptr<const LoraSpec> spec_;

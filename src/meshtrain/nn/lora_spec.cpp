@@ -135,9 +135,12 @@ size_t LoraSpec::first_site_at(int64_t w_begin) const {
 }
 
 nlohmann::json LoraSpec::to_json() const {
-  return {{"family", kFamily},       {"rank", cfg_.rank},
-          {"alpha", cfg_.alpha},     {"targets", cfg_.targets},
-          {"base_from", cfg_.base_from}, {"base", base_->to_json()}};
+  nlohmann::json j = {{"family", kFamily},       {"rank", cfg_.rank},
+                      {"alpha", cfg_.alpha},     {"targets", cfg_.targets},
+                      {"base_from", cfg_.base_from}, {"base", base_->to_json()}};
+  // Only when set: a run that keeps its f32 base describes itself as before.
+  if (cfg_.half_base()) j["base_dtype"] = precision_name(cfg_.base_precision);
+  return j;
 }
 
 std::shared_ptr<const ModelSpec> LoraSpec::from_json(const nlohmann::json& j, const std::string& where) {
@@ -147,6 +150,7 @@ std::shared_ptr<const ModelSpec> LoraSpec::from_json(const nlohmann::json& j, co
     c.alpha = j.at("alpha").get<double>();
     c.targets = j.at("targets").get<std::vector<std::string>>();
     c.base_from = j.value("base_from", std::string());
+    c.base_precision = precision_from_name(j.value("base_dtype", std::string("fp32")));
     return make(model_spec_from_json(j.at("base"), where), c);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed LoRA model description: {}", where, e.what());
@@ -187,6 +191,9 @@ ModelMemory LoraSpec::memory(int B, int T, int nthreads, const Recompute& recomp
   m.activations += a.activations;
   m.workspace += a.workspace;
   m.frozen_params = base_->num_params() * (is_mixed(precision) ? 6 : 4);
+  if (cfg_.half_base() && is_mixed(precision))  // the matrices' f32 values handed back
+    for (const ParamInfo& p : base_->layout().params)
+      if (p.half_weight) m.frozen_params -= 4 * p.numel();
   return m;
 }
 

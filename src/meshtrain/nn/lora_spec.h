@@ -30,6 +30,14 @@ struct LoraConfig {
   // Where the frozen base's weights come from (the run's init_from; "" =
   // the seeded random base), recorded so a resume or an export finds them.
   std::string base_from;
+  // Under mixed precision the frozen base computes with its 16-bit copy of
+  // the matrices only: BF16/FP16 holds just that copy (config
+  // lora.base_dtype, the run's precision), 2 bytes per matrix element
+  // instead of 6. Merges and exports then read the matrices' 16-bit values,
+  // exact for a base that came in 16 bits (most published checkpoints).
+  // FP32: the base keeps its f32 values.
+  Precision base_precision = Precision::FP32;
+  bool half_base() const { return is_mixed(base_precision); }
   float scale() const { return static_cast<float>(alpha / rank); }
   // "all" | "q_proj,v_proj" -> targets; throws on an empty name.
   static std::vector<std::string> parse_targets(const std::string& list);
@@ -79,6 +87,7 @@ class LoraSpec final : public ModelSpec, public std::enable_shared_from_this<Lor
                      Precision precision) const override;
   std::unique_ptr<Model> build(ModelBuffers buffers = {}) const override;
   std::shared_ptr<const ModelSpec> frozen_base() const override { return base_; }
+  Precision frozen_precision() const override { return cfg_.base_precision; }
 
   // The adapters' memory for micro-batch rows N (= B x T): saved products
   // (activations) and scratch (workspace).

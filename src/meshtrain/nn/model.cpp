@@ -87,6 +87,14 @@ void Model::freeze(std::shared_ptr<LinearAdapters>) {
        spec().family());
 }
 
+int64_t Model::release_f32_matrices() {
+  fail("model family '{}' cannot hold its frozen matrices in 16 bits only", spec().family());
+}
+
+void Model::widen_released_matrices(float*) const {
+  fail("model family '{}' has no released matrices", spec().family());
+}
+
 void Model::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) {
   MT_CHECK(spec().shard().tp_size == 1 || !group,
            "model family '{}' has no tensor parallelism", spec().family());

@@ -188,6 +188,10 @@ class ModelSpec {
   // model's spec: the layout a run saves, samples from and exports (with the
   // additions merged; Model::merged_parameters). Null for ordinary models.
   virtual std::shared_ptr<const ModelSpec> frozen_base() const { return nullptr; }
+  // The precision that frozen model is held in: FP32, or BF16/FP16 when only
+  // the 16-bit copy of its matrices is kept (Model::release_f32_matrices;
+  // merges and exports read those values).
+  virtual Precision frozen_precision() const { return Precision::FP32; }
 };
 
 // A batch of token sequences: inputs (B, T); targets (B, T) or null
@@ -268,6 +272,21 @@ class Model {
   // given this model's whole parameters `params` (e.g. ZeRO-3's gathered
   // ones); an ordinary model returns `params`.
   virtual Tensor merged_parameters(const Tensor& params) const { return params; }
+  // The weights are in place (seeded or loaded) and training is about to
+  // start: a LoRA model whose config holds the frozen base in 16 bits
+  // releases the base's f32 matrices here. Nothing for other models.
+  virtual void weights_loaded() {}
+
+  // A frozen model under mixed precision computes with its 16-bit copy of
+  // the matrices (ParamInfo::half_weight) only: this rounds them all now
+  // and hands their f32 pages back to the system (param_buffer() reads zero
+  // there afterwards). Returns the bytes released. A family without a
+  // 16-bit copy refuses.
+  virtual int64_t release_f32_matrices();
+  virtual bool f32_matrices_released() const { return false; }
+  // After release_f32_matrices: the matrices' values widened from the
+  // 16-bit copy, written into `dst` (a layout-sized f32 buffer).
+  virtual void widen_released_matrices(float* dst) const;
 };
 
 }  // namespace meshtrain

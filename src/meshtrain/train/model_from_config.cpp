@@ -124,6 +124,7 @@ std::shared_ptr<const ModelSpec> model_from_config(const TrainConfig& c) {
   lc.alpha = c.lora.alpha;
   lc.targets = LoraConfig::parse_targets(c.lora.targets);
   lc.base_from = c.init_from;
+  lc.base_precision = precision_from_name(c.lora.base_dtype);
   return LoraSpec::make(base, lc);
 }
 

@@ -95,6 +95,10 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
     model_->init_weights(opt.seed);
     if (!opt.init_from.empty())
       say(fmt::format("loaded the frozen base from {}", ckpt::load_init_weights(opt.init_from, *base)));
+    model_->weights_loaded();
+    if (base->f32_matrices_released())
+      say(fmt::format("LoRA: the frozen base's matrices are held in {} only (lora.base_dtype)",
+                      precision_name(opt.precision)));
   } else if (opt.init_from.empty()) {
     model_->init_weights(opt.seed);
   } else if (opt.tp > 1) {
