@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "error_of.h"
+#include "random_tokens.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/core/memory.h"
 #include "meshtrain/core/rng.h"
@@ -18,16 +19,10 @@
 #include "meshtrain/nn/model_registry.h"
 
 using namespace meshtrain;
+using meshtrain::testing::random_tokens;
 using meshtrain::testing::error_of;
 
 namespace {
-
-std::vector<int32_t> tokens(int n, int vocab, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(r.below(static_cast<uint64_t>(vocab)));
-  return t;
-}
 
 std::shared_ptr<const LoraSpec> lora_of(const std::string& preset, bool half_base) {
   LoraConfig c;
@@ -76,7 +71,7 @@ TEST_P(HalfBase, training_is_bit_identical_to_the_kept_base) {
   const int B = 2, T = 8, V = kept_spec->vocab_size();
   const int64_t P = kept_spec->num_params();
   for (int step = 0; step < 3; ++step) {
-    const auto in = tokens(B * T, V, 20 + step), tg = tokens(B * T, V, 40 + step);
+    const auto in = random_tokens(B * T, V, 20 + step), tg = random_tokens(B * T, V, 40 + step);
     for (Model* m : {kept.get(), half.get()}) {
       m->zero_grad();
       m->forward({in.data(), tg.data(), B, T});

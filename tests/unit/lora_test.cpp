@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "error_of.h"
+#include "random_tokens.h"
 #include "gradcheck.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/memory.h"
@@ -21,15 +22,9 @@
 #include "meshtrain/nn/model_registry.h"
 
 using namespace meshtrain;
+using meshtrain::testing::random_tokens;
 
 namespace {
-
-std::vector<int32_t> tokens(int n, int vocab, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(r.below(static_cast<uint64_t>(vocab)));
-  return t;
-}
 
 std::shared_ptr<const LoraSpec> lora_of(const std::string& preset, int rank = 4,
                                         std::vector<std::string> targets = {"all"}) {
@@ -58,7 +53,7 @@ TEST_P(LoraFamily, adapter_gradients_match_finite_differences) {
   const auto spec = lora_of(GetParam());
   auto m = random_lora(spec);
   const int B = 2, T = 8, V = spec->vocab_size();
-  const auto in = tokens(B * T, V, 2), tg = tokens(B * T, V, 3);
+  const auto in = random_tokens(B * T, V, 2), tg = random_tokens(B * T, V, 3);
   m->zero_grad();
   m->forward({in.data(), tg.data(), B, T});
   m->backward(1.f);
@@ -79,7 +74,7 @@ TEST_P(LoraFamily, adapter_gradients_match_finite_differences) {
 TEST_P(LoraFamily, zero_b_starts_from_the_base_and_merging_keeps_the_logits) {
   const auto spec = lora_of(GetParam());
   const int B = 2, T = 8, V = spec->vocab_size();
-  const auto in = tokens(B * T, V, 4), tg = tokens(B * T, V, 5);
+  const auto in = random_tokens(B * T, V, 4), tg = random_tokens(B * T, V, 5);
   auto base = spec->base().build();
   base->init_weights(1);
   const float base_loss = base->forward({in.data(), tg.data(), B, T});
@@ -106,7 +101,7 @@ TEST_P(LoraFamily, training_moves_the_adapters_and_leaves_the_base_bit_identical
   const Tensor& base = m->frozen_base()->param_buffer();
   std::vector<float> before(base.data<float>(), base.data<float>() + base.numel());
   const int B = 2, T = 8, V = spec->vocab_size();
-  const auto in = tokens(B * T, V, 6), tg = tokens(B * T, V, 7);
+  const auto in = random_tokens(B * T, V, 6), tg = random_tokens(B * T, V, 7);
   float first = 0, last = 0;
   for (int step = 0; step < 60; ++step) {
     m->zero_grad();
@@ -126,7 +121,7 @@ TEST_P(LoraFamily, training_moves_the_adapters_and_leaves_the_base_bit_identical
 TEST_P(LoraFamily, recompute_gives_identical_gradients) {
   const auto spec = lora_of(GetParam());
   const int B = 2, T = 8, V = spec->vocab_size();
-  const auto in = tokens(B * T, V, 8), tg = tokens(B * T, V, 9);
+  const auto in = random_tokens(B * T, V, 8), tg = random_tokens(B * T, V, 9);
   std::vector<float> ref;
   for (const Recompute& rc : {Recompute::none(), Recompute::full(), Recompute::selective()}) {
     auto m = random_lora(spec);
@@ -146,7 +141,7 @@ TEST_P(LoraFamily, recompute_gives_identical_gradients) {
 TEST_P(LoraFamily, bf16_tracks_fp32) {
   const auto spec = lora_of(GetParam());
   const int B = 2, T = 8, V = spec->vocab_size();
-  const auto in = tokens(B * T, V, 10), tg = tokens(B * T, V, 11);
+  const auto in = random_tokens(B * T, V, 10), tg = random_tokens(B * T, V, 11);
   std::vector<float> g32;
   float l32 = 0;
   for (Precision pr : {Precision::FP32, Precision::BF16}) {
@@ -180,7 +175,7 @@ TEST_P(LoraFamily, hooks_follow_the_layout_and_memory_is_predicted) {
   });
   m->set_grad_ready_hook([&](int64_t b, int64_t e) { ready.push_back({b, e}); });
   const int B = 3, T = 7, V = spec->vocab_size();
-  const auto in = tokens(B * T, V, 12);
+  const auto in = random_tokens(B * T, V, 12);
   m->forward({in.data(), in.data(), B, T});
   EXPECT_EQ(mem_stats().current[static_cast<size_t>(MemCategory::Activations)] - before,
             spec->memory(B, T, 1, Recompute::none(), Precision::FP32).activations);

@@ -158,6 +158,30 @@ TEST(precision, compute_copy_follows_the_master_weights) {
   EXPECT_EQ(a.forward(in.data(), tg.data(), B, T), lb);
 }
 
+TEST(precision, a_held_copy_is_rounded_once_and_follows_again_when_let_go) {
+  // Model::hold_parameters: a step's micro-batches reuse the copy the first
+  // one rounded; once let go, the next forward rounds the masters again.
+  const GPTConfig cfg = odd_shape();
+  GPT a(cfg), b(cfg);
+  a.init_weights(1);
+  b.init_weights(2);
+  a.set_precision(Precision::BF16);
+  b.set_precision(Precision::BF16);
+  const int B = 2, T = 9;
+  auto in = tokens(B * T, cfg.vocab_size, 3), tg = tokens(B * T, cfg.vocab_size, 4);
+  const float lb = b.forward(in.data(), tg.data(), B, T);
+  a.hold_parameters(true);
+  const float la = a.forward(in.data(), tg.data(), B, T);
+  ASSERT_NE(la, lb);
+  std::copy(b.params().flat.data<float>(), b.params().flat.data<float>() + cfg.num_params(),
+            a.params().flat.data<float>());
+  // Held: the matrices are still a's rounded ones, so the loss is not b's.
+  const float held = a.forward(in.data(), tg.data(), B, T);
+  EXPECT_NE(held, lb);
+  a.hold_parameters(false);
+  EXPECT_EQ(a.forward(in.data(), tg.data(), B, T), lb);
+}
+
 TEST(precision, param_hook_order_is_unchanged_and_weights_are_read_inside_need) {
   const GPTConfig cfg = odd_shape();
   std::vector<std::string> log32, log16;

@@ -59,6 +59,7 @@ class GPT final : public Model {
     return half_.release_masters(layout(), param_buf_.data<float>(), *k_);
   }
   bool f32_matrices_released() const override { return half_.released(); }
+  void hold_parameters(bool held) override { half_.hold(held); }
   void widen_released_matrices(float* dst) const override { half_.widen_released(layout(), dst, *k_); }
   const Tensor& param_buffer() const override { return param_buf_; }
   const Tensor& grad_buffer() const override { return grad_buf_; }

@@ -33,7 +33,7 @@ void HalfWeights::use_external(Tensor buffer, int64_t numel) {
 void HalfWeights::refresh(const ParamLayout& layout, int unit, const float* params,
                           const KernelTable& k) {
   if (!mixed() || external_) return;
-  if (frozen_) {
+  if (frozen_ || held_) {
     if (fresh_.size() != layout.units.size()) fresh_.assign(layout.units.size(), 0);
     if (fresh_[static_cast<size_t>(unit)]) return;
     fresh_[static_cast<size_t>(unit)] = 1;

@@ -33,6 +33,13 @@ class HalfWeights {
   // A frozen model's parameters never change after its first forward: each
   // unit is rounded once (at its first refresh), not at every Need.
   void freeze() { frozen_ = true; }
+  // Held (a step's micro-batches, Model::hold_parameters): the parameters do
+  // not change, so each unit is rounded at its first refresh only; letting
+  // go makes the next refresh of every unit round again.
+  void hold(bool held) {
+    held_ = held;
+    if (!held_ && !frozen_) fresh_.clear();
+  }
   // Frozen and mixed: the model computes with this copy only, so the f32
   // values of the half_weight parameters can go. Rounds every unit now,
   // hands their pages in `params` back to the system (those values read as
@@ -48,8 +55,8 @@ class HalfWeights {
   Precision precision_ = Precision::FP32;
   Tensor buf_;
   bool external_ = false;
-  bool frozen_ = false;
-  std::vector<char> fresh_;  // frozen: units already rounded
+  bool frozen_ = false, held_ = false;
+  std::vector<char> fresh_;  // frozen or held: units already rounded
   ExternalBytes released_{MemCategory::Parameters};  // minus the f32 bytes handed back
 };
 

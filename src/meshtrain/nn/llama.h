@@ -71,6 +71,7 @@ class Llama final : public Model {
     return half_.release_masters(layout(), params_.data<float>(), *k_);
   }
   bool f32_matrices_released() const override { return half_.released(); }
+  void hold_parameters(bool held) override { half_.hold(held); }
   void widen_released_matrices(float* dst) const override { half_.widen_released(layout(), dst, *k_); }
 
  private:

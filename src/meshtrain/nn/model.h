@@ -272,6 +272,11 @@ class Model {
   // given this model's whole parameters `params` (e.g. ZeRO-3's gathered
   // ones); an ordinary model returns `params`.
   virtual Tensor merged_parameters(const Tensor& params) const { return params; }
+  // Between hold_parameters(true) and (false) nothing writes the parameters
+  // (a step's micro-batches): a mixed-precision model rounds its 16-bit copy
+  // once per unit instead of at every forward. Letting go makes the next
+  // forward round again.
+  virtual void hold_parameters(bool /*held*/) {}
   // The weights are in place (seeded or loaded) and training is about to
   // start: a LoRA model whose config holds the frozen base in 16 bits
   // releases the base's f32 matrices here. Nothing for other models.

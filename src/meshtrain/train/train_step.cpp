@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ranges>
 
 #include "meshtrain/kernels/cpu/reduce.h"
 #include "meshtrain/optim/grad_clip.h"
@@ -106,7 +107,14 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
   // Tensor-parallel collectives run inside forward and backward: their time
   // is its own phase (tp_comm_s), not compute.
   auto tp_seconds = [&] { return tp_group_ ? tp_group_->seconds() : 0.0; };
-  for (size_t i = 0; i < micro.size(); ++i) {
+  // The parameters stay put until the update: micro-batches after the first
+  // reuse the 16-bit copy the first one rounded.
+  struct Hold {
+    Model& m;
+    explicit Hold(Model& model) : m(model) { m.hold_parameters(true); }
+    ~Hold() { m.hold_parameters(false); }
+  };
+  for (Hold hold(model_); size_t i : std::views::iota(size_t{0}, micro.size())) {
     const double t0 = now_s(), tp0 = tp_seconds();
     const float mean = model_.forward(micro[i]);
     // Token-weighted: the micro-batch's target sum, to be divided by the total.
