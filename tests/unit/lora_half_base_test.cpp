@@ -133,6 +133,23 @@ TEST_P(HalfBase, the_description_keeps_the_setting_only_when_set) {
   EXPECT_EQ(back->to_json(), half->to_json());
 }
 
+TEST_P(HalfBase, activations_make_room_for_the_merged_copy) {
+  // The trainer frees them before it merges (the run's end, saving,
+  // sampling); the next forward allocates them again and computes the same.
+  const auto spec = lora_of(GetParam(), true);
+  auto m = build(spec, Precision::BF16);
+  m->weights_loaded();
+  const auto acts = [] { return mem_stats().current[static_cast<size_t>(MemCategory::Activations)]; };
+  const int64_t before = acts();
+  const int B = 2, T = 8, V = spec->vocab_size();
+  const auto in = random_tokens(B * T, V, 60), tg = random_tokens(B * T, V, 61);
+  const float loss = m->forward({in.data(), tg.data(), B, T});
+  ASSERT_GT(acts(), before);
+  m->release_activations();
+  EXPECT_EQ(acts(), before);
+  EXPECT_EQ(m->forward({in.data(), tg.data(), B, T}), loss);
+}
+
 TEST_P(HalfBase, what_cannot_work_says_why) {
   // An f32 run computes with the f32 base: nothing to release.
   auto f32 = build(lora_of(GetParam(), true), Precision::FP32);

@@ -154,6 +154,8 @@ void GPT::ensure_activations(int B, int T) {
 const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
 const float* GPT::losses() const { return acts_ ? acts_->losses : nullptr; }
 
+void GPT::release_activations() { acts_.reset(); }
+
 void GPT::zero_grad() {
   if (grad_buf_.defined()) grad_buf_.zero_();
 }

@@ -60,6 +60,7 @@ class GPT final : public Model {
   }
   bool f32_matrices_released() const override { return half_.released(); }
   void hold_parameters(bool held) override { half_.hold(held); }
+  void release_activations() override;
   void widen_released_matrices(float* dst) const override { half_.widen_released(layout(), dst, *k_); }
   const Tensor& param_buffer() const override { return param_buf_; }
   const Tensor& grad_buffer() const override { return grad_buf_; }

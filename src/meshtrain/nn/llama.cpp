@@ -76,6 +76,8 @@ void Llama::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group
   tp_ = std::move(group);
 }
 
+void Llama::release_activations() { acts_.reset(); }
+
 void Llama::freeze(std::shared_ptr<LinearAdapters> adapters) {
   MT_CHECK(dims_.tp_size == 1, "a tensor-parallel llama shard cannot be frozen under adapters");
   frozen_ = true;

@@ -72,6 +72,7 @@ class Llama final : public Model {
   }
   bool f32_matrices_released() const override { return half_.released(); }
   void hold_parameters(bool held) override { half_.hold(held); }
+  void release_activations() override;
   void widen_released_matrices(float* dst) const override { half_.widen_released(layout(), dst, *k_); }
 
  private:

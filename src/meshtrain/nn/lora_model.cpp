@@ -21,6 +21,10 @@ class LoraAdapters final : public LinearAdapters {
     mixed_ = mixed;
     N_ = -1;  // the scratch depends on it
   }
+  void release() {
+    acts_ = du_ = half_ = Tensor();
+    N_ = -1;
+  }
 
   void forward(int64_t w_offset, float* out, AdapterInput inp, int64_t N, int64_t K,
                int64_t OC) override {
@@ -162,6 +166,11 @@ Tensor LoraModel::merged_parameters(const Tensor& params) const {
   if (base_->f32_matrices_released()) base_->widen_released_matrices(merged.data<float>());
   merge_lora(*spec_, params.data<float>(), merged.data<float>());
   return merged;
+}
+
+void LoraModel::release_activations() {
+  base_->release_activations();
+  adapters_->release();
 }
 
 void LoraModel::weights_loaded() {

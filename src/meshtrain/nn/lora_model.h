@@ -50,6 +50,7 @@ class LoraModel final : public Model {
   Tensor merged_parameters(const Tensor& params) const override;
   // LoraConfig::base_precision bf16/fp16: the base's f32 matrices go (Model::release_f32_matrices).
   void weights_loaded() override;
+  void release_activations() override;
 
  private:
   std::shared_ptr<const LoraSpec> spec_;

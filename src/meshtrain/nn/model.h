@@ -277,6 +277,10 @@ class Model {
   // once per unit instead of at every forward. Letting go makes the next
   // forward round again.
   virtual void hold_parameters(bool /*held*/) {}
+  // Frees the activations of the last forward (and their scratch) until the
+  // next forward allocates them again: room for a whole-model copy between
+  // steps (LoRA's merged model, tensor parallelism's assembled one).
+  virtual void release_activations() {}
   // The weights are in place (seeded or loaded) and training is about to
   // start: a LoRA model whose config holds the frozen base in 16 bits
   // releases the base's f32 matrices here. Nothing for other models.

@@ -138,6 +138,9 @@ Tensor TrainingRun::logical_parameters() const {
 }
 
 Tensor TrainingRun::product_parameters() const {
+  // A merged (LoRA) or assembled (tp) copy of the whole model is about to be
+  // made: the activations make room for it (the next forward allocates them).
+  if (model_->frozen_base() || tp_ckpt_) model_->release_activations();
   const Tensor whole = logical_parameters();
   if (!model_->frozen_base()) return whole;
   return lead_ ? model_->merged_parameters(whole) : Tensor();  // only rank 0 saves and samples
