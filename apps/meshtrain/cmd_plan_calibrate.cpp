@@ -107,17 +107,19 @@ std::vector<std::string> run_concurrently(const std::string& cmd, int n) {
   std::vector<FILE*> procs;
   for (int i = 0; i < n; ++i) {
     FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-    MT_CHECK(p, "cannot run {}", cmd);
+    if (!p) break;  // the ones started are still waited for below
     procs.push_back(p);
   }
   std::vector<std::string> outs(procs.size());
-  bool ok = true;
+  int failed = -1;
   for (size_t i = 0; i < procs.size(); ++i) {
     char buf[4096];
     while (size_t k = fread(buf, 1, sizeof(buf), procs[i])) outs[i].append(buf, k);
-    ok = pclose(procs[i]) == 0 && ok;
+    if (pclose(procs[i]) != 0 && failed < 0) failed = static_cast<int>(i);
   }
-  MT_CHECK(ok, "calibration step failed: {} ({} at once)\n{}", cmd, n, outs.back());
+  MT_CHECK(static_cast<int>(procs.size()) == n, "cannot start {} copies of {}", n, cmd);
+  MT_CHECK(failed < 0, "calibration step failed: {} (copy {} of {} at once)\n{}", cmd, failed + 1, n,
+           failed < 0 ? "" : outs[static_cast<size_t>(failed)]);
   return outs;
 }
 
@@ -224,11 +226,14 @@ void run_plan_calibrate(const CalibrateOptions& o) {
 
   // The same f32 step with every rank running it at once (independent
   // processes, no communication): what sharing the machine costs each rank.
+  // Both sides are the same command, so its own set-up (an sgemm peak probe)
+  // is in both.
   if (o.ranks > 1) {
+    const double alone = json_of(run_capture(bench_cmd)).at("ms_per_step").get<double>() / 1e3;
     double concurrent = 0;
     for (const std::string& text : run_concurrently(bench_cmd, o.ranks))
       concurrent += json_of(text).at("ms_per_step").get<double>() / 1e3 / o.ranks;
-    m.concurrent_slowdown = std::max(1.0, concurrent / measured_f32);
+    m.concurrent_slowdown = std::max(1.0, concurrent / alone);
     fmt::print("  {} ranks at once: {:.1f} ms per step each -> {:.3f}x slower than alone\n", o.ranks,
                concurrent * 1e3, m.concurrent_slowdown);
   }

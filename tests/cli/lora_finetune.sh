@@ -65,6 +65,10 @@ PY
   || { cat "$TMP/log"; fail "export of the bf16-base checkpoint failed"; }
 cmp -s "$TMP/merged16.safetensors" "$TMP/run16/model.safetensors" \
   || fail "the bf16-base run's model file is not the merged export of its checkpoint"
+# How the base is held changes no trained state: the bf16-base run resumes with an f32 base.
+"$BIN" train "${common[@]}" --set checkpoint.dir="$TMP/ck16" --set telemetry.dir="$TMP/run16b" \
+  --set train.steps=3 --nproc 2 >"$TMP/train16b" 2>&1 || { cat "$TMP/train16b"; fail "resuming with the f32 base failed"; }
+grep -q "resumed from .*step_00000002" "$TMP/train16b" || { cat "$TMP/train16b"; fail "did not resume the bf16-base run"; }
 "$BIN" train "${common[@]}" --set lora.base_dtype=bf16 --set precision=fp32 --set train.steps=1 \
   --set checkpoint.resume=never >"$TMP/err" 2>&1 && fail "a bf16 base in an fp32 run was accepted"
 grep -q 'lora.base_dtype.*needs precision = "bf16"' "$TMP/err" || { cat "$TMP/err"; fail "unclear base_dtype error"; }

@@ -277,6 +277,26 @@ TEST(llama_precision, bf16_and_fp16_track_fp32_and_memory_is_predicted) {
   }
 }
 
+// Model::hold_parameters: a step's micro-batches reuse the 16-bit copy the
+// first one rounded; let go, the next forward rounds the new masters.
+TEST(llama_precision, a_held_copy_is_rounded_once_and_follows_again_when_let_go) {
+  const LlamaConfig cfg = odd_shape();
+  const auto spec = LlamaSpec::make(cfg);
+  const auto in = tokens(2 * 13, cfg.vocab_size, 4), tg = tokens(2 * 13, cfg.vocab_size, 5);
+  Llama a(spec, {}), b(spec, {});
+  a.init_weights(3);
+  b.init_weights(4);
+  a.set_precision(Precision::BF16);
+  b.set_precision(Precision::BF16);
+  const float lb = b.forward({in.data(), tg.data(), 2, 13});
+  a.hold_parameters(true);
+  ASSERT_NE(a.forward({in.data(), tg.data(), 2, 13}), lb);
+  std::copy_n(b.param_buffer().data<float>(), spec->num_params(), a.param_buffer().data<float>());
+  EXPECT_NE(a.forward({in.data(), tg.data(), 2, 13}), lb);  // still a's rounded matrices
+  a.hold_parameters(false);
+  EXPECT_EQ(a.forward({in.data(), tg.data(), 2, 13}), lb);
+}
+
 // A malformed config.json is an Error naming the file, never a crash or a
 // foreign exception; garbage is not mistaken for a Llama directory.
 TEST(llama_hf, malformed_config_json_is_a_clear_error) {

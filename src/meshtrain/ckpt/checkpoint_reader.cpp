@@ -113,7 +113,12 @@ void CheckpointReader::verify_all() const {
 }
 
 void CheckpointReader::check_model(const ModelSpec& model) const {
-  const std::string diff = model_description_difference(impl_->index.model, model.to_json());
+  // How LoRA's frozen base is held (lora.base_dtype) changes no trained
+  // state: a run may resume with the other setting.
+  nlohmann::json saved = impl_->index.model, now = model.to_json();
+  saved.erase("base_dtype");
+  now.erase("base_dtype");
+  const std::string diff = model_description_difference(saved, now);
   MT_CHECK(diff.empty(), "checkpoint {}/{} is from another model: {}", impl_->dir, kIndexFileName, diff);
   // Checkpoints hold the logical model: a tensor-parallel shard compares its
   // logical size.

@@ -3,6 +3,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
@@ -21,6 +24,8 @@ bool HalfWeights::set_precision(Precision p, int64_t numel) {
 }
 
 void HalfWeights::use_external(Tensor buffer, int64_t numel) {
+  MT_CHECK(!released(), "the frozen model's f32 matrices were released: its own 16-bit copy is "
+           "the only one left, so it cannot take an external one");
   MT_CHECK(mixed(), "use_external_half_copy() needs a mixed precision, not {}",
            precision_name(precision_));
   MT_CHECK(buffer.numel() == numel && buffer.dtype() == buf_.dtype(),
@@ -48,6 +53,7 @@ int64_t HalfWeights::release_masters(const ParamLayout& layout, float* params, c
            "copy (mixed precision) can release its f32 matrices; this one is {}{}",
            frozen_ ? "" : "trained, ", precision_name(precision_));
   if (released()) return -released_.bytes();
+  fresh_.clear();  // round from the values as they are now, whatever an earlier forward rounded
   for (int u = 0; u < layout.num_units(); ++u) refresh(layout, u, params, k);
   // Adjacent parameters merge into one range, so whole pages cover most of it.
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -57,7 +63,9 @@ int64_t HalfWeights::release_masters(const ParamLayout& layout, float* params, c
     bytes += (end - begin) * static_cast<int64_t>(sizeof(float));
     const auto lo = (reinterpret_cast<uintptr_t>(params + begin) + page - 1) / page * page;
     const auto hi = reinterpret_cast<uintptr_t>(params + end) / page * page;
-    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    if (hi > lo)
+      MT_CHECK(madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) == 0,
+               "releasing {} bytes of frozen f32 matrices failed: {}", hi - lo, std::strerror(errno));
   };
   int64_t begin = 0, end = 0;
   for (const ParamInfo& p : layout.params) {

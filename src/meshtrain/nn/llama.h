@@ -128,9 +128,11 @@ class Llama final : public Model {
   LlamaDims dims_;
   std::shared_ptr<TensorParallelGroup> tp_;
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
+  // Declared before the buffers, so it settles its account (released f32
+  // bytes) after they are freed.
+  HalfWeights half_;  // mixed precision's 16-bit copy
   Tensor params_, grads_;
   Recompute recompute_;
-  HalfWeights half_;  // mixed precision's 16-bit copy
   cpu::RopeTable rope_;
   std::unique_ptr<LlamaActivations> acts_;
   int B_ = 0, T_ = 0;
