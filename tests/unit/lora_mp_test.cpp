@@ -19,6 +19,7 @@
 #include "meshtrain/parallel/make_gradient_sync.h"
 #include "meshtrain/train/mixed_precision.h"
 #include "meshtrain/train/train_step.h"
+#include "run_difference.h"
 
 using namespace meshtrain;
 using meshtrain::comm::Communicator;
@@ -98,20 +99,9 @@ TrainRun train(const Communicator& comm, const Setup& setup, int stage, int accu
 }
 
 std::string compare(const TrainRun& got, const TrainRun& want, double tol) {
-  std::ostringstream why;
-  if (!got.base_unchanged) why << got.strategy << ": the frozen base changed; ";
-  for (size_t i = 0; i < want.losses.size(); ++i)
-    if (std::abs(got.losses[i] - want.losses[i]) > tol * std::max(1.0f, std::abs(want.losses[i])))
-      why << got.strategy << " step " << i << " loss " << got.losses[i] << " vs " << want.losses[i] << "; ";
-  if (got.params.size() != want.params.size()) return "adapter counts differ";
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < want.params.size(); ++i) {
-    const double d = std::abs(got.params[i] - want.params[i]) / std::max(1.0f, std::abs(want.params[i]));
-    if (d > worst) worst = d, at = i;
-  }
-  if (worst > tol) why << got.strategy << " adapter value " << at << " differs by " << worst << "; ";
-  return why.str();
+  const std::string base = got.base_unchanged ? "" : got.strategy + ": the frozen base changed; ";
+  return base + meshtrain::testing::run_difference(got.strategy, got.losses, want.losses, got.params,
+                                                   want.params, tol, "adapter value");
 }
 
 void expect_matches_single_process(const Setup& setup, int ranks, int stage, int accum) {

@@ -15,6 +15,7 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/parallel/make_gradient_sync.h"
 #include "meshtrain/train/train_step.h"
+#include "run_difference.h"
 #include "tiny_mlp.h"
 
 using namespace meshtrain;
@@ -93,20 +94,8 @@ const TrainRun& reference(int accum) {
 }
 
 std::string compare(const TrainRun& got, const TrainRun& want) {
-  std::ostringstream why;
-  for (size_t i = 0; i < want.losses.size(); ++i)
-    if (std::abs(got.losses[i] - want.losses[i]) > kTol * std::max(1.0f, std::abs(want.losses[i])))
-      why << got.strategy << " step " << i << " loss " << got.losses[i] << " vs " << want.losses[i]
-          << "; ";
-  if (got.params.size() != want.params.size()) return "parameter counts differ";
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < want.params.size(); ++i) {
-    const double d = std::abs(got.params[i] - want.params[i]) / std::max(1.0f, std::abs(want.params[i]));
-    if (d > worst) worst = d, at = i;
-  }
-  if (worst > kTol) why << got.strategy << " parameter " << at << " differs by " << worst << "; ";
-  return why.str();
+  return meshtrain::testing::run_difference(got.strategy, got.losses, want.losses, got.params,
+                                            want.params, kTol);
 }
 
 void expect_matches_single_process(int ranks, int stage, int accum) {
