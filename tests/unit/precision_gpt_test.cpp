@@ -138,23 +138,33 @@ TEST(precision, fp16_overflow_reaches_the_gradients) {
   for (float g : b.grads) ASSERT_TRUE(std::isfinite(g));
 }
 
+// Two bf16 models of the same shape with different weights (seeds 1 and 2).
+static void different_bf16_pair(GPT& a, GPT& b) {
+  a.init_weights(1);
+  b.init_weights(2);
+  a.set_precision(Precision::BF16);
+  b.set_precision(Precision::BF16);
+}
+
+// What the optimizer does to the f32 masters, here: `to` takes `from`'s.
+static void copy_masters(const GPT& from, GPT& to, const GPTConfig& cfg) {
+  std::copy(from.params().flat.data<float>(), from.params().flat.data<float>() + cfg.num_params(),
+            to.params().flat.data<float>());
+}
+
 // The 16-bit copy is refreshed from params() at each forward: an update of the
 // f32 master weights (what the optimizer does) is seen by the next forward.
 TEST(precision, compute_copy_follows_the_master_weights) {
   const GPTConfig cfg = odd_shape();
   GPT a(cfg), b(cfg);
-  a.init_weights(1);
-  b.init_weights(2);
-  a.set_precision(Precision::BF16);
-  b.set_precision(Precision::BF16);
+  different_bf16_pair(a, b);
   const int B = 2, T = 9;
   auto in = tokens(B * T, cfg.vocab_size, 3), tg = tokens(B * T, cfg.vocab_size, 4);
   const float la = a.forward(in.data(), tg.data(), B, T);
   const float lb = b.forward(in.data(), tg.data(), B, T);
   ASSERT_NE(la, lb);
   // Copy b's f32 weights into a: a's next forward must give b's loss exactly.
-  std::copy(b.params().flat.data<float>(), b.params().flat.data<float>() + cfg.num_params(),
-            a.params().flat.data<float>());
+  copy_masters(b, a, cfg);
   EXPECT_EQ(a.forward(in.data(), tg.data(), B, T), lb);
 }
 
@@ -163,18 +173,14 @@ TEST(precision, a_held_copy_is_rounded_once_and_follows_again_when_let_go) {
   // one rounded; once let go, the next forward rounds the masters again.
   const GPTConfig cfg = odd_shape();
   GPT a(cfg), b(cfg);
-  a.init_weights(1);
-  b.init_weights(2);
-  a.set_precision(Precision::BF16);
-  b.set_precision(Precision::BF16);
+  different_bf16_pair(a, b);
   const int B = 2, T = 9;
   auto in = tokens(B * T, cfg.vocab_size, 3), tg = tokens(B * T, cfg.vocab_size, 4);
   const float lb = b.forward(in.data(), tg.data(), B, T);
   a.hold_parameters(true);
   const float la = a.forward(in.data(), tg.data(), B, T);
   ASSERT_NE(la, lb);
-  std::copy(b.params().flat.data<float>(), b.params().flat.data<float>() + cfg.num_params(),
-            a.params().flat.data<float>());
+  copy_masters(b, a, cfg);
   // Held: the matrices are still a's rounded ones, so the loss is not b's.
   const float held = a.forward(in.data(), tg.data(), B, T);
   EXPECT_NE(held, lb);
