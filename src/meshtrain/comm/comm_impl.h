@@ -20,12 +20,16 @@
 namespace meshtrain::comm {
 
 // One operation as an engine runs it.
+// A collective runs its algorithm (`alg`) on `args`; other operations (sends,
+// receives, split, alloc_shared) run `body`. Collectives carry no
+// std::function, so issuing one allocates nothing but its WorkState.
 struct Task {
   uint64_t seq = 0;
   CollOp op = CollOp::Barrier;
-  std::string kind;  // fingerprint name: "allreduce", "split", "alloc_shared"
+  const char* kind = "";  // fingerprint name: "allreduce", "split", "alloc_shared"
   CollArgs args;
-  std::string algo;
+  std::string_view algo;  // static name
+  const Algorithm* alg = nullptr;
   bool collective = true;
   std::function<void(const OpContext&)> body;
   std::shared_ptr<WorkState> work;
@@ -66,6 +70,8 @@ struct CommImpl {
 
   // Runs one task on the calling engine's thread (or inline).
   void run(Task& t);
+  // A collective's algorithm, with Avg run as Sum and scaled after.
+  void run_algorithm(const Task& t, const OpContext& ctx);
   // Queues a collective (inline when small and the engine is idle).
   Work enqueue(Task task, size_t inline_bytes);
   // Queues a send or receive on its (peer, direction) lane.

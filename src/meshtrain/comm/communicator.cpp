@@ -48,8 +48,8 @@ void test_delay() {
 
 void CommImpl::debug_check(const Task& t, const OpContext& ctx) {
   Fingerprint mine{};
-  std::snprintf(mine.kind, sizeof(mine.kind), "%s", t.kind.c_str());
-  std::snprintf(mine.algo, sizeof(mine.algo), "%s", t.algo.c_str());
+  std::snprintf(mine.kind, sizeof(mine.kind), "%s", t.kind);
+  std::snprintf(mine.algo, sizeof(mine.algo), "%.*s", static_cast<int>(t.algo.size()), t.algo.data());
   mine.dtype = static_cast<uint32_t>(t.args.dtype);
   mine.redop = static_cast<uint32_t>(t.args.redop);
   mine.count = t.args.count;
@@ -88,7 +88,7 @@ void CommImpl::run(Task& t) {
   // on their own lanes only enter the flight record.
   const bool marks = t.collective || !p2p;
   if (marks) transport->note_op(t.op, t.seq);
-  const size_t slot = recorder.started(t.work);
+  const size_t slot = recorder.started(t.work->info);
   try {
     if (is_broken.load(std::memory_order_acquire)) {
       std::lock_guard lock(fail_mu);
@@ -97,7 +97,10 @@ void CommImpl::run(Task& t) {
     }
     if (opts.debug && t.collective && size() > 1) debug_check(t, ctx);
     if (t.op == CollOp::Allreduce) test_delay();
-    t.body(ctx);
+    if (t.alg)
+      run_algorithm(t, ctx);
+    else
+      t.body(ctx);
     recorder.finished(slot, t.seq, true);
     if (marks) transport->note_done();
     t.work->finish();
@@ -137,15 +140,30 @@ void CommImpl::synchronize() {
 
 // `kind` must be a string literal or static name; `detail` replaces the
 // standard description (rare ops only).
+void CommImpl::run_algorithm(const Task& t, const OpContext& ctx) {
+  const CollArgs& a = t.args;
+  CollArgs run = a;
+  if (run.redop == ReduceOp::Avg) run.redop = ReduceOp::Sum;
+  AlgoEnv env{*transport, ctx, [this, &ctx] { return groups(ctx); }};
+  t.alg->run(env, run);
+  if (a.redop != ReduceOp::Avg) return;
+  const int n = size(), me = rank();
+  if (a.op == CollOp::Allreduce) scale_avg(a.recv, a.count, a.dtype, n);
+  if (a.op == CollOp::ReduceScatter) scale_avg(a.recv, block_of(a.count, n, me).count, a.dtype, n);
+  if (a.op == CollOp::Reduce && me == a.root) scale_avg(a.recv, a.count, a.dtype, n);
+}
+
+// `kind` must be a string literal or static name; `detail` replaces the
+// standard description (rare ops only).
 Task CommImpl::make_task(CollOp op, const char* kind, const CollArgs& args, std::string_view algo,
                          std::string detail) {
   Task t;
   t.op = op;
   t.kind = kind;
   t.args = args;
-  t.algo = std::string(algo);
+  t.algo = algo;
   t.work = std::make_shared<WorkState>();
-  WorkState& w = *t.work;
+  OpInfo& w = t.work->info;
   w.kind = kind;
   w.detail = std::move(detail);
   w.bytes = args.bytes();
@@ -247,7 +265,6 @@ Work Communicator::submit(const CollArgs& a) {
   size_t bytes = a.bytes();
   if (a.op == CollOp::Alltoall) bytes *= n;
 
-  CommImpl* ip = impl_.get();
   if (a.op == CollOp::Send || a.op == CollOp::Recv) {
     Task t = im.make_task(a.op, coll_op_name(a.op).data(), a, {});
     t.collective = false;
@@ -260,16 +277,7 @@ Work Communicator::submit(const CollArgs& a) {
   }
   const Algorithm* alg = im.selector.select(a.op, bytes);
   Task t = im.make_task(a.op, coll_op_name(a.op).data(), a, alg->name);
-  t.body = [ip, alg, a, n, me](const OpContext& ctx) {
-    CollArgs run = a;
-    if (run.redop == ReduceOp::Avg) run.redop = ReduceOp::Sum;
-    AlgoEnv env{*ip->transport, ctx, [ip, &ctx] { return ip->groups(ctx); }};
-    alg->run(env, run);
-    if (a.redop != ReduceOp::Avg) return;
-    if (a.op == CollOp::Allreduce) scale_avg(a.recv, a.count, a.dtype, n);
-    if (a.op == CollOp::ReduceScatter) scale_avg(a.recv, block_of(a.count, n, me).count, a.dtype, n);
-    if (a.op == CollOp::Reduce && me == a.root) scale_avg(a.recv, a.count, a.dtype, n);
-  };
+  t.alg = alg;
   return im.enqueue(std::move(t), bytes);
 }
 

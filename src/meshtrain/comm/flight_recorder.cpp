@@ -20,12 +20,11 @@ uint64_t ticks() {
 
 FlightRecorder::FlightRecorder() : ticks0_(ticks()), time0_(std::chrono::steady_clock::now()) {}
 
-size_t FlightRecorder::started(std::shared_ptr<const WorkState> work) {
+size_t FlightRecorder::started(const OpInfo& op) {
   std::lock_guard lock(mu_);
   const size_t slot = count_++ % kEntries;
   Entry& e = ring_[slot];
-  e.seq = work->seq;
-  e.work = std::move(work);
+  e.op = op;
   e.start = ticks();
   e.end = 0;
   e.ok = true;
@@ -36,7 +35,7 @@ void FlightRecorder::finished(size_t slot, uint64_t seq, bool ok) {
   const uint64_t now = ticks();
   std::lock_guard lock(mu_);
   Entry& e = ring_[slot % kEntries];
-  if (e.seq != seq || e.end != 0) return;  // overwritten by 16 newer operations
+  if (e.op.seq != seq || e.end != 0) return;  // overwritten by 16 newer operations
   e.end = now == 0 ? 1 : now;
   e.ok = ok;
 }
@@ -55,8 +54,8 @@ std::string FlightRecorder::dump() const {
   const size_t first = count_ > kEntries ? count_ - kEntries : 0;
   for (size_t i = first; i < count_; ++i) {
     const Entry& e = ring_[i % kEntries];
-    out += e.end == 0 ? fmt::format("  {}: running for {}\n", e.work->what(), span(e.start, now))
-                      : fmt::format("  {}: {} in {}\n", e.work->what(), e.ok ? "done" : "FAILED",
+    out += e.end == 0 ? fmt::format("  {}: running for {}\n", e.op.what(), span(e.start, now))
+                      : fmt::format("  {}: {} in {}\n", e.op.what(), e.ok ? "done" : "FAILED",
                                     span(e.start, e.end));
   }
   return out.empty() ? "  (no operations yet)\n" : out;

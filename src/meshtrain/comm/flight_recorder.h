@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
-#include <memory>
 #include <string>
 
 #include "meshtrain/comm/work.h"
@@ -16,8 +15,9 @@ class FlightRecorder {
  public:
   static constexpr size_t kEntries = 16;
   FlightRecorder();
-  // Returns the entry's slot, handed back to finished().
-  size_t started(std::shared_ptr<const WorkState> work);
+  // Returns the entry's slot, handed back to finished(). Keeps a copy of
+  // `op`, so recording holds no reference to the operation's Work.
+  size_t started(const OpInfo& op);
   void finished(size_t slot, uint64_t seq, bool ok);
   std::string dump() const;
 
@@ -25,8 +25,7 @@ class FlightRecorder {
   // Times are cycle-counter ticks (a few ns to read, against ~25 ns for the
   // clock), converted to seconds at dump time from the rate since construction.
   struct Entry {
-    uint64_t seq = 0;
-    std::shared_ptr<const WorkState> work;
+    OpInfo op;
     uint64_t start = 0, end = 0;  // end 0: still running
     bool ok = true;
   };

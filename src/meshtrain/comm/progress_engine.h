@@ -43,7 +43,9 @@ class ProgressEngine {
   // Blocks until every job submitted so far has run.
   void drain() {
     std::unique_lock lock(mu_);
+    ++draining_;
     cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    --draining_;
   }
 
  private:
@@ -65,7 +67,9 @@ class ProgressEngine {
     run_(job);
     lock.lock();
     busy_ = false;
-    cv_.notify_all();
+    // Only a queued job (for the lane's thread) or drain() waits for this;
+    // an inline small collective with neither skips the notification.
+    if (!queue_.empty() || draining_ > 0) cv_.notify_all();
   }
 
   std::function<void(Job&)> run_;
@@ -74,6 +78,7 @@ class ProgressEngine {
   std::deque<Job> queue_;
   bool busy_ = false;
   bool stop_ = false;
+  int draining_ = 0;  // threads in drain()
   std::thread thread_;
 };
 

@@ -5,39 +5,41 @@
 namespace meshtrain::comm {
 
 void WorkState::finish(std::exception_ptr e) {
-  {
-    std::lock_guard lock(mu);
-    done = true;
-    error = std::move(e);
-  }
+  error = std::move(e);
+  done.store(true);  // seq_cst, as is the load of `waiters` after it (see wait())
+  if (waiters.load() == 0) return;
+  // A waiter counted itself before checking `done` under the mutex: taking
+  // the mutex here means it is either before that check (and sees done) or
+  // asleep in wait_for (and gets the notification).
+  { std::lock_guard lock(mu); }
   cv.notify_all();
 }
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) return;
-  std::unique_lock lock(state_->mu);
-  // wait_for reads the clock even when the work is done; an inline-run
-  // collective always is, and that read was 3% of a small allreduce.
-  if (!state_->done && !state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
-    throw CommError(fmt::format("wait for {} timed out after {} ms", state_->what(), timeout.count()));
-  if (state_->error) std::rethrow_exception(state_->error);
+  WorkState& s = *state_;
+  // A finished operation (an inline-run collective always is) takes no lock
+  // and reads no clock.
+  if (!s.done.load(std::memory_order_acquire)) {
+    s.waiters.fetch_add(1);
+    std::unique_lock lock(s.mu);
+    const bool finished = s.cv.wait_for(lock, timeout, [&] { return s.done.load(); });
+    s.waiters.fetch_sub(1);
+    if (!finished)
+      throw CommError(fmt::format("wait for {} timed out after {} ms", s.what(), timeout.count()));
+  }
+  if (s.error) std::rethrow_exception(s.error);
 }
 
-bool Work::test() const {
-  if (!state_) return true;
-  std::lock_guard lock(state_->mu);
-  return state_->done;
-}
+bool Work::test() const { return !state_ || state_->done.load(std::memory_order_acquire); }
 
 bool Work::failed() const {
-  if (!state_) return false;
-  std::lock_guard lock(state_->mu);
-  return state_->done && state_->error;
+  return state_ && state_->done.load(std::memory_order_acquire) && state_->error;
 }
 
 std::string Work::description() const { return state_ ? state_->what() : "no-op"; }
 
-std::string WorkState::what() const {
+std::string OpInfo::what() const {
   if (!detail.empty()) return fmt::format("{} #{} ({})", kind, seq, detail);
   auto o = static_cast<CollOp>(op);
   std::string where;

@@ -3,6 +3,7 @@
 // rethrows its error (a CommError naming the op, its sequence number, bytes
 // and the missing peer). test() never blocks and never throws.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -13,13 +14,10 @@
 
 namespace meshtrain::comm {
 
-struct WorkState {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::exception_ptr error;
+// What an operation is, kept as fields and formatted only on demand (the
+// flight recorder keeps a copy of it per entry).
+struct OpInfo {
   uint64_t seq = 0;
-  // What the operation is, kept as fields and formatted only on demand.
   const char* kind = "";     // "allreduce", "split", ...
   std::string detail;        // set for rare ops (split, alloc_shared)
   size_t bytes = 0;
@@ -28,6 +26,20 @@ struct WorkState {
   int root = -1;             // root or peer, -1 when none
   std::string_view algo;     // static algorithm name
   std::string what() const;  // "allreduce #5 (4096 bytes, F32, sum, direct)"
+};
+
+struct WorkState {
+  // `done` is an atomic so a finished operation's wait() and test() take no
+  // lock; the mutex and condition variable serve only a waiter that has to
+  // sleep (`waiters` tells finish() whether one may).
+  std::atomic<bool> done{false};
+  std::atomic<int> waiters{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::exception_ptr error;  // written before `done`, read after it
+  OpInfo info;
+  uint64_t seq() const { return info.seq; }
+  std::string what() const { return info.what(); }
 
   void finish(std::exception_ptr e = nullptr);
 };
@@ -44,7 +56,7 @@ class Work {
   bool test() const;
   // True when finished with an error (the error itself comes from wait()).
   bool failed() const;
-  uint64_t sequence_number() const { return state_ ? state_->seq : 0; }
+  uint64_t sequence_number() const { return state_ ? state_->seq() : 0; }
   std::string description() const;
 
  private:

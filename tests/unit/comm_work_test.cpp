@@ -1,0 +1,71 @@
+// test-links: mt_comm
+// Work handles without a transport: completion seen without a lock, a sleeping
+// waiter woken by a finish on another thread, errors and timeouts.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include "meshtrain/comm/types.h"
+#include "meshtrain/comm/work.h"
+
+using namespace meshtrain::comm;
+
+namespace {
+std::shared_ptr<WorkState> pending(uint64_t seq) {
+  auto s = std::make_shared<WorkState>();
+  s->info.kind = "allreduce";
+  s->info.seq = seq;
+  s->info.bytes = 8;
+  return s;
+}
+}  // namespace
+
+TEST(comm_work, finished_work_reports_done_and_waits_without_blocking) {
+  auto s = pending(3);
+  Work w(s);
+  EXPECT_FALSE(w.test());
+  EXPECT_FALSE(w.failed());
+  s->finish();
+  EXPECT_TRUE(w.test());
+  EXPECT_FALSE(w.failed());
+  w.wait(std::chrono::milliseconds(0));  // done: no timeout even at zero
+  EXPECT_EQ(w.sequence_number(), 3u);
+}
+
+TEST(comm_work, waiter_asleep_is_woken_by_a_finish_on_another_thread) {
+  // Many short races between wait() going to sleep and finish() on another
+  // thread: a lost wake-up would hit the 10 s timeout and throw.
+  for (int i = 0; i < 2000; ++i) {
+    auto s = pending(i);
+    Work w(s);
+    std::thread finisher([s, i] {
+      if (i % 2) std::this_thread::yield();
+      s->finish();
+    });
+    EXPECT_NO_THROW(w.wait(std::chrono::seconds(10))) << "iteration " << i;
+    finisher.join();
+    EXPECT_TRUE(w.test());
+    EXPECT_EQ(s->waiters.load(), 0);
+  }
+}
+
+TEST(comm_work, error_is_rethrown_and_timeout_names_the_operation) {
+  auto failed = pending(7);
+  failed->finish(std::make_exception_ptr(std::runtime_error("peer 1 exited")));
+  Work f(failed);
+  EXPECT_TRUE(f.failed());
+  EXPECT_THROW(f.wait(), std::runtime_error);
+
+  Work never(pending(9));
+  try {
+    never.wait(std::chrono::milliseconds(20));
+    FAIL() << "wait on an unfinished operation returned";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("allreduce #9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+  }
+}
