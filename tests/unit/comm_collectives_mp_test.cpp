@@ -48,7 +48,7 @@ TEST(comm, matrix_world_8_oversubscribed) { matrix(8, false); }
 TEST(comm, allreduce_tens_of_mib) {
   // Above comm/stream_copy.h's threshold the direct algorithm writes its
   // result with streaming stores. The default threshold depends on the CPU
-  // (twice the L3 on Zen 5, 4 MiB elsewhere), so pin it below these sizes:
+  // (twice the L3 on Zen 5, 8 MiB on Zen 4, 4 MiB elsewhere), so pin it below these sizes:
   // the ranks are forked after this and read it on first use.
   const char* before = std::getenv("MESHTRAIN_SHM_STREAMING_BYTES");
   const std::string saved = before ? before : "";

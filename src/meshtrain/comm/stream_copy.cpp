@@ -19,8 +19,10 @@ namespace {
 
 // Where streaming starts to pay depends on the CPU generation, so the default
 // is what the allreduce A/B of the threshold measured on each (2 ranks,
-// docs/PERFORMANCE.md): on AMD Zen 4 VMs streaming won from 4 MiB (+11% at
-// 4 MiB, +22-33% at 8 MiB, -30% at 2 MiB); on AMD Zen 5 (family 26) it lost
+// docs/PERFORMANCE.md): on the first AMD Zen 4 VMs streaming won from 4 MiB
+// (+11% at 4 MiB, +22-33% at 8 MiB, -30% at 2 MiB), on a later one (32 MiB
+// L3) it lost 16% at 4 MiB (medians of 8 alternations) and still won at 8 MiB,
+// so Zen 4 (family 25) streams from 8 MiB; on AMD Zen 5 (family 26) it lost
 // 25-40% at 4-32 MiB and broke even at 64 MiB, about twice the L3. CPUs not
 // measured keep the older 4 MiB.
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -54,6 +56,7 @@ size_t default_streaming_threshold() {
     const size_t l3 = l3_bytes();
     return std::max(4 * kMiB, 2 * (l3 ? l3 : 32 * kMiB));
   }
+  if (__builtin_cpu_is("amd") && x86_family() == 25) return 8 * kMiB;
 #endif
   return 4 * kMiB;
 }

@@ -11,9 +11,8 @@ namespace meshtrain::comm {
 // Collectives whose message is at least this many bytes write their final
 // result with stream_copy. The default follows the CPU generation: twice the
 // L3 on AMD Zen 5 (streaming measured 25-40% slower at 4-32 MiB there),
-// 4 MiB elsewhere (measured on Zen 4: a 2-rank 4 MiB allreduce touches
-// 16 MiB of inputs and outputs; +11% at 4 MiB, +22-33% at 8 MiB, -30% at
-// 2 MiB). Direct allgather uses the same threshold; docs/PERFORMANCE.md has
+// 8 MiB on AMD Zen 4 (16% slower at 4 MiB, faster at 8 MiB), 4 MiB
+// elsewhere (a 2-rank 4 MiB allreduce touches 16 MiB of inputs and outputs). Direct allgather uses the same threshold; docs/PERFORMANCE.md has
 // the A/B runs.
 // MESHTRAIN_SHM_STREAMING_BYTES overrides it (0 = never stream).
 size_t streaming_threshold_bytes();
