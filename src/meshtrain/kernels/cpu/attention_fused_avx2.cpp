@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -25,7 +26,6 @@ namespace {
 constexpr int64_t kPanel = kAttentionPanel;
 int64_t padded_length(int64_t T) { return (T + kPanel - 1) / kPanel * kPanel; }
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // Rows of the tile grid: score tiles and product tiles share it, so a product
 // never reads a score column its row's tile left unwritten.
@@ -353,101 +353,8 @@ void rows_product(float* Cm, int64_t ldc, const float* A, int64_t a_rs, int64_t 
   }
 }
 
-struct HeadViews {
-  const float *Q, *K, *V;  // row stride 3C
-  int64_t ld;
-};
-
-HeadViews head_views(const float* qkv, int64_t b, int64_t h, int64_t T, int64_t C, int64_t hd) {
-  const float* Q = qkv + b * T * 3 * C + h * hd;
-  return {Q, Q + C, Q + 2 * C, 3 * C};
-}
-
-const auto from_zero = [](int64_t) { return int64_t{0}; };
-const auto through_diagonal = [](int64_t last) { return last + 1; };
-
 }  // namespace
 
-void attention_forward_fused(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                             int64_t C, int64_t NH, float* workspace, int nthreads) {
-  const int64_t hd = C / NH, Tp = padded_length(T);
-  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
-  const int64_t ws = attention_workspace_floats(T, hd);
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-  for (int64_t task = 0; task < B * NH; ++task) {
-    const int64_t b = task / NH, h = task % NH;
-    float* P = workspace + omp_get_thread_num() * ws;
-    float* Kp = P + 2 * kAttentionRowBlock * Tp;
-    const HeadViews x = head_views(qkv, b, h, T, C, hd);
-    float* O = out + b * T * C + h * hd;
-    float* lse_bh = lse + (b * NH + h) * T;
-    pack_transposed_panels(Kp, x.K, x.ld, T, hd);
-    for (int64_t r0 = 0; r0 < T; r0 += kAttentionRowBlock) {
-      const int64_t r1 = min64(T, r0 + kAttentionRowBlock);
-      causal_scores<Epilogue::Scaled>(P, Tp, x.Q, x.ld, Kp, hd, r0, r1, scale, nullptr, nullptr);
-      causal_softmax_rows(P, Tp, r0, r1, lse_bh);
-      // O[i] = sum over j <= i of P[i, j] V[j].
-      rows_product(O, C, P, Tp, 1, 0, x.V, x.ld, r0, r1, hd, 1.f, false, from_zero,
-                   through_diagonal);
-    }
-  }
-}
-
-void attention_backward_fused(float* dqkv, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                              float* workspace, int nthreads) {
-  const int64_t hd = C / NH, Tp = padded_length(T);
-  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
-  const int64_t ws = attention_workspace_floats(T, hd);
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-  for (int64_t task = 0; task < B * NH; ++task) {
-    const int64_t b = task / NH, h = task % NH;
-    float* P = workspace + omp_get_thread_num() * ws;
-    float* dS = P + kAttentionRowBlock * Tp;
-    float* Kp = dS + kAttentionRowBlock * Tp;
-    float* Vp = Kp + hd * Tp;
-    const HeadViews x = head_views(qkv, b, h, T, C, hd);
-    const float* O = out + b * T * C + h * hd;
-    const float* dO = dout + b * T * C + h * hd;
-    float* dQ = dqkv + b * T * x.ld + h * hd;
-    float *dK = dQ + C, *dV = dQ + 2 * C;
-    pack_transposed_panels(Kp, x.K, x.ld, T, hd);
-    pack_transposed_panels(Vp, x.V, x.ld, T, hd);
-    const float* lse_bh = lse + (b * NH + h) * T;
-    for (int64_t r0 = 0; r0 < T; r0 += kAttentionRowBlock) {
-      const int64_t r1 = min64(T, r0 + kAttentionRowBlock);
-      float D[kAttentionRowBlock];  // D_i = dO_i . O_i
-      for (int64_t i = r0; i < r1; ++i) {
-        float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < hd; ++d) acc += O[i * C + d] * dO[i * C + d];
-        D[i - r0] = acc;
-      }
-      causal_scores<Epilogue::Probability>(P, Tp, x.Q, x.ld, Kp, hd, r0, r1, scale, lse_bh + r0,
-                                           nullptr);
-      // dS = P * (dO V^T - D), straight from the dP tile's registers.
-      causal_scores<Epilogue::ScoreGradient>(dS, Tp, dO, C, Vp, hd, r0, r1, 1.f, D, P);
-      // dQ[i] = scale * sum over j <= i of dS[i, j] K[j].
-      rows_product(dQ, x.ld, dS, Tp, 1, 0, x.K, x.ld, r0, r1, hd, scale, false, from_zero,
-                   through_diagonal);
-      // dK[j] += scale * sum over block rows i >= j of dS[i, j] Q[i]; dV[j] +=
-      // the same with P and dO. Read transposed: A(j, i) = dS[i - r0, j], so
-      // dS's first element is A(0, r0). Rows j in [r0, r1) get their first
-      // terms from this block: written, not added (no zeroing pass). A 4-row
-      // tile from j0 >= r0 reads columns j0..j0+3 of rows i >= j0: inside the
-      // 8-row grid tile of row i's scores, so all written.
-      const auto from_row = [r0](int64_t j0) { return max64(r0, j0); };
-      const auto to_r1 = [r1](int64_t) { return r1; };
-      for (int pass = 0; pass < 2; ++pass) {  // rows before the block, then its own
-        const bool first = pass == 1;
-        const int64_t m0 = first ? r0 : 0, m1 = first ? r1 : r0;
-        if (m0 == m1) continue;
-        rows_product(dK, x.ld, dS + m0, 1, Tp, r0, x.Q, x.ld, m0, m1, hd, scale, !first, from_row,
-                     to_r1);
-        rows_product(dV, x.ld, P + m0, 1, Tp, r0, dO, C, m0, m1, hd, 1.f, !first, from_row, to_r1);
-      }
-    }
-  }
-}
+#include "meshtrain/kernels/cpu/attention_fused_driver.inc"
 
 }  // namespace meshtrain::cpu::MT_ISA_NS
