@@ -94,14 +94,6 @@ void GPT::init_weights(uint64_t seed) {
                         param_buf_.data<float>());
 }
 
-void GPT::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) {
-  if (group)
-    MT_CHECK(group->size() == dims_.tp_size && group->rank() == dims_.tp_rank,
-             "tp group is rank {} of {}, the model shard is tp rank {} of {}", group->rank(),
-             group->size(), dims_.tp_rank, dims_.tp_size);
-  tp_ = std::move(group);
-}
-
 int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, const Recompute& recompute,
                               Precision precision) {
   return 4 * GPTActivations::buffer_floats(GPTDims::make(cfg, {}), B, T, recompute, precision);
@@ -109,26 +101,6 @@ int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, const Recomput
 
 int64_t GPT::workspace_bytes(const GPTConfig& cfg, int T, int nthreads) {
   return 4 * GPTActivations::workspace_floats(GPTDims::make(cfg, {}), T, nthreads);
-}
-
-void GPT::set_recompute(const Recompute& recompute) {
-  check_recompute(recompute);
-  if (recompute == recompute_) return;
-  recompute_ = recompute;
-  // The layout depends on the policy: drop it, and with it the last forward.
-  acts_.reset();
-  have_targets_ = false;
-}
-
-void GPT::set_precision(Precision p) {
-  if (!half_.set_precision(p, dims_.num_params())) return;
-  // The activation layout depends on the precision: drop it and the last forward.
-  acts_.reset();
-  have_targets_ = false;
-}
-
-void GPT::use_external_half_copy(Tensor buffer) {
-  half_.use_external(std::move(buffer), dims_.num_params());
 }
 
 const uint16_t* GPT::half_weight(const Tensor& p) const {
@@ -155,10 +127,6 @@ const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
 const float* GPT::losses() const { return acts_ ? acts_->losses : nullptr; }
 
 void GPT::release_activations() { acts_.reset(); }
-
-void GPT::zero_grad() {
-  if (grad_buf_.defined()) grad_buf_.zero_();
-}
 
 void GPT::freeze(std::shared_ptr<LinearAdapters> adapters) {
   MT_CHECK(dims_.tp_size == 1, "a tensor-parallel GPT shard cannot be frozen under adapters");

@@ -21,8 +21,7 @@
 #include "meshtrain/nn/gpt_config.h"
 #include "meshtrain/nn/gpt_params.h"
 #include "meshtrain/nn/gpt_spec.h"
-#include "meshtrain/nn/half_weights.h"
-#include "meshtrain/nn/model.h"
+#include "meshtrain/nn/model_base.h"
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
 
@@ -31,7 +30,7 @@ namespace meshtrain {
 struct GPTActivations;  // defined in gpt_activations.h
 struct GPTBlockActivations;
 
-class GPT final : public Model {
+class GPT final : public ModelBase {
  public:
   // On `buffers` (nn/model.h: empty tensors are allocated here).
   GPT(std::shared_ptr<const GPTSpec> spec, ModelBuffers buffers);
@@ -53,15 +52,8 @@ class GPT final : public Model {
 
   const ModelSpec& spec() const override { return *spec_; }
   const GPTDims& dims() const { return dims_; }
-  void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) override;
   void freeze(std::shared_ptr<LinearAdapters> adapters) override;
-  int64_t release_f32_matrices() override {
-    return half_.release_masters(layout(), param_buf_.data<float>(), *k_);
-  }
-  bool f32_matrices_released() const override { return half_.released(); }
-  void hold_parameters(bool held) override { half_.hold(held); }
   void release_activations() override;
-  void widen_released_matrices(float* dst) const override { half_.widen_released(layout(), dst, *k_); }
   const Tensor& param_buffer() const override { return param_buf_; }
   const Tensor& grad_buffer() const override { return grad_buf_; }
   const GPTConfig& config() const { return cfg_; }
@@ -87,15 +79,13 @@ class GPT final : public Model {
   // forward (which must have had targets). loss_scale = 1/grad_accum for
   // accumulation, or the fp16 loss scale.
   void backward(float loss_scale = 1.0f) override;
-  void zero_grad() override;
 
-  // Called during backward each time a contiguous range [begin, end) of the
-  // gradient buffer has received its last contribution, in the order backward
-  // produces them (last layer first). Data parallelism launches bucket
-  // reductions from here.
-  void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_hook_ = std::move(hook); }
-
-  // Called when forward or backward is about to use the parameters of a unit
+  // The grad-ready hook (ModelBase) is called during backward each time a
+  // contiguous range [begin, end) of the gradient buffer has received its last
+  // contribution, in the order backward produces them (last layer first). Data
+  // parallelism launches bucket reductions from here.
+  //
+  // The parameter hook (ModelBase) is called when forward or backward is about to use the parameters of a unit
   // (GPTParams::unit_range) and when it is done with them until the next
   // Need. ZeRO-3 gathers a unit's parameters on Need, frees them on Done and
   // prefetches the next unit of the order below meanwhile. GradBegin/GradEnd
@@ -116,16 +106,12 @@ class GPT final : public Model {
   // Hooks that only track parameters ignore GradBegin/GradEnd. GPTSpec's
   // layout().order is this sequence as data.
   using ParamEvent = meshtrain::ParamEvent;
-  void set_param_hook(ParamHook hook) override { param_hook_ = std::move(hook); }
 
   // Activation checkpointing (nn/recompute.h). Recomputed activations are
   // re-run in backward with the same kernels and thread count, so losses and
   // gradients are bit-identical to Recompute::none(). A recomputed block's
   // forward runs inside its backward Need/Done (the hook order above holds
-  // for every policy). Takes effect at the next forward; a forward done
-  // under another policy needs a new forward before backward.
-  void set_recompute(const Recompute& recompute) override;
-  const Recompute& recompute() const override { return recompute_; }
+  // for every policy). Set with set_recompute (ModelBase).
 
   // Mixed precision (nn/precision.h). params() and grads() stay f32: the
   // parameters are the f32 master weights the optimizer updates (and
@@ -137,17 +123,13 @@ class GPT final : public Model {
   // every GEMM runs on 16-bit operands with f32 accumulation; the activations
   // that only feed GEMMs are stored in 16 bits (gpt_activations.h). LayerNorm,
   // softmax, loss, GELU, attention and all gradient accumulation stay f32.
-  // Takes effect at the next forward.
-  void set_precision(Precision p) override;
-  Precision precision() const override { return half_.precision(); }
-  // Mixed precision under ZeRO (parallel/zero.h): the 16-bit copy lives in
+  // Set with set_precision (ModelBase). Under ZeRO (parallel/zero.h,
+  // use_external_half_copy) the 16-bit copy lives in
   // `buffer` (num_params() elements of the 16-bit dtype) and is kept current
   // by the caller (gathered from the ranks that own the f32 master shards),
   // so the model never rounds params() itself and reads only the f32
   // parameters that are not GEMM weights (wpe, biases, LayerNorm). Call
   // after set_precision() with a mixed precision.
-  void use_external_half_copy(Tensor buffer) override;
-  bool external_half_copy() const override { return half_.external(); }
 
   // Bytes the activation buffers take for (B, T) under a policy: exactly what
   // the allocator counts as MemCategory::Activations for this model.
@@ -214,34 +196,21 @@ class GPT final : public Model {
   std::shared_ptr<const GPTSpec> spec_;
   GPTConfig cfg_;
   GPTDims dims_;
-  std::shared_ptr<TensorParallelGroup> tp_;
-  const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
-  Recompute recompute_;
-  HalfWeights half_;  // mixed precision's 16-bit compute copy (own, or ZeRO's)
   // The flat element a weight view starts at, and a GEMM input for adapters.
   int64_t offset_of(const Tensor& w) const { return w.data<float>() - param_buf_.data<float>(); }
   AdapterInput adapter_input(GemmIn in) const {
     return {in.f, half_.mixed() ? in.h : nullptr, half_.format()};
   }
-  // Frozen under LoRA adapters (Model::freeze): no parameter gradients; the
-  // norms' gradients go to a scratch row.
-  bool frozen_ = false;
-  std::shared_ptr<LinearAdapters> adapters_;
+  // Frozen under LoRA adapters: the norms' gradients go to a scratch row.
   std::vector<float> frozen_norm_grad_;
   Tensor param_buf_, grad_buf_;
   GPTParams params_, grads_;
   std::unique_ptr<GPTActivations> acts_;
   int B_ = 0, T_ = 0;          // shape of the last forward
   int scratch_block_ = -1;     // the block whose activations the scratch slot holds
-  bool have_targets_ = false;
   float mean_loss_ = 0.f;
   int64_t counted_ = 0;  // positions with a target in the last forward
   std::vector<int32_t> inputs_copy_, targets_copy_;
-  GradReadyHook grad_ready_hook_;
-  ParamHook param_hook_;
-  void use_params(ParamEvent ev, int unit, bool backward) {
-    if (param_hook_) param_hook_(ev, unit, backward);
-  }
 };
 
 }  // namespace meshtrain

@@ -68,14 +68,6 @@ void Llama::init_weights(uint64_t seed) {
                         params_.data<float>());
 }
 
-void Llama::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) {
-  if (group)
-    MT_CHECK(group->size() == dims_.tp_size && group->rank() == dims_.tp_rank,
-             "tp group is rank {} of {}, the model shard is tp rank {} of {}", group->rank(),
-             group->size(), dims_.tp_rank, dims_.tp_size);
-  tp_ = std::move(group);
-}
-
 void Llama::release_activations() { acts_.reset(); }
 
 void Llama::freeze(std::shared_ptr<LinearAdapters> adapters) {
@@ -149,24 +141,6 @@ void Llama::norm_backward(float* dinp, int64_t gain, const float* dout, const fl
   k_->add_inplace(g(gain), dg, C);
 }
 
-void Llama::set_recompute(const Recompute& recompute) {
-  check_recompute(recompute);
-  if (recompute == recompute_) return;
-  recompute_ = recompute;
-  acts_.reset();  // the activation layout depends on the policy
-  have_targets_ = false;
-}
-
-void Llama::set_precision(Precision p) {
-  if (!half_.set_precision(p, spec_->layout().numel)) return;
-  acts_.reset();  // the activation layout depends on the precision
-  have_targets_ = false;
-}
-
-void Llama::use_external_half_copy(Tensor buffer) {
-  half_.use_external(std::move(buffer), spec_->layout().numel);
-}
-
 void Llama::linear_forward(float* out, const float* inp, int64_t w_offset, int64_t N, int64_t C,
                            int64_t OC, bool accumulate) {
   if (!half_.mixed()) {
@@ -210,9 +184,9 @@ void Llama::ensure_activations(int B, int T) {
 const float* Llama::logits() const { return acts_ ? acts_->logits : nullptr; }
 
 void Llama::ready(int unit) {
-  if (!grad_ready_) return;
+  if (!grad_ready_hook_) return;
   const ParamUnit& u = spec_->layout().units[unit];
-  grad_ready_(u.begin, u.end);
+  grad_ready_hook_(u.begin, u.end);
 }
 
 void Llama::expand_kv(const float* qkv, float* full) const {
@@ -310,7 +284,7 @@ float Llama::forward(const MicroBatch& b) {
   if (have_targets_) targets_.assign(b.targets, b.targets + N);
   const int L = cfg_.n_layer;
 
-  use(ParamEvent::Need, 0, false);
+  use_params(ParamEvent::Need, 0, false);
   half_.refresh(spec_->layout(), 0, w(0), *k_);
   // The rows this shard holds ([v0, v0 + Vl): all of them without tp); a
   // token elsewhere is another shard's, summed in by the allreduce.
@@ -335,21 +309,21 @@ float Llama::forward(const MicroBatch& b) {
     tp_->reduce_scatter(looked_up, a.encoded, dims_.local_rows(N) * C);
   else if (dims_.tp_size > 1)
     tp_->allreduce_sum(a.encoded, N * C);
-  use(ParamEvent::Done, 0, false);
+  use_params(ParamEvent::Done, 0, false);
   for (int l = 0; l < L; ++l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
-    use(ParamEvent::Need, 1 + l, false);
+    use_params(ParamEvent::Need, 1 + l, false);
     half_.refresh(spec_->layout(), 1 + l, w(0), *k_);
     const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * Nl * C;
     block_forward(l, input, a.blocks[l], a.residual + l * Nl * C);
-    use(ParamEvent::Done, 1 + l, false);
+    use_params(ParamEvent::Done, 1 + l, false);
   }
-  use(ParamEvent::Need, L + 1, false);
+  use_params(ParamEvent::Need, L + 1, false);
   half_.refresh(spec_->layout(), L + 1, w(0), *k_);
   const float* last = a.residual + (L - 1) * Nl * C;
   k_->rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), Nl, C, cfg_.norm_eps);
   linear_forward(a.logits, gather_rows(a.lnf, a.gathered, N), spec_->head_offset(), N, C, Vl);
-  use(ParamEvent::Done, L + 1, false);
+  use_params(ParamEvent::Done, L + 1, false);
   if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
   if (dims_.tp_size == 1)
     counted_ = k_->softmax_cross_entropy_forward(a.losses, a.logits, b.targets, N, V, Vl);
@@ -406,7 +380,7 @@ void Llama::backward(float loss_scale) {
   const int64_t V = cfg_.vocab_size, Vl = dims_.Vl, v0 = dims_.v_begin;
   const int L = cfg_.n_layer;
   // Head: logits -> dlogits in place, through lm_head and the final norm.
-  use(ParamEvent::Need, L + 1, true);
+  use_params(ParamEvent::Need, L + 1, true);
   const float dloss = counted_ > 0 ? loss_scale / static_cast<float>(counted_) : 0.f;
   if (dims_.tp_size == 1)
     k_->softmax_cross_entropy_backward(a.logits, targets_.data(), dloss, N, V, Vl);
@@ -418,11 +392,11 @@ void Llama::backward(float loss_scale) {
   std::memset(a.dresidual, 0, sizeof(float) * Nl * C);
   const float* last = a.residual + (L - 1) * Nl * C;
   norm_backward(a.dresidual, spec_->norm_offset(), dlnf.get(), last, a.lnf_rstd, Nl);
-  use(ParamEvent::Done, L + 1, true);
+  use_params(ParamEvent::Done, L + 1, true);
   ready(L + 1);
   for (int l = L - 1; l >= 0; --l) {
     telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", l, "compute");
-    use(ParamEvent::Need, 1 + l, true);
+    use_params(ParamEvent::Need, 1 + l, true);
     const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * Nl * C;
     const LlamaBlockActivations& s = a.blocks[l];
     // Re-run what the policy did not keep (same kernels and threads: same floats).
@@ -434,7 +408,7 @@ void Llama::backward(float loss_scale) {
       attention_core_forward(s);
     }
     block_backward(l, input, s);
-    use(ParamEvent::Done, 1 + l, true);
+    use_params(ParamEvent::Done, 1 + l, true);
     ready(1 + l);
   }
   // Embedding lookup: rows of the batch's tokens, in position order

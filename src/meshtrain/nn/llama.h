@@ -26,16 +26,15 @@
 
 #include "meshtrain/kernels/cpu/rope.h"
 #include "meshtrain/kernels/kernel_table.h"
-#include "meshtrain/nn/half_weights.h"
 #include "meshtrain/nn/llama_spec.h"
-#include "meshtrain/nn/model.h"
+#include "meshtrain/nn/model_base.h"
 
 namespace meshtrain {
 
 struct LlamaActivations;
 struct LlamaBlockActivations;
 
-class Llama final : public Model {
+class Llama final : public ModelBase {
  public:
   Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers buffers);
   explicit Llama(const LlamaConfig& cfg) : Llama(LlamaSpec::make(cfg), {}) {}
@@ -50,38 +49,17 @@ class Llama final : public Model {
   void init_weights(uint64_t seed) override;
   float forward(const MicroBatch& batch) override;
   void backward(float loss_scale) override;
-  void zero_grad() override {
-    if (grads_.defined()) grads_.zero_();
-  }
   const float* logits() const override;
   // A tensor-parallel shard's logits are its vocabulary slice (dims().Vl wide).
   int logits_stride() const override { return static_cast<int>(dims_.Vl); }
 
-  void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_ = std::move(hook); }
-  void set_param_hook(ParamHook hook) override { param_hook_ = std::move(hook); }
-  void set_recompute(const Recompute& recompute) override;
-  const Recompute& recompute() const override { return recompute_; }
-  void set_precision(Precision p) override;
-  Precision precision() const override { return half_.precision(); }
-  void use_external_half_copy(Tensor buffer) override;
-  bool external_half_copy() const override { return half_.external(); }
-  void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) override;
   void freeze(std::shared_ptr<LinearAdapters> adapters) override;
-  int64_t release_f32_matrices() override {
-    return half_.release_masters(layout(), params_.data<float>(), *k_);
-  }
-  bool f32_matrices_released() const override { return half_.released(); }
-  void hold_parameters(bool held) override { half_.hold(held); }
   void release_activations() override;
-  void widen_released_matrices(float* dst) const override { half_.widen_released(layout(), dst, *k_); }
 
  private:
   void ensure_activations(int B, int T);
   const float* w(int64_t offset) const { return params_.data<float>() + offset; }
   float* g(int64_t offset) const { return grads_.data<float>() + offset; }
-  void use(ParamEvent e, int unit, bool backward) {
-    if (param_hook_) param_hook_(e, unit, backward);
-  }
   void ready(int unit);
   // out (N, OC) (+)= inp (N, C) @ W^T for the matrix at `w_offset`, in the
   // model's precision.
@@ -126,25 +104,13 @@ class Llama final : public Model {
   std::shared_ptr<const LlamaSpec> spec_;
   LlamaConfig cfg_;
   LlamaDims dims_;
-  std::shared_ptr<TensorParallelGroup> tp_;
-  const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
-  // Declared before the buffers, so it settles its account (released f32
-  // bytes) after they are freed.
-  HalfWeights half_;  // mixed precision's 16-bit copy
   Tensor params_, grads_;
-  Recompute recompute_;
   cpu::RopeTable rope_;
   std::unique_ptr<LlamaActivations> acts_;
   int B_ = 0, T_ = 0;
-  bool have_targets_ = false;
   int64_t counted_ = 0;
   std::vector<int32_t> inputs_, targets_;
-  GradReadyHook grad_ready_;
-  ParamHook param_hook_;
-  // Frozen under LoRA adapters (Model::freeze): no parameter gradients; the
-  // norms' gain gradients go to a scratch row.
-  bool frozen_ = false;
-  std::shared_ptr<LinearAdapters> adapters_;
+  // Frozen under LoRA adapters: the norms' gain gradients go to a scratch row.
   std::vector<float> frozen_gain_grad_;
 };
 

@@ -1,0 +1,57 @@
+// The plumbing every family's Model implementation shares (GPT and Llama
+// today): the kernel table of the buffers' device, the gradient-ready and
+// parameter hooks, the recompute policy, mixed precision's 16-bit copy
+// (HalfWeights), the tensor-parallel group and the frozen-under-adapters
+// state, with the Model overrides that only set or forward to them. A family
+// derives from it, owns its buffers, spec and activations, and implements
+// release_activations(): the recompute and precision setters call it, since
+// the activation layout depends on both.
+#pragma once
+#include <memory>
+
+#include "meshtrain/kernels/kernel_table.h"
+#include "meshtrain/nn/half_weights.h"
+#include "meshtrain/nn/model.h"
+
+namespace meshtrain {
+
+class ModelBase : public Model {
+ public:
+  void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_hook_ = std::move(hook); }
+  void set_param_hook(ParamHook hook) override { param_hook_ = std::move(hook); }
+  // Takes effect at the next forward; a forward done under another policy
+  // (or precision) needs a new forward before backward.
+  void set_recompute(const Recompute& recompute) override;
+  const Recompute& recompute() const override { return recompute_; }
+  void set_precision(Precision p) override;
+  Precision precision() const override { return half_.precision(); }
+  void use_external_half_copy(Tensor buffer) override;
+  bool external_half_copy() const override { return half_.external(); }
+  // Checks that the group's rank and size are this shard's.
+  void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group) override;
+  void zero_grad() override;
+  int64_t release_f32_matrices() override;
+  bool f32_matrices_released() const override { return half_.released(); }
+  void hold_parameters(bool held) override { half_.hold(held); }
+  void widen_released_matrices(float* dst) const override;
+
+ protected:
+  void use_params(ParamEvent ev, int unit, bool backward) {
+    if (param_hook_) param_hook_(ev, unit, backward);
+  }
+
+  const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
+  Recompute recompute_;
+  // Before the derived class's buffers, so it settles its account (released
+  // f32 bytes) after they are freed.
+  HalfWeights half_;
+  std::shared_ptr<TensorParallelGroup> tp_;
+  // Frozen under LoRA adapters (Model::freeze): no parameter gradients.
+  bool frozen_ = false;
+  std::shared_ptr<LinearAdapters> adapters_;
+  GradReadyHook grad_ready_hook_;
+  ParamHook param_hook_;
+  bool have_targets_ = false;  // the last forward had targets (backward may run)
+};
+
+}  // namespace meshtrain
