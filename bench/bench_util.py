@@ -4,6 +4,37 @@ import os
 import platform
 import subprocess
 
+# The repository's root, and the meshtrain binary the benchmarks run by default.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MESHTRAIN = os.path.join(ROOT, "build", "bin", "meshtrain")
+
+
+def add_bench_options(ap, preset, batch, seq, threads, rounds, steps, threads_help=None):
+    """Adds the options the interleaved benchmarks share to the ArgumentParser `ap`,
+    with the script's defaults: --preset, --batch, --seq (0: the preset's context),
+    --threads (a list default takes one or more counts, one run each; an int one
+    count), --rounds, --steps (timed steps a run) and --binary (default MESHTRAIN).
+    Script-specific options go after these."""
+    ap.add_argument("--preset", default=preset)
+    ap.add_argument("--batch", type=int, default=batch)
+    ap.add_argument("--seq", type=int, default=seq)
+    ap.add_argument("--threads", type=int, nargs="+" if isinstance(threads, list) else None,
+                    default=threads, help=threads_help)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--binary", default=MESHTRAIN)
+
+
+def print_table(caption, header, rows):
+    """Prints a blank line, the caption, then a Markdown table: the header's
+    column names and one line for each row (a list of cells, as strings)."""
+    print()
+    print(caption)
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
 
 def cpu_model():
     """The CPU's model name as /proc/cpuinfo gives it, for the tables' captions."""

@@ -13,21 +13,13 @@ import os
 import statistics
 import sys
 
-from bench_util import cpu_model, isa_env, run_json
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_util import ROOT, add_bench_options, cpu_model, isa_env, run_json
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="llama-100m")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    add_bench_options(ap, preset="llama-100m", batch=4, seq=128, threads=[1, 2], rounds=3, steps=4)
     ap.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
     ap.add_argument("--compile", action="store_true",
                     help="the peer's step under torch.compile (inductor) too, a third column")
     a = ap.parse_args()

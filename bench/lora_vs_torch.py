@@ -16,23 +16,15 @@ import os
 import statistics
 import sys
 
-from bench_util import cpu_model, isa_env, run_json
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_util import ROOT, add_bench_options, cpu_model, isa_env, print_table, run_json
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="llama-100m")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=128)
+    add_bench_options(ap, preset="llama-100m", batch=4, seq=128, threads=1, rounds=3, steps=3)
     ap.add_argument("--rank", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="bf16: meshtrain's mixed precision, PyTorch's autocast (both sides)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
     a = ap.parse_args()
     t = a.threads
     shape = ["--preset", a.preset, "--batch", str(a.batch), "--seq", str(a.seq),
@@ -59,15 +51,12 @@ def main():
             torch_version = j.get("torch_version", torch_version)
             print(f"round {r + 1} {name}: {tok[name][-1]:.1f} tok/s", flush=True)
     med = {k: statistics.median(v) for k, v in tok.items()}
-    print()
-    print(f"{a.preset}, LoRA rank {a.rank} alpha 16 on every block linear layer, batch {a.batch} x "
-          f"{a.seq}, {t} thread(s), {a.precision}, medians of {a.rounds} interleaved rounds ({a.steps} timed "
-          f"steps each); {cpu_model()}")
-    print("| run | trained parameters | tokens/s | model state (MB) |")
-    print("|---|---|---|---|")
-    for k, v in med.items():
-        st = f"{state[k]:.1f}" if k in state else "-"
-        print(f"| {k} | {trained[k] / 1e6:.2f}M | {v:.1f} | {st} |")
+    print_table(f"{a.preset}, LoRA rank {a.rank} alpha 16 on every block linear layer, batch {a.batch} x "
+                f"{a.seq}, {t} thread(s), {a.precision}, medians of {a.rounds} interleaved rounds "
+                f"({a.steps} timed steps each); {cpu_model()}",
+                ["run", "trained parameters", "tokens/s", "model state (MB)"],
+                [[k, f"{trained[k] / 1e6:.2f}M", f"{v:.1f}", f"{state[k]:.1f}" if k in state else "-"]
+                 for k, v in med.items()])
     mem = (f"{state['meshtrain LoRA'] / state['meshtrain full']:.2f}x model state"
            if "meshtrain full" in state else "model state of full fine-tuning not measured in this mode")
     print(f"LoRA / full fine-tuning: {med['meshtrain LoRA'] / med['meshtrain full']:.2f}x tokens/s, "

@@ -6,30 +6,15 @@ alternate within each round so that machine noise hits all alike; medians.
   python3 bench/recompute_modes.py --preset char-6L --batch 8 --threads 1 --rounds 3
 """
 import argparse
-import json
-import os
 import statistics
-import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_json(cmd, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+from bench_util import add_bench_options, run_json
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="char-6L")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=4)
+    add_bench_options(ap, preset="char-6L", batch=8, seq=0, threads=1, rounds=3, steps=4)
     ap.add_argument("--modes", nargs="+", default=["none", "selective", "every:3", "every:2", "full"])
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
     a = ap.parse_args()
     modes = a.modes if a.modes[0] == "none" else ["none"] + [m for m in a.modes if m != "none"]
     seq = ["--seq", str(a.seq)] if a.seq else []

@@ -9,35 +9,23 @@ machine), the ratio to openblas, and how many shapes auto gave to oneDNN.
   python3 bench/sgemm_backends.py --preset char-6L --batch 8 --threads 1 2 --rounds 5 --steps 5
 """
 import argparse
-import json
-import os
 import statistics
-import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_util import add_bench_options, run_json
 
 
 def run(binary, policy, a, threads):
-    env = dict(os.environ, MESHTRAIN_SGEMM=policy, OMP_NUM_THREADS=str(threads),
-               OPENBLAS_NUM_THREADS=str(threads))
     cmd = [binary, "bench", "train", "--preset", a.preset, "--batch", str(a.batch), "--threads",
            str(threads), "--steps", str(a.steps), "--warmup", "2", "--json"]
     if a.seq:
         cmd += ["--seq", str(a.seq)]
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    return run_json(cmd, threads, {"MESHTRAIN_SGEMM": policy})
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="char-6L")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=0)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=5)
+    add_bench_options(ap, preset="char-6L", batch=8, seq=0, threads=[1, 2], rounds=5, steps=5)
     ap.add_argument("--policies", nargs="+", default=["openblas", "auto"])
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
     a = ap.parse_args()
     res = {}
     for r in range(a.rounds):

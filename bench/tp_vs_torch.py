@@ -17,21 +17,14 @@ import os
 import statistics
 import sys
 
-from bench_util import cpu_model, isa_env, run_json
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_util import ROOT, add_bench_options, cpu_model, isa_env, print_table, run_json
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="llama-wide")
+    add_bench_options(ap, preset="llama-wide", batch=4, seq=128, threads=1, rounds=3, steps=4,
+                      threads_help="threads per rank")
     ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=1, help="threads per rank")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
     a = ap.parse_args()
     n, t = a.nproc, a.threads
     shape = ["--preset", a.preset, "--batch", str(a.batch), "--seq", str(a.seq),
@@ -56,14 +49,11 @@ def main():
             torch_version = j.get("torch_version", torch_version)
             print(f"round {r + 1} {name}: {j['tokens_per_s']:.0f} tok/s", flush=True)
     med = {k: statistics.median(v) for k, v in tok.items()}
-    print()
-    print(f"{a.preset}, batch {a.batch} x {a.seq} per data-parallel rank, {t} thread(s) per rank, "
-          f"medians of {a.rounds} interleaved rounds ({a.steps} timed steps each); {cpu_model()}")
-    print("| run | tokens/s | vs one rank | model state per rank (MB) |")
-    print("|---|---|---|---|")
-    for k, v in med.items():
-        st = f"{state[k]:.1f}" if k in state else "-"
-        print(f"| {k} | {v:.0f} | {v / med['one rank']:.2f}x | {st} |")
+    print_table(f"{a.preset}, batch {a.batch} x {a.seq} per data-parallel rank, {t} thread(s) per rank, "
+                f"medians of {a.rounds} interleaved rounds ({a.steps} timed steps each); {cpu_model()}",
+                ["run", "tokens/s", "vs one rank", "model state per rank (MB)"],
+                [[k, f"{v:.0f}", f"{v / med['one rank']:.2f}x", f"{state[k]:.1f}" if k in state else "-"]
+                 for k, v in med.items()])
     print(f"tp {n} / dp {n}: {med[f'tp {n}'] / med[f'dp {n}']:.2f}x; "
           f"tp {n} / PyTorch tp {n}: {med[f'tp {n}'] / med[f'PyTorch tp {n}']:.2f}x; "
           f"model state tp {n} / one rank: {state[f'tp {n}'] / state['one rank']:.2f}x")

@@ -14,20 +14,12 @@ import os
 import statistics
 import sys
 
-from bench_util import cpu_model, isa_env, run_json
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_util import ROOT, add_bench_options, cpu_model, isa_env, run_json
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="char-6L")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=0)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "meshtrain"))
+    add_bench_options(ap, preset="char-6L", batch=8, seq=0, threads=[1, 2], rounds=3, steps=6)
     ap.add_argument("--isa", choices=["scalar", "avx2", "avx512"],
                     help="cap both sides' CPU dispatch at this level (bench_util.ISA_CAPS)")
     ap.add_argument("--compile", action="store_true", help="also run the peer under torch.compile")

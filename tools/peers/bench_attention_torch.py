@@ -23,6 +23,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from peer_util import add_shape_options
+
 # name: (n_layer, n_head, n_embd, seq_len) as in src/meshtrain/nn/gpt_config.cpp
 PRESETS = {
     "gpt2": (12, 12, 768, 1024),
@@ -37,10 +39,7 @@ PRESETS = {
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", default="char-6L", choices=sorted(PRESETS))
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
+    add_shape_options(ap, sorted(PRESETS), preset="char-6L", batch=8)
     ap.add_argument("--reps", type=int, default=11)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()

@@ -27,7 +27,6 @@ import os
 import socket
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +35,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-from bench_train_torch import GPT, PRESETS, make_optimizer  # noqa: E402
+from bench_train_torch import PRESETS, build_gpt  # noqa: E402
+from peer_util import time_steps  # noqa: E402
 
 
 def free_port():
@@ -70,12 +70,8 @@ def run(rank, args):
     torch.manual_seed(args.seed)
     L, H, C, T, V = PRESETS[args.preset]
     seq = args.seq or T
-    model = GPT(L, H, C, T, V)
+    model, opt, impl, n_params, flops_per_token = build_gpt(args.preset, seq, args.optim_impl)
     ddp_model = DDP(model)  # CPU: no device_ids; default bucket_cap_mb=25
-    opt, impl = make_optimizer(model, args.optim_impl)
-    n_params = sum(p.numel() for p in model.parameters())
-    n_flop = n_params - T * C  # meshtrain's N excludes position embeddings
-    flops_per_token = 6 * n_flop + 6 * L * C * seq
     log(f"torch {torch.__version__}, DDP gloo x{N} processes, threads {torch.get_num_threads()} "
         f"(interop {torch.get_num_interop_threads()}) per process, optimizer AdamW {impl}")
     log(f"model {args.preset}: L={L} H={H} C={C} T={T} V={V} (padded {model.Vp}), "
@@ -92,17 +88,8 @@ def run(rank, args):
         opt.step()
         return loss.item()
 
-    times, cpu_times, loss = [], [], float("nan")
-    for i in range(args.warmup + args.steps):
-        dist.barrier()
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss = step()
-        dt = time.perf_counter() - t0
-        if i >= args.warmup:
-            times.append(dt)
-            cpu_times.append(time.process_time() - c0)
-        log(f"step {i + 1:4d}{' (warmup)' if i < args.warmup else ''}: "
-            f"loss {loss:.4f} (rank 0), {dt * 1e3:.1f} ms (rank 0)")
+    times, cpu_times, loss = time_steps(step, args.warmup, args.steps, log=log,
+                                        before=dist.barrier, note=" (rank 0)")
 
     if not times:
         return

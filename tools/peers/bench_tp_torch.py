@@ -44,6 +44,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_llama_torch import Llama, RMSNorm, pad_vocab, rotate  # noqa: E402
+from bench_train_torch import Block  # noqa: E402
+from peer_util import add_shape_options  # noqa: E402
 
 GPT_PRESETS = {
     # (n_layer, n_head, n_embd, seq_len, vocab) as in src/meshtrain/nn/gpt_config.cpp
@@ -87,18 +89,12 @@ class TPBlock(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
-class GPTTPBlock(nn.Module):
+class GPTTPBlock(Block):
+    """bench_train_torch.py's block with q, k, v split, attending over this rank's heads."""
+
     def __init__(self, H, C):
-        super().__init__()
+        super().__init__(H, C, split_qkv=True)
         self.hd = C // H
-        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
-        self.q = nn.Linear(C, C)
-        self.k = nn.Linear(C, C)
-        self.v = nn.Linear(C, C)
-        self.c_proj = nn.Linear(C, C)
-        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
-        self.c_fc = nn.Linear(C, 4 * C)
-        self.mlp_proj = nn.Linear(4 * C, C)
 
     def forward(self, x):
         B, T, _ = x.shape
@@ -106,7 +102,7 @@ class GPTTPBlock(nn.Module):
         q, k, v = (m(h).view(B, T, -1, self.hd).transpose(1, 2) for m in (self.q, self.k, self.v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return self.mlp_residual(x)
 
 
 class GPTTP(nn.Module):
@@ -215,12 +211,9 @@ def worker(rank, args, out_q):
 
 def main():
     ap = argparse.ArgumentParser(description="PyTorch tensor-parallel CPU Llama/GPT training step (meshtrain peer)")
-    ap.add_argument("--preset", default="llama-wide", choices=sorted(PRESETS) + sorted(GPT_PRESETS))
+    add_shape_options(ap, sorted(PRESETS) + sorted(GPT_PRESETS), preset="llama-wide", batch=4)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--tp", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--port", type=int, default=29517)

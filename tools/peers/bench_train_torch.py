@@ -24,11 +24,12 @@ import math
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peer_util import add_shape_options, time_steps
 
 # name: (n_layer, n_head, n_embd, seq_len, vocab) as in src/meshtrain/nn/gpt_config.cpp
 PRESETS = {
@@ -48,11 +49,17 @@ def pad_vocab(v):
 
 
 class Block(nn.Module):
-    def __init__(self, n_head, C):
+    """A pre-LayerNorm GPT-2 block; split_qkv: separate q, k, v projections in
+    place of the fused c_attn (tools/peers/bench_tp_torch.py splits them by heads)."""
+
+    def __init__(self, n_head, C, split_qkv=False):
         super().__init__()
         self.n_head = n_head
         self.ln_1 = nn.LayerNorm(C, eps=1e-5)
-        self.c_attn = nn.Linear(C, 3 * C)
+        if split_qkv:
+            self.q, self.k, self.v = nn.Linear(C, C), nn.Linear(C, C), nn.Linear(C, C)
+        else:
+            self.c_attn = nn.Linear(C, 3 * C)
         self.c_proj = nn.Linear(C, C)
         self.ln_2 = nn.LayerNorm(C, eps=1e-5)
         self.c_fc = nn.Linear(C, 4 * C)
@@ -64,6 +71,10 @@ class Block(nn.Module):
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.mlp_residual(x)
+
+    def mlp_residual(self, x):
+        """x plus the MLP of its LayerNorm."""
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
@@ -107,12 +118,21 @@ def make_optimizer(model, impl):
     return torch.optim.AdamW(groups, foreach=(impl == "foreach"), **kw), impl
 
 
+def build_gpt(preset, seq, optim_impl):
+    """The preset's GPT, its AdamW and the implementation it got (make_optimizer),
+    its parameter count and its model FLOPs per token at context seq (6N + 6LCT,
+    N without the position embeddings as meshtrain counts it)."""
+    L, H, C, T, V = PRESETS[preset]
+    model = GPT(L, H, C, T, V)
+    opt, impl = make_optimizer(model, optim_impl)
+    n_params = sum(p.numel() for p in model.parameters())
+    return model, opt, impl, n_params, 6 * (n_params - T * C) + 6 * L * C * seq
+
+
 def main():
     ap = argparse.ArgumentParser(description="PyTorch CPU training-step benchmark (meshtrain peer)")
-    ap.add_argument("--preset", default="char-6L", choices=sorted(PRESETS))
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=0, help="context T (default: the preset's)")
-    ap.add_argument("--threads", type=int, default=1)
+    add_shape_options(ap, sorted(PRESETS), preset="char-6L", batch=8,
+                      seq_help="context T (default: the preset's)")
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--compile", action="store_true", help="try torch.compile (falls back to eager)")
@@ -136,11 +156,7 @@ def main():
     seq = args.seq or T
     if seq > T:
         ap.error(f"--seq {seq} exceeds the preset's context {T}")
-    model = GPT(L, H, C, T, V)
-    opt, impl = make_optimizer(model, args.optim_impl)
-    n_params = sum(p.numel() for p in model.parameters())
-    n_flop = n_params - T * C  # meshtrain's N excludes position embeddings
-    flops_per_token = 6 * n_flop + 6 * L * C * seq
+    model, opt, impl, n_params, flops_per_token = build_gpt(args.preset, seq, args.optim_impl)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()} "
           f"(interop {torch.get_num_interop_threads()}), optimizer AdamW {impl}")
     print(f"model {args.preset}: L={L} H={H} C={C} T={T} V={V} (padded {model.Vp}), "
@@ -165,25 +181,19 @@ def main():
         opt.step()
         return loss.item()
 
-    times, cpu_times, loss = [], [], float("nan")
-    for i in range(args.warmup + args.steps):
-        t0, c0 = time.perf_counter(), time.process_time()
+    def step_or_eager():
+        nonlocal step_model, compiled
         try:
-            loss = step()
+            return step()
         except Exception as e:  # noqa: BLE001 - compilation errors surface on the first call
             if not compiled:
                 raise
             print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                   "using eager")
             step_model, compiled = model, False
-            loss = step()
-        dt = time.perf_counter() - t0
-        if i >= args.warmup:
-            times.append(dt)
-            cpu_times.append(time.process_time() - c0)
-        print(f"step {i + 1:4d}{' (warmup)' if i < args.warmup else ''}: "
-              f"loss {loss:.4f}, {dt * 1e3:.1f} ms")
+            return step()
 
+    times, cpu_times, loss = time_steps(step_or_eager, args.warmup, args.steps)
     if not times:
         return
     med = statistics.median(times)
