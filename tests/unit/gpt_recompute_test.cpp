@@ -16,41 +16,12 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/nn/gpt.h"
+#include "gpt_test_models.h"
 
 using namespace meshtrain;
+using namespace meshtrain::testing;
 
 namespace {
-
-std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(r.below(V));
-  return t;
-}
-
-// Random small biases and gains so every gradient path is non-trivial.
-void perturb(GPT& m, uint64_t seed) {
-  Rng r(seed);
-  for (auto& [name, t] : m.params().named()) {
-    if (name.find("bias") != std::string::npos || name.find("ln_") != std::string::npos) {
-      float* p = t.data<float>();
-      for (int64_t i = 0; i < t.numel(); ++i) p[i] += 0.1f * r.normal();
-    }
-  }
-}
-
-// 3 layers, 3 heads of 8, a vocabulary that needs padding.
-GPTConfig odd_shape() {
-  GPTConfig c;
-  c.n_layer = 3;
-  c.n_head = 3;
-  c.n_embd = 24;
-  c.seq_len = 16;
-  c.vocab_size = 37;
-  c.padded_vocab = pad_vocab(c.vocab_size);
-  c.validate();
-  return c;
-}
 
 GPTConfig six_layers() {
   GPTConfig c = gpt_preset("tiny");
@@ -80,7 +51,7 @@ struct RunResult {
 RunResult run(const GPTConfig& cfg, const Recompute& rc, int B, int T, bool poison) {
   GPT m(cfg);
   m.init_weights(21);
-  perturb(m, 22);
+  perturb_biases_and_gains(m, 22);
   m.set_recompute(rc);
   RunResult r;
   const GPTParams& p = m.params();
@@ -111,7 +82,7 @@ RunResult run(const GPTConfig& cfg, const Recompute& rc, int B, int T, bool pois
   }
   m.set_grad_ready_hook([&](int64_t b, int64_t e) { r.ready.emplace_back(b, e); });
   const int V = cfg.vocab_size;
-  auto in = tokens(2 * B * T, V, 5), tg = tokens(2 * B * T, V, 6);
+  auto in = random_tokens(2 * B * T, V, 5), tg = random_tokens(2 * B * T, V, 6);
   tg[3] = -1;  // an ignored target
   m.zero_grad();
   for (int micro = 0; micro < 2; ++micro) {
@@ -156,7 +127,7 @@ int64_t measured_activation_bytes(const GPTConfig& cfg, const Recompute& rc, int
   GPT m(cfg);
   m.init_weights(1);
   m.set_recompute(rc);
-  auto in = tokens(B * T, cfg.vocab_size, 1);
+  auto in = random_tokens(B * T, cfg.vocab_size, 1);
   m.forward(in.data(), in.data(), B, T);
   m.backward();
   return activation_counter() - before;
@@ -169,7 +140,7 @@ TEST(gpt_recompute, gradients_and_losses_bit_identical_on_tiny) {
 }
 
 TEST(gpt_recompute, gradients_and_losses_bit_identical_on_odd_shape) {
-  expect_bit_identical(odd_shape(), 3, 7, /*poison=*/false);
+  expect_bit_identical(odd_gpt_shape(), 3, 7, /*poison=*/false);
 }
 
 // Threaded kernels (attention rows, OpenBLAS, LayerNorm) split work the same
@@ -178,19 +149,19 @@ TEST(gpt_recompute, gradients_bit_identical_with_several_threads) {
   const int before = thread_count();
   set_thread_count(3);
   expect_bit_identical(six_layers(), 2, 16, /*poison=*/false);
-  expect_bit_identical(odd_shape(), 3, 7, /*poison=*/false);
+  expect_bit_identical(odd_gpt_shape(), 3, 7, /*poison=*/false);
   set_thread_count(before);
 }
 
 // Parameters exist only between Need and Done (as under ZeRO-3): recomputing
 // outside the layer's backward bracket would read NaNs.
 TEST(gpt_recompute, recompute_stays_inside_the_param_hook_brackets) {
-  expect_bit_identical(odd_shape(), 3, 7, /*poison=*/true);
+  expect_bit_identical(odd_gpt_shape(), 3, 7, /*poison=*/true);
   expect_bit_identical(six_layers(), 2, 9, /*poison=*/true);
 }
 
 TEST(gpt_recompute, hook_order_is_the_documented_one_under_full_recompute) {
-  const GPTConfig cfg = odd_shape();
+  const GPTConfig cfg = odd_gpt_shape();
   const int L = cfg.n_layer;
   const RunResult r = run(cfg, Recompute::full(), 2, 5, /*poison=*/true);
   HookLog want;
@@ -215,7 +186,7 @@ TEST(gpt_recompute, hook_order_is_the_documented_one_under_full_recompute) {
 }
 
 TEST(gpt_recompute, predicted_activation_bytes_equal_the_allocator_counter) {
-  for (const GPTConfig& cfg : {gpt_preset("tiny"), odd_shape(), six_layers()}) {
+  for (const GPTConfig& cfg : {gpt_preset("tiny"), odd_gpt_shape(), six_layers()}) {
     for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 7}}) {
       std::vector<Recompute> modes = recompute_modes();
       modes.push_back(Recompute::none());
@@ -254,13 +225,13 @@ TEST(gpt_recompute, activation_bytes_shrink_as_documented) {
 }
 
 TEST(gpt_recompute, whole_model_gradient_matches_finite_differences_with_full_recompute) {
-  const GPTConfig cfg = odd_shape();
+  const GPTConfig cfg = odd_gpt_shape();
   GPT m(cfg);
   m.init_weights(7);
-  perturb(m, 8);
+  perturb_biases_and_gains(m, 8);
   m.set_recompute(Recompute::full());
   const int B = 2, T = 5;
-  auto in = tokens(B * T, cfg.vocab_size, 1), tg = tokens(B * T, cfg.vocab_size, 2);
+  auto in = random_tokens(B * T, cfg.vocab_size, 1), tg = random_tokens(B * T, cfg.vocab_size, 2);
   m.zero_grad();
   m.forward(in.data(), tg.data(), B, T);
   m.backward();
@@ -288,7 +259,7 @@ TEST(gpt_recompute, bad_policies_and_misuse_give_clear_errors) {
   GPT m(gpt_preset("tiny"));
   m.init_weights(1);
   EXPECT_THROW(m.set_recompute(Recompute{Recompute::Mode::EveryK, 0}), Error);
-  auto in = tokens(16, 61, 1);
+  auto in = random_tokens(16, 61, 1);
   m.forward(in.data(), in.data(), 1, 16);
   m.set_recompute(Recompute::full());  // a new layout: the last forward is gone
   try {

@@ -9,37 +9,22 @@
 #include "gradcheck.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/nn/gpt.h"
+#include "gpt_test_models.h"
 
 using namespace meshtrain;
+using namespace meshtrain::testing;
 
 namespace {
 GPTConfig tiny() { return gpt_preset("tiny"); }
 
-std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(r.below(V));
-  return t;
-}
-
-// Random small biases and gains so every gradient path is non-trivial.
-void perturb(GPT& m, uint64_t seed) {
-  Rng r(seed);
-  for (auto& [name, t] : m.params().named()) {
-    if (name.find("bias") != std::string::npos || name.find("ln_") != std::string::npos) {
-      float* p = t.data<float>();
-      for (int64_t i = 0; i < t.numel(); ++i) p[i] += 0.1f * r.normal();
-    }
-  }
-}
 }  // namespace
 
 TEST(gpt, whole_model_gradient_matches_finite_differences) {
   GPT m(tiny());
   m.init_weights(7);
-  perturb(m, 8);
+  perturb_biases_and_gains(m, 8);
   const int B = 2, T = 9;
-  auto in = tokens(B * T, m.config().vocab_size, 1), tg = tokens(B * T, m.config().vocab_size, 2);
+  auto in = random_tokens(B * T, m.config().vocab_size, 1), tg = random_tokens(B * T, m.config().vocab_size, 2);
   m.zero_grad();
   m.forward(in.data(), tg.data(), B, T);
   m.backward();
@@ -70,7 +55,7 @@ TEST(gpt, forward_is_deterministic_and_loss_near_log_vocab_at_init) {
   GPT m(tiny());
   m.init_weights(3);
   const int B = 3, T = 16;
-  auto in = tokens(B * T, 61, 4), tg = tokens(B * T, 61, 5);
+  auto in = random_tokens(B * T, 61, 4), tg = random_tokens(B * T, 61, 5);
   float l1 = m.forward(in.data(), tg.data(), B, T);
   float l2 = m.forward(in.data(), tg.data(), B, T);
   EXPECT_EQ(l1, l2);
@@ -85,7 +70,7 @@ TEST(gpt, grad_ready_hook_covers_the_buffer_once_from_the_end) {
   m.init_weights(1);
   std::vector<std::pair<int64_t, int64_t>> ranges;
   m.set_grad_ready_hook([&](int64_t b, int64_t e) { ranges.emplace_back(b, e); });
-  auto in = tokens(16, 61, 1);
+  auto in = random_tokens(16, 61, 1);
   m.forward(in.data(), in.data(), 1, 16);
   m.backward();
   ASSERT_EQ(ranges.size(), static_cast<size_t>(m.config().n_layer + 2));
@@ -99,7 +84,7 @@ TEST(gpt, gradient_accumulation_equals_larger_batch) {
   GPT a(tiny()), b(tiny());
   a.init_weights(11);
   b.init_weights(11);
-  auto in = tokens(4 * 16, 61, 12), tg = tokens(4 * 16, 61, 13);
+  auto in = random_tokens(4 * 16, 61, 12), tg = random_tokens(4 * 16, 61, 13);
   a.zero_grad();
   a.forward(in.data(), tg.data(), 4, 16);
   a.backward();
@@ -176,7 +161,7 @@ TEST(gpt, param_hook_brackets_every_unit_in_the_documented_order) {
     if (bwd && unit == 0 && c != 'N') wte_grad_at.push_back(wte_grad_nonzero());
   });
   const int B = 2, T = 8;
-  auto in = tokens(B * T, m.config().vocab_size, 1), tg = tokens(B * T, m.config().vocab_size, 2);
+  auto in = random_tokens(B * T, m.config().vocab_size, 1), tg = random_tokens(B * T, m.config().vocab_size, 2);
   m.forward(in.data(), tg.data(), B, T);
   m.backward();
   std::vector<std::tuple<char, int, bool>> want = {{'N', 0, false}, {'D', 0, false}};

@@ -12,30 +12,12 @@
 #include "meshtrain/core/memory.h"
 #include "meshtrain/core/rng.h"
 #include "meshtrain/nn/gpt.h"
+#include "gpt_test_models.h"
 
 using namespace meshtrain;
+using namespace meshtrain::testing;
 
 namespace {
-
-std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(r.below(V));
-  return t;
-}
-
-// 3 layers, 3 heads of 8, a vocabulary that needs padding.
-GPTConfig odd_shape() {
-  GPTConfig c;
-  c.n_layer = 3;
-  c.n_head = 3;
-  c.n_embd = 24;
-  c.seq_len = 16;
-  c.vocab_size = 37;
-  c.padded_vocab = pad_vocab(c.vocab_size);
-  c.validate();
-  return c;
-}
 
 struct Result {
   float loss;
@@ -48,7 +30,7 @@ Result run(const GPTConfig& cfg, Precision p, const Recompute& rc = {}, float lo
   m.set_precision(p);
   m.set_recompute(rc);
   const int B = 3, T = 13;
-  auto in = tokens(B * T, cfg.vocab_size, 1), tg = tokens(B * T, cfg.vocab_size, 2);
+  auto in = random_tokens(B * T, cfg.vocab_size, 1), tg = random_tokens(B * T, cfg.vocab_size, 2);
   Result r;
   r.loss = m.forward(in.data(), tg.data(), B, T);
   m.backward(loss_scale);
@@ -82,7 +64,7 @@ double rel_norm_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // must agree to ~1e-2 (bf16) / 2e-3 (fp16) and the whole gradient vector to a
 // relative L2 error of 5e-2 (bf16) / 1e-2 (fp16).
 TEST(precision, mixed_precision_forward_backward_tracks_fp32) {
-  const GPTConfig cfg = odd_shape();
+  const GPTConfig cfg = odd_gpt_shape();
   const Result f32 = run(cfg, Precision::FP32);
   const Result bf = run(cfg, Precision::BF16);
   const Result hf = run(cfg, Precision::FP16);
@@ -105,7 +87,7 @@ TEST(precision, mixed_precision_forward_backward_tracks_fp32) {
 // and accumulate in f32; only the summation order differs.
 TEST(precision, bf16_fallback_path_matches_the_onednn_path) {
   if (!cpu::have_onednn() || !cpu::cpu_has_avx512_bf16()) GTEST_SKIP() << "no oneDNN bf16 path here";
-  const GPTConfig cfg = odd_shape();
+  const GPTConfig cfg = odd_gpt_shape();
   cpu::set_bf16_gemm_path(cpu::HalfGemmPath::FallbackSgemm);
   const Result fb = run(cfg, Precision::BF16);
   cpu::set_bf16_gemm_path(cpu::HalfGemmPath::OneDnnBf16);
@@ -116,7 +98,7 @@ TEST(precision, bf16_fallback_path_matches_the_onednn_path) {
 }
 
 TEST(precision, recompute_is_bit_identical_under_mixed_precision) {
-  const GPTConfig cfg = odd_shape();
+  const GPTConfig cfg = odd_gpt_shape();
   for (Precision p : {Precision::BF16, Precision::FP16}) {
     const Result none = run(cfg, p);
     for (const Recompute& rc : {Recompute::full(), Recompute::every_k(2), Recompute::selective()}) {
@@ -130,11 +112,11 @@ TEST(precision, recompute_is_bit_identical_under_mixed_precision) {
 // An fp16 overflow: a huge loss scale turns the rounded output gradients into
 // inf, which must reach the f32 gradient buffer (the loss scaler's signal).
 TEST(precision, fp16_overflow_reaches_the_gradients) {
-  const Result r = run(odd_shape(), Precision::FP16, {}, 1e9f);
+  const Result r = run(odd_gpt_shape(), Precision::FP16, {}, 1e9f);
   bool nonfinite = false;
   for (float g : r.grads) nonfinite |= !std::isfinite(g);
   EXPECT_TRUE(nonfinite);
-  const Result b = run(odd_shape(), Precision::BF16, {}, 1e9f);  // bf16 has f32's range
+  const Result b = run(odd_gpt_shape(), Precision::BF16, {}, 1e9f);  // bf16 has f32's range
   for (float g : b.grads) ASSERT_TRUE(std::isfinite(g));
 }
 
@@ -155,11 +137,11 @@ static void copy_masters(const GPT& from, GPT& to, const GPTConfig& cfg) {
 // The 16-bit copy is refreshed from params() at each forward: an update of the
 // f32 master weights (what the optimizer does) is seen by the next forward.
 TEST(precision, compute_copy_follows_the_master_weights) {
-  const GPTConfig cfg = odd_shape();
+  const GPTConfig cfg = odd_gpt_shape();
   GPT a(cfg), b(cfg);
   different_bf16_pair(a, b);
   const int B = 2, T = 9;
-  auto in = tokens(B * T, cfg.vocab_size, 3), tg = tokens(B * T, cfg.vocab_size, 4);
+  auto in = random_tokens(B * T, cfg.vocab_size, 3), tg = random_tokens(B * T, cfg.vocab_size, 4);
   const float la = a.forward(in.data(), tg.data(), B, T);
   const float lb = b.forward(in.data(), tg.data(), B, T);
   ASSERT_NE(la, lb);
@@ -171,11 +153,11 @@ TEST(precision, compute_copy_follows_the_master_weights) {
 TEST(precision, a_held_copy_is_rounded_once_and_follows_again_when_let_go) {
   // Model::hold_parameters: a step's micro-batches reuse the copy the first
   // one rounded; once let go, the next forward rounds the masters again.
-  const GPTConfig cfg = odd_shape();
+  const GPTConfig cfg = odd_gpt_shape();
   GPT a(cfg), b(cfg);
   different_bf16_pair(a, b);
   const int B = 2, T = 9;
-  auto in = tokens(B * T, cfg.vocab_size, 3), tg = tokens(B * T, cfg.vocab_size, 4);
+  auto in = random_tokens(B * T, cfg.vocab_size, 3), tg = random_tokens(B * T, cfg.vocab_size, 4);
   const float lb = b.forward(in.data(), tg.data(), B, T);
   a.hold_parameters(true);
   const float la = a.forward(in.data(), tg.data(), B, T);
@@ -189,7 +171,7 @@ TEST(precision, a_held_copy_is_rounded_once_and_follows_again_when_let_go) {
 }
 
 TEST(precision, param_hook_order_is_unchanged_and_weights_are_read_inside_need) {
-  const GPTConfig cfg = odd_shape();
+  const GPTConfig cfg = odd_gpt_shape();
   std::vector<std::string> log32, log16;
   for (Precision p : {Precision::FP32, Precision::BF16}) {
     GPT m(cfg);
@@ -201,7 +183,7 @@ TEST(precision, param_hook_order_is_unchanged_and_weights_are_read_inside_need) 
                    : e == GPT::ParamEvent::GradBegin ? 'B' : 'E';
       log.push_back(fmt::format("{}{}{}", c, unit, bwd ? 'b' : 'f'));
     });
-    auto in = tokens(2 * 8, cfg.vocab_size, 1), tg = tokens(2 * 8, cfg.vocab_size, 2);
+    auto in = random_tokens(2 * 8, cfg.vocab_size, 1), tg = random_tokens(2 * 8, cfg.vocab_size, 2);
     m.forward(in.data(), tg.data(), 2, 8);
     m.backward();
   }
@@ -209,7 +191,7 @@ TEST(precision, param_hook_order_is_unchanged_and_weights_are_read_inside_need) 
 }
 
 TEST(precision, activation_bytes_match_the_allocator_and_shrink) {
-  const GPTConfig cfg = odd_shape();
+  const GPTConfig cfg = odd_gpt_shape();
   const int B = 4, T = 16;
   for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16}) {
     for (const Recompute& rc : {Recompute::none(), Recompute::full(), Recompute::selective()}) {
@@ -219,7 +201,7 @@ TEST(precision, activation_bytes_match_the_allocator_and_shrink) {
         m.init_weights(1);
         m.set_precision(p);
         m.set_recompute(rc);
-        auto in = tokens(B * T, cfg.vocab_size, 1);
+        auto in = random_tokens(B * T, cfg.vocab_size, 1);
         m.forward(in.data(), in.data(), B, T);
         const int64_t now = mem_stats().current[static_cast<size_t>(MemCategory::Activations)];
         EXPECT_EQ(now - before, GPT::activation_bytes(cfg, B, T, rc, p))
