@@ -23,7 +23,7 @@ for seed in 1 2 3; do
   grep -q "^training_again:" <<<"$ev" || fail "seed $seed: no training_again record: $ev"
   grep -q "^finished:" <<<"$ev" || fail "seed $seed: no finished record: $ev"
   grep -q "restart 1/2: rank $rank was killed by signal 9" "$d.log" || fail "seed $seed: no restart line on stderr"
-  same_losses "$d/metrics.jsonl" "$TMP/ref/metrics.jsonl" 1 0 || fail "seed $seed (rank $rank, step $step): losses differ"
+  same_losses_30 "$d/metrics.jsonl" "$TMP/ref/metrics.jsonl" 1 0 || fail "seed $seed (rank $rank, step $step): losses differ"
   cmp -s "$d/model.safetensors" "$TMP/ref/model.safetensors" || fail "seed $seed: final model differs"
   no_leaks "$d/restarts.jsonl"
   echo "seed $seed: rank $rank killed at step $step; restarted, bitwise equal"

@@ -13,27 +13,9 @@ ARGS=(--set model.preset=tiny --set model.vocab_size=256 --set data.train="$TMP/
       --set train.threads=1 --set train.micro_batch=2 --set checkpoint.every=4
       --set checkpoint.keep_last=0 --set checkpoint.resume=auto --set deterministic=true)
 
-# Losses of every step in two metrics files (a resumed run appends; the last
-# record of a step wins): equal bit for bit, or within a relative tolerance.
-same_losses() {
-  python3 - "$1" "$2" "$3" "$4" <<'PY'
-import json, sys
-a, b, first, tol = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-def losses(p):
-    out = {}
-    for line in open(p):
-        if line.strip():
-            r = json.loads(line)
-            out[r["step"]] = r["loss"]
-    return out
-la, lb = losses(a), losses(b)
-assert sorted(la) == sorted(lb) == list(range(1, 31)), f"steps {sorted(la)} vs {sorted(lb)}"
-for s in range(first, 31):
-    x, y = la[s], lb[s]
-    ok = x == y if tol == 0 else abs(x - y) <= tol * abs(y)
-    assert ok, f"step {s}: {x!r} vs {y!r} (tolerance {tol})"
-PY
-}
+# same_losses A B FIRST TOL: steps FIRST..30 (lib/losses.sh).
+source "$(dirname "${BASH_SOURCE[0]}")/losses.sh"
+same_losses_30() { same_losses "$1" "$2" "$3" "$4" 30; }
 
 # The restart log's events, one "event:cause:rank:new_world" per line.
 events() {
