@@ -5,9 +5,9 @@
 
 namespace meshtrain::cpu {
 
-// exp(x) to ~2 ulp for x in [-87, 88]; smaller x flushes toward 0, larger clamps.
-[[gnu::always_inline]] static inline float fast_expf(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+// exp(x) to ~2 ulp for x already in [-87, 88] (no clamp: callers that
+// bound x themselves skip the compares and blends, ~25% of a GELU).
+[[gnu::always_inline]] static inline float expf_in_range(float x) {
   const float log2e = 1.44269504088896341f;
   float n = __builtin_rintf(x * log2e);
   // r = x - n*ln2 with ln2 split in two parts for accuracy.
@@ -28,10 +28,17 @@ namespace meshtrain::cpu {
   return p * scale;
 }
 
-// tanh(u) = 1 - 2/(exp(2u)+1); saturates cleanly for large |u|.
+// exp(x) to ~2 ulp for x in [-87, 88]; smaller x flushes toward 0, larger clamps.
+[[gnu::always_inline]] static inline float fast_expf(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  return expf_in_range(x);
+}
+
+// tanh(u) = 1 - 2/(exp(2u)+1); saturates cleanly for large |u|. After the
+// clamp 2u is in [-18, 18], so exp needs no clamp of its own (same results).
 [[gnu::always_inline]] static inline float fast_tanhf(float u) {
   u = u < -9.0f ? -9.0f : (u > 9.0f ? 9.0f : u);
-  return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f);
+  return 1.0f - 2.0f / (expf_in_range(2.0f * u) + 1.0f);
 }
 
 }  // namespace meshtrain::cpu
