@@ -84,7 +84,7 @@ int get_int(const nlohmann::json& j, const char* key, const std::string& where) 
 
 }  // namespace
 
-GPTSpec::GPTSpec(const GPTConfig& cfg, const ModelShard& shard) : cfg_(cfg), shard_(shard) {
+GPTSpec::GPTSpec(const GPTConfig& cfg, const ModelShard& shard) : DecoderSpecBase(cfg, shard) {
   cfg_.validate();
   dims_ = GPTDims::make(cfg_, shard_);
   layout_ = gpt_layout(dims_);

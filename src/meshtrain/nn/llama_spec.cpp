@@ -10,7 +10,8 @@
 
 namespace meshtrain {
 
-LlamaSpec::LlamaSpec(const LlamaConfig& cfg, const ModelShard& shard) : cfg_(cfg), shard_(shard) {
+LlamaSpec::LlamaSpec(const LlamaConfig& cfg, const ModelShard& shard)
+    : DecoderSpecBase(cfg, shard) {
   cfg_.validate();
   dims_ = LlamaDims::make(cfg_, shard_);
   const LlamaDims& d = dims_;

@@ -21,29 +21,22 @@
 #pragma once
 #include <memory>
 
+#include "meshtrain/nn/decoder_spec_base.h"
 #include "meshtrain/nn/llama_config.h"
-#include "meshtrain/nn/model.h"
 
 namespace meshtrain {
 
-class LlamaSpec final : public ModelSpec, public std::enable_shared_from_this<LlamaSpec> {
+class LlamaSpec final : public DecoderSpecBase<LlamaConfig, LlamaDims>,
+                        public std::enable_shared_from_this<LlamaSpec> {
  public:
   static constexpr const char* kFamily = "llama";
   static std::shared_ptr<const LlamaSpec> make(const LlamaConfig& cfg, const ModelShard& shard = {});
   static LlamaConfig config_from_json(const nlohmann::json& j, const std::string& where);
 
   LlamaSpec(const LlamaConfig& cfg, const ModelShard& shard);  // use make()
-  const LlamaConfig& config() const { return cfg_; }
-  const LlamaDims& dims() const { return dims_; }
-  ModelShard shard() const override { return shard_; }
   std::shared_ptr<const ModelSpec> sharded(const ModelShard& shard) const override;
   std::string family() const override { return kFamily; }
   nlohmann::json to_json() const override;
-  std::string describe() const override { return cfg_.describe(); }
-  const ParamLayout& layout() const override { return layout_; }
-  int seq_len() const override { return cfg_.seq_len; }
-  int vocab_size() const override { return cfg_.vocab_size; }
-  double flops_per_token(int T) const override { return cfg_.flops_per_token(T); }
   ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,
                      Precision precision) const override;
   std::unique_ptr<Model> build(ModelBuffers buffers = {}) const override;
@@ -59,10 +52,6 @@ class LlamaSpec final : public ModelSpec, public std::enable_shared_from_this<Ll
   int64_t head_offset() const { return head_; }
 
  private:
-  LlamaConfig cfg_;
-  ModelShard shard_;
-  LlamaDims dims_;
-  ParamLayout layout_;
   std::vector<LayerOffsets> layers_;
   int64_t norm_ = 0, head_ = 0;
 };
