@@ -1,6 +1,7 @@
 // test-links: mt_comm
 // Work handles without a transport: completion seen without a lock, a sleeping
-// waiter woken by a finish on another thread, errors and timeouts.
+// waiter woken by a finish on another thread, errors and timeouts; the flight
+// recorder's entries.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "meshtrain/comm/flight_recorder.h"
 #include "meshtrain/comm/types.h"
 #include "meshtrain/comm/work.h"
 
@@ -68,4 +70,30 @@ TEST(comm_work, error_is_rethrown_and_timeout_names_the_operation) {
     EXPECT_NE(std::string(e.what()).find("allreduce #9"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
   }
+}
+
+TEST(comm_work, flight_recorder_finishes_only_its_own_entry) {
+  // Collectives and sends/receives count separately, so a send can carry a
+  // collective's sequence number; when it overwrites that collective's slot
+  // (16 operations later), the collective's late finished() must not mark it.
+  FlightRecorder r;
+  OpInfo coll;
+  coll.kind = "allreduce";
+  coll.seq = 1;
+  const uint64_t first = r.started(coll);
+  for (uint64_t i = 0; i < FlightRecorder::kEntries; ++i) {
+    OpInfo send;
+    send.kind = "send";
+    send.op = static_cast<uint8_t>(CollOp::Send);
+    send.root = 1;
+    send.seq = i + 1 == FlightRecorder::kEntries ? 1 : 100 + i;
+    r.started(send);
+  }
+  r.finished(first, true);
+  const std::string dump = r.dump();
+  const size_t at = dump.find("send #1 ");
+  ASSERT_NE(at, std::string::npos) << dump;
+  const std::string line = dump.substr(at, dump.find('\n', at) - at);
+  EXPECT_NE(line.find("running for"), std::string::npos) << line;
+  EXPECT_EQ(dump.find("allreduce #1"), std::string::npos) << "overwritten entry still listed\n" << dump;
 }

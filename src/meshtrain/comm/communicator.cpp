@@ -88,8 +88,11 @@ void CommImpl::run(Task& t) {
   // on their own lanes only enter the flight record.
   const bool marks = t.collective || !p2p;
   if (marks) transport->note_op(t.op, t.seq);
-  const size_t slot = recorder.started(t.work->info);
+  // Recording copies the op's description, which may allocate: inside the
+  // try, so a failure there still finishes the Work.
+  uint64_t entry = FlightRecorder::kNoEntry;
   try {
+    entry = recorder.started(t.work->info);
     if (is_broken.load(std::memory_order_acquire)) {
       std::lock_guard lock(fail_mu);
       throw CommError(fmt::format("{}: communicator unusable after an earlier failure: {}",
@@ -101,11 +104,11 @@ void CommImpl::run(Task& t) {
       run_algorithm(t, ctx);
     else
       t.body(ctx);
-    recorder.finished(slot, t.seq, true);
+    recorder.finished(entry, true);
     if (marks) transport->note_done();
     t.work->finish();
   } catch (const std::exception& e) {
-    recorder.finished(slot, t.seq, false);
+    if (entry != FlightRecorder::kNoEntry) recorder.finished(entry, false);
     record_failure(t, e);
     t.work->finish(std::current_exception());
   }

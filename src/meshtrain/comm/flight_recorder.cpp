@@ -20,22 +20,24 @@ uint64_t ticks() {
 
 FlightRecorder::FlightRecorder() : ticks0_(ticks()), time0_(std::chrono::steady_clock::now()) {}
 
-size_t FlightRecorder::started(const OpInfo& op) {
+uint64_t FlightRecorder::started(const OpInfo& op) {
+  OpInfo copy = op;  // may throw (the detail string): before anything changes
   std::lock_guard lock(mu_);
-  const size_t slot = count_++ % kEntries;
-  Entry& e = ring_[slot];
-  e.op = op;
+  const uint64_t number = count_++;
+  Entry& e = ring_[number % kEntries];
+  e.op = std::move(copy);
+  e.number = number;
   e.start = ticks();
   e.end = 0;
   e.ok = true;
-  return slot;
+  return number;
 }
 
-void FlightRecorder::finished(size_t slot, uint64_t seq, bool ok) {
+void FlightRecorder::finished(uint64_t entry, bool ok) {
   const uint64_t now = ticks();
   std::lock_guard lock(mu_);
-  Entry& e = ring_[slot % kEntries];
-  if (e.op.seq != seq || e.end != 0) return;  // overwritten by 16 newer operations
+  Entry& e = ring_[entry % kEntries];
+  if (e.number != entry || e.end != 0) return;  // overwritten by 16 newer operations
   e.end = now == 0 ? 1 : now;
   e.ok = ok;
 }

@@ -14,11 +14,14 @@ namespace meshtrain::comm {
 class FlightRecorder {
  public:
   static constexpr size_t kEntries = 16;
+  static constexpr uint64_t kNoEntry = ~uint64_t{0};
   FlightRecorder();
-  // Returns the entry's slot, handed back to finished(). Keeps a copy of
+  // Returns the entry's number (unique: collectives and sends/receives have
+  // separate sequence numbers), handed back to finished(). Keeps a copy of
   // `op`, so recording holds no reference to the operation's Work.
-  size_t started(const OpInfo& op);
-  void finished(size_t slot, uint64_t seq, bool ok);
+  uint64_t started(const OpInfo& op);
+  // Marks entry `entry` finished, unless 16 newer operations overwrote it.
+  void finished(uint64_t entry, bool ok);
   std::string dump() const;
 
  private:
@@ -26,6 +29,7 @@ class FlightRecorder {
   // clock), converted to seconds at dump time from the rate since construction.
   struct Entry {
     OpInfo op;
+    uint64_t number = kNoEntry;  // started()'s count when recorded
     uint64_t start = 0, end = 0;  // end 0: still running
     bool ok = true;
   };

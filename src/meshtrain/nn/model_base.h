@@ -34,6 +34,9 @@ class ModelBase : public Model {
   bool f32_matrices_released() const override { return half_.released(); }
   void hold_parameters(bool held) override { half_.hold(held); }
   void widen_released_matrices(float* dst) const override;
+  // Every family frees its activations here: set_recompute and set_precision
+  // call it, because the activation layout depends on both.
+  void release_activations() override = 0;
 
  protected:
   void use_params(ParamEvent ev, int unit, bool backward) {
