@@ -167,21 +167,32 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     }
   }
   m.params += plan.base.frozen_params;  // LoRA's frozen base, whole on every rank
+  m.product_copy = plan.product_copy;
   return m;
 }
 
 void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
   if (limit_bytes <= 0) return;
   const RankMemory m = predict_rank_memory(plan);
-  if (m.total() <= limit_bytes) return;
+  if (m.total() <= limit_bytes && m.finish_total() <= limit_bytes) return;
+  if (m.total() <= limit_bytes)
+    fail("training fits memory.limit_mb = {} ({} MB per rank), but saving and sampling the "
+         "trained model need {} MB more for {}: {} MB at the end of the run (model states {} + "
+         "communication buffers {} + workspace {} MB and the copy; the activations are freed "
+         "first); raise memory.limit_mb to at least {}",
+         limit_bytes / 1e6, mb(m.total()), mb(m.product_copy), plan.product_copy_what,
+         mb(m.finish_total()), mb(m.model_states()), mb(m.comm), mb(m.workspace),
+         mb(m.finish_total()));
   std::string stages;
   std::string fits;
   for (int s = 0; s <= 3 && plan.world > 1; ++s) {
     MemoryPlan q = plan;
     q.zero_stage = s;
-    const int64_t t = predict_rank_memory(q).total();
+    const RankMemory qm = predict_rank_memory(q);
+    const int64_t t = qm.total();
     stages += fmt::format("{}stage {} {} MB", s ? ", " : "", s, mb(t));
-    if (fits.empty() && t <= limit_bytes) fits = fmt::format("zero.stage = {}", s);
+    if (fits.empty() && t <= limit_bytes && qm.finish_total() <= limit_bytes)
+      fits = fmt::format("zero.stage = {}", s);
   }
   fail("this configuration needs {} MB per rank (predicted: parameters {} + gradients {} + "
        "optimizer {} + activations {} + communication buffers {} + workspace {} MB), more than "

@@ -53,20 +53,31 @@ struct MemoryPlan {
   // their reduce in bf16 instead of f32 (parallel/zero_gradients.h).
   int64_t grad_wire = 0;
   MemoryPrediction base;            // activations and workspace (predict_training_memory)
+  // The whole-model f32 copy saving and sampling make after training (the
+  // activations freed first): LoRA's merged model on rank 0, or tensor
+  // parallelism's allgathered shards and assembled model on every rank; 0
+  // when the run saves its own buffer. `product_copy_what` names it.
+  int64_t product_copy = 0;
+  std::string product_copy_what;
 };
 
 // Predicted peak bytes per category for one rank.
 struct RankMemory {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, workspace = 0;
+  int64_t product_copy = 0;  // MemoryPlan::product_copy
   int64_t model_states() const { return params + grads + optimizer; }
   int64_t total() const { return model_states() + activations + comm + workspace; }
+  // At the end of the run: the activations freed, the product copy made.
+  int64_t finish_total() const { return model_states() + comm + workspace + product_copy; }
 };
 
 RankMemory predict_rank_memory(const MemoryPlan& plan);
 
 // Throws an Error naming the predicted bytes per category, the limit and
 // what each ZeRO stage would need when rank 0 (the largest shard) is
-// predicted above `limit_bytes` (<= 0: no limit).
+// predicted above `limit_bytes` (<= 0: no limit), during training or at its
+// end (the product copy, RankMemory::finish_total), so a run that could not
+// save its model is refused before it trains.
 void check_memory_limit(const MemoryPlan& plan, double limit_bytes);
 
 // The report `meshtrain train` prints: for each category the prediction and

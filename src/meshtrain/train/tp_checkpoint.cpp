@@ -124,13 +124,17 @@ Tensor TensorParallelCheckpoint::gather_whole(const Tensor& mine) const {
   comm::Communicator tp_comm = mesh_.comm(parallel::Axis::TP);
   const int tp = mesh_.size(parallel::Axis::TP);
   const int64_t n = mine.numel();
-  std::vector<float> all(static_cast<size_t>(n * tp));
-  tp_comm.allgather(mine.data<float>(), all.data(), all.size(), DType::F32).wait();
+  // The staging is counted (communication buffers) like the assembled model,
+  // so the allocator's peak shows what the memory limit's end-of-run
+  // prediction counts (TrainingRun::memory_plan: both, 8 bytes per parameter).
+  Tensor all = Tensor::zeros({n * tp}, DType::F32, MemCategory::CommBuffers);
+  tp_comm.allgather(mine.data<float>(), all.data<float>(), static_cast<size_t>(n * tp), DType::F32).wait();
   Tensor whole = Tensor::zeros({logical_numel()}, DType::F32);
   float* out = whole.data<float>();
+  const float* staged = all.data<float>();
   for (int t = 0; t < tp; ++t)
     for (const ShardRun& r : runs_[t])
-      std::memcpy(out + r.logical, all.data() + t * n + r.shard, sizeof(float) * r.count);
+      std::memcpy(out + r.logical, staged + t * n + r.shard, sizeof(float) * r.count);
   return whole;
 }
 

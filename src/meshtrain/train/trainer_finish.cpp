@@ -88,9 +88,15 @@ TrainerSummary TrainingRun::finish() {
              sum.final_val_loss >= 0 ? fmt::format("{:.4f}", sum.final_val_loss) : "-");
   // The run's allocator peak also covers setup and, under ZeRO, gathering the
   // whole model to save it; the table below splits training from setup.
+  const RankMemory lead_pred = predict_rank_memory(memory_plan(0));
+  const std::string end_pred =
+      lead_pred.product_copy > 0
+          ? fmt::format(", end of run with the saved model's copy predicted {:.1f} MB",
+                        lead_pred.finish_total() / 1e6)
+          : "";
   fmt::print("memory (measured): allocator peak {:.1f} MB over the whole run (training predicted "
-             "{:.1f} MB, per category below), process peak RSS {:.1f} MB\n", ms.total_peak / 1e6,
-             predict_rank_memory(memory_plan(0)).total() / 1e6, process_peak_rss_bytes() / 1e6);
+             "{:.1f} MB, per category below{}), process peak RSS {:.1f} MB\n", ms.total_peak / 1e6,
+             lead_pred.total() / 1e6, end_pred, process_peak_rss_bytes() / 1e6);
   std::vector<RankMemory> predicted;
   nlohmann::json mj = nlohmann::json::array();
   for (int r = 0; r < world_; ++r) {

@@ -172,6 +172,14 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   if (is_mixed(opt_.precision) && (plan.zero_stage > 0 || !spec_.frozen_base())) plan.bytes.p_full = 2;
   if (opt_.dp.grad_dtype == DType::BF16) plan.grad_wire = 2;  // comm.grad_dtype = bf16
   plan.base = predicted_;
+  // The copy product_parameters() makes for saving and sampling.
+  if (const auto base = spec_.frozen_base(); base && rank == 0) {
+    plan.product_copy = 4 * base->num_params();
+    plan.product_copy_what = "the f32 model with the LoRA adapters merged into the frozen base";
+  } else if (opt_.tp > 1) {
+    plan.product_copy = 2 * 4 * opt_.model->num_params();  // allgathered shards + assembled model
+    plan.product_copy_what = "the tp shards allgathered and assembled into the whole f32 model";
+  }
   return plan;
 }
 

@@ -1,0 +1,62 @@
+// test-links: mt_train mt_nn
+// memory.limit_mb: the check refuses a run whose training does not fit, and
+// one whose training fits but whose end (the whole-model copy saving and
+// sampling make, after the activations are freed) does not.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/train/memory_model.h"
+#include "meshtrain/train/memory_report.h"
+
+using namespace meshtrain;
+
+namespace {
+
+MemoryPlan char6l_plan() {
+  MemoryPlan plan;
+  plan.model = GPTSpec::make(gpt_preset("char-6L"));
+  plan.B = 2;
+  plan.T = 64;
+  plan.base = predict_training_memory(*plan.model, plan.B, plan.T, 1);
+  return plan;
+}
+
+std::string refusal(const MemoryPlan& plan, double limit) {
+  try {
+    check_memory_limit(plan, limit);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(memory_limit, counts_the_product_copy_made_at_the_end) {
+  MemoryPlan plan = char6l_plan();
+  const RankMemory m = predict_rank_memory(plan);
+  ASSERT_GT(m.activations, 0);
+  // Without a product copy the end of the run needs less than training.
+  EXPECT_LT(m.finish_total(), m.total());
+  EXPECT_EQ(refusal(plan, static_cast<double>(m.total())), "");
+
+  // A copy larger than the activations: training fits, the end does not.
+  plan.product_copy = m.activations + 4'000'000;
+  plan.product_copy_what = "the merged model";
+  const RankMemory with = predict_rank_memory(plan);
+  EXPECT_EQ(with.total(), m.total());  // training itself is unchanged
+  EXPECT_GT(with.finish_total(), with.total());
+  const std::string err = refusal(plan, static_cast<double>(with.total()));
+  ASSERT_NE(err, "") << "a run that cannot save its model was accepted";
+  EXPECT_NE(err.find("training fits memory.limit_mb"), std::string::npos) << err;
+  EXPECT_NE(err.find("the merged model"), std::string::npos) << err;
+  EXPECT_NE(err.find("raise memory.limit_mb"), std::string::npos) << err;
+  // Enough for the end: accepted.
+  EXPECT_EQ(refusal(plan, static_cast<double>(with.finish_total())), "");
+  // Too little for training: the training message, as before.
+  const std::string small = refusal(plan, static_cast<double>(with.total()) / 2);
+  EXPECT_NE(small.find("this configuration needs"), std::string::npos) << small;
+}
