@@ -56,7 +56,8 @@ struct MemoryPlan {
   // The whole-model f32 copy saving and sampling make after training (the
   // activations freed first): LoRA's merged model on rank 0, or tensor
   // parallelism's allgathered shards and assembled model on every rank; 0
-  // when the run saves its own buffer. `product_copy_what` names it.
+  // when the run saves its own buffer. `product_copy_what` names it. (ZeRO-3
+  // gathering the whole model before saving is not counted here yet.)
   int64_t product_copy = 0;
   std::string product_copy_what;
 };
