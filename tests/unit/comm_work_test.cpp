@@ -97,3 +97,28 @@ TEST(comm_work, flight_recorder_finishes_only_its_own_entry) {
   EXPECT_NE(line.find("running for"), std::string::npos) << line;
   EXPECT_EQ(dump.find("allreduce #1"), std::string::npos) << "overwritten entry still listed\n" << dump;
 }
+
+TEST(comm_work, flight_recorder_dump_names_each_op_and_its_state) {
+  FlightRecorder r;
+  EXPECT_NE(r.dump().find("no operations yet"), std::string::npos);
+  OpInfo a;
+  a.kind = "allreduce";
+  a.seq = 1;
+  a.bytes = 4096;
+  a.op = static_cast<uint8_t>(CollOp::Allreduce);
+  a.reduces = true;
+  a.algo = "direct";
+  OpInfo s;
+  s.kind = "split";
+  s.seq = 2;
+  s.detail = "color 0, key 1";
+  OpInfo b = a;
+  b.seq = 3;
+  r.finished(r.started(a), true);
+  r.finished(r.started(s), false);
+  r.started(b);
+  const std::string d = r.dump();
+  EXPECT_NE(d.find("allreduce #1 (4096 bytes, F32, sum, direct): done in"), std::string::npos) << d;
+  EXPECT_NE(d.find("split #2 (color 0, key 1): FAILED in"), std::string::npos) << d;
+  EXPECT_NE(d.find("allreduce #3 (4096 bytes, F32, sum, direct): running for"), std::string::npos) << d;
+}
