@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package that meshtrain's build, tests and main job need.
 # Idempotent and non-interactive; skips apt entirely when all are present.
+# `--tests` adds what only the test suite needs (scripts/test.sh passes it).
 set -euo pipefail
 
 PACKAGES=(
@@ -18,6 +19,11 @@ PACKAGES=(
   fortunes                        # English text for the default corpus
   python3                         # a few CLI tests check JSON output with it
 )
+if [ "${1:-}" = --tests ]; then
+  PACKAGES+=(
+    qemu-user                     # runs the binary as other x86-64 CPUs (AVX2-only, no AVX): cli.isa_emulated_cpus
+  )
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -5,7 +5,7 @@
 # (scripts/tsan-comm.sh, about a minute; MESHTRAIN_SKIP_TSAN=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --tests
 bash scripts/build.sh
 if [ $# -eq 0 ] && [ "${MESHTRAIN_SKIP_TSAN:-0}" != 1 ]; then
   bash scripts/tsan-comm.sh

@@ -222,6 +222,7 @@ void run_train(const TrainArgs& a) {
   o.memory_limit_bytes = c.memory.limit_mb * 1e6;
   o.trace = c.telemetry.trace;
   o.price_per_device_hour = c.telemetry.price_per_device_hour;
+  o.peak_gflops = c.telemetry.peak_gflops;
   o.checkpoint.dir = c.checkpoint.dir;
   o.checkpoint.every = c.checkpoint.every;
   o.checkpoint.keep_last = c.checkpoint.keep_last;

@@ -244,6 +244,8 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.telemetry.trace = r.boolean("telemetry.trace");
   c.telemetry.price_per_device_hour = r.in_range(
       "telemetry.price_per_device_hour", 0.0, std::numeric_limits<double>::max(), false);
+  c.telemetry.peak_gflops =
+      r.in_range("telemetry.peak_gflops", 0.0, std::numeric_limits<double>::max(), false);
   c.comm.transport = r.choice("comm.transport", {"auto", "shm", "mpi", "nccl", "tcp"});
   c.comm.timeout_s = r.positive("comm.timeout_s");
   c.comm.grad_dtype = r.choice("comm.grad_dtype", {"f32", "bf16"});

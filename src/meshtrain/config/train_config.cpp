@@ -89,6 +89,7 @@ J to_json(const TrainConfig& c) {
   tel["dir"] = c.telemetry.dir;
   tel["trace"] = c.telemetry.trace;
   tel["price_per_device_hour"] = c.telemetry.price_per_device_hour;
+  tel["peak_gflops"] = c.telemetry.peak_gflops;
   j["telemetry"] = tel;
   J comm;
   comm["transport"] = c.comm.transport;

@@ -111,6 +111,7 @@ struct TelemetrySection {
   std::string dir;      // "" = runs/<run_name>
   bool trace = false;   // Chrome/Perfetto trace
   double price_per_device_hour = 0.0;  // for cost estimates; 0 = not reported
+  double peak_gflops = 0.0;  // MFU's denominator per rank; 0 = measured at start-up
 };
 
 struct CommSection {

@@ -69,6 +69,7 @@ struct TrainerOptions {
   StateBytes state_bytes;
   bool trace = false;                  // Chrome/Perfetto trace of every rank
   double price_per_device_hour = 0;    // cost numbers; 0 = none
+  double peak_gflops = 0;              // MFU denominator per rank; 0 = measure at start-up
   CheckpointOptions checkpoint;
 };
 

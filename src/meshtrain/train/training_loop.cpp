@@ -100,9 +100,11 @@ void TrainingRun::loop() {
   // MFU is quoted against the GEMM rate this rank's threads reach in the
   // precision the GEMMs run in (measured once): the bf16 GEMM for bf16, so a
   // bf16 run is not credited with beating fp32's peak; sgemm for fp32 and for
-  // fp16 (whose GEMMs are sgemms after widening on CPUs).
-  const double peak_flops = (opt_.precision == Precision::BF16 ? cpu::measure_bf16_gemm_gflops()
-                                                              : cpu::measure_sgemm_gflops()) * 1e9;
+  // fp16 (whose GEMMs are sgemms after widening on CPUs). telemetry.peak_gflops
+  // replaces the measurement (a known rate; a slow or emulated CPU).
+  const double peak_flops = (opt_.peak_gflops > 0 ? opt_.peak_gflops
+                             : opt_.precision == Precision::BF16 ? cpu::measure_bf16_gemm_gflops()
+                                                                 : cpu::measure_sgemm_gflops()) * 1e9;
   const double flops_per_token = spec_.flops_per_token(T_);
 
   // Only rank 0 reports; the others stay quiet unless they fail. A resumed
