@@ -10,7 +10,8 @@
 # Each CPU runs `--version`, is refused a level above it, passes the kernel
 # suites (each level it has against the scalar reference), and trains `tiny`
 # for 3 steps on 2 ranks (fp32; bf16 on Zen 3: the conversion fallback without
-# AVX512_BF16), with the same losses as this machine capped to that level.
+# AVX512_BF16), with the same losses as this machine capped to that level, then
+# samples the same text from the trained model.
 set -euo pipefail
 unset MESHTRAIN_ISA MESHTRAIN_ISA_LIBS_CAPPED OPENBLAS_CORETYPE ONEDNN_MAX_CPU_ISA
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
@@ -89,5 +90,11 @@ for entry in EPYC-Milan:avx2:avx512 Haswell:avx2:avx512 Nehalem:scalar:avx2; do
     [ "$p" = bf16 ] && tol=1e-4
     check_losses "$TMP/emu_${cpu}_$p" "$TMP/native_${cpu}_$p" $tol || fail "$cpu ($p): losses differ"
   done
+  # Generation (KV-cache decoder) from the emulated run's model: the same text as native.
+  SAMPLE=(sample --model "$TMP/emu_${cpu}_fp32/model.safetensors" --prompt "ab" --tokens 40 --seed 3)
+  emulate "$cpu" "$BIN" "${SAMPLE[@]}" >"$TMP/s_emu" 2>/dev/null || fail "sample on $cpu"
+  MESHTRAIN_ISA=$level "$BIN" "${SAMPLE[@]}" >"$TMP/s_nat" 2>/dev/null || fail "native sample at $level"
+  cmp -s "$TMP/s_emu" "$TMP/s_nat" || { diff "$TMP/s_emu" "$TMP/s_nat"; fail "$cpu samples other text"; }
+  echo "  sample: the same $(wc -c <"$TMP/s_emu") bytes as native"
 done
 echo PASS
