@@ -60,3 +60,43 @@ TEST(memory_limit, counts_the_product_copy_made_at_the_end) {
   const std::string small = refusal(plan, static_cast<double>(with.total()) / 2);
   EXPECT_NE(small.find("this configuration needs"), std::string::npos) << small;
 }
+
+// ZeRO saves through rank 0 (ZeroParameters::gather_to_root): only rank 0's
+// end of run grows, by the other ranks' f32 parameters it does not hold:
+// stage 3 every sharded unit's foreign part; mixed precision (any stage)
+// also every foreign master weight; fp32 stages 1-2 hold them already.
+TEST(memory_limit, zero_counts_the_gather_onto_rank_0) {
+  MemoryPlan plan = char6l_plan();
+  plan.world = 4;
+  const int64_t P = plan.model->layout().numel;
+  const int64_t own0 = (P + 3) / 4;
+  for (int stage = 1; stage <= 3; ++stage) {
+    plan.zero_stage = stage;
+    plan.rank = 1;
+    EXPECT_EQ(predict_rank_memory(plan).zero_gather, 0) << "stage " << stage << ", rank 1";
+    plan.rank = 0;
+    const RankMemory m = predict_rank_memory(plan);
+    if (stage < 3) {
+      EXPECT_EQ(m.zero_gather, 0) << "fp32 stage " << stage;
+    } else {
+      EXPECT_EQ(m.zero_gather, 4 * (P - own0));  // persist_threshold 0: every unit sharded
+      EXPECT_EQ(m.finish_total(), m.model_states() + m.comm + m.workspace + m.zero_gather);
+    }
+  }
+  // Mixed precision, stage 1: the foreign f32 masters (not the f32-read
+  // parameters, which each unit's gather brings).
+  plan.bytes = StateBytes{2, 4, 12, 2};
+  plan.zero_stage = 1;
+  const RankMemory mixed = predict_rank_memory(plan);
+  EXPECT_GT(mixed.zero_gather, 4 * (P - own0) * 9 / 10);
+  EXPECT_LT(mixed.zero_gather, 4 * (P - own0));
+  // Without activations to free first, a limit that training fits refuses
+  // the end of the run, naming the gather.
+  plan.base.activations = 0;
+  const RankMemory lean = predict_rank_memory(plan);
+  ASSERT_GT(lean.finish_total(), lean.total());
+  const std::string err = refusal(plan, static_cast<double>(lean.total()));
+  EXPECT_NE(err.find("training fits memory.limit_mb"), std::string::npos) << err;
+  EXPECT_NE(err.find("onto rank 0"), std::string::npos) << err;
+  EXPECT_EQ(refusal(plan, static_cast<double>(lean.finish_total())), "");
+}

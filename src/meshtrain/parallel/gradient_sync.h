@@ -74,8 +74,9 @@ class GradientSync {
   virtual void before_resume() {}
   virtual std::optional<ElemSpan> resume_range() const { return std::nullopt; }
   virtual void after_resume() {}
-  // Collective: the whole, current parameter buffer on every rank (save a
-  // model file, sample) until release_full_parameters().
+  // Collective: the whole, current f32 parameter buffer on rank 0 of the
+  // group (save a model file, sample through a decoder) until
+  // release_full_parameters(); other ranks' buffers may stay partial.
   virtual void gather_full_parameters() {}
   virtual void release_full_parameters() {}
   // Debug check that replicated parameters agree across ranks.

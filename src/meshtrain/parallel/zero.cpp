@@ -179,7 +179,7 @@ void Zero::before_update() { params_->before_update(); }
 void Zero::after_update() { params_->after_update(); }
 
 void Zero::gather_full_parameters() {
-  params_->gather_all();
+  params_->gather_to_root();
   params_->set_enabled(false);
 }
 

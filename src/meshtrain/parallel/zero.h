@@ -108,8 +108,9 @@ class Zero final : public GradientSync {
   void after_update() override;
   const CommTiming& timing() const override { return timing_; }
 
-  // Collective: every unit gathered and the hooks paused, so one rank may use
-  // the whole model (save, generate); resume_hooks() returns to sharding.
+  // Collective: the whole f32 model current on rank 0 (only there) and the
+  // hooks paused, so rank 0 may save it or generate from it (through a
+  // decoder on the f32 buffer); resume_hooks() returns to sharding.
   void gather_full_parameters() override;
   void resume_hooks();
   // Elements held replicated besides the own range (stage 3's persistent units).

@@ -280,7 +280,62 @@ void ZeroParameters::gather_all() {
   full_masters_ = true;
 }
 
+void ZeroParameters::gather_to_root() {
+  before_update();  // gathers in flight land first: they write what is current
+  constexpr int kRoot = 0;
+  const bool root = comm_.rank() == kRoot;
+  // Ranges of foreign pieces not current on rank 0 (the same on every rank:
+  // valid_ and full_masters_ follow the same events everywhere): fp32, the
+  // pieces of units not gathered; mixed precision, also every master range
+  // outside f32_spans unless the full masters are resident.
+  std::vector<std::pair<ElemSpan, int>> stale;  // range, owner
+  auto add = [&](std::vector<std::pair<ElemSpan, int>>& to, int64_t b, int64_t e, int owner) {
+    if (!to.empty() && to.back().second == owner && to.back().first.end == b)
+      to.back().first.end = e;
+    else
+      to.push_back({{b, e}, owner});
+  };
+  // Rank 0 also notes which of them it does not hold resident otherwise (the
+  // pages it takes for the copy and returns in release_transient()).
+  std::vector<std::pair<ElemSpan, int>> taken;
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+    for (const OwnedPiece& p : layout_.pieces(units_[u])) {
+      if (p.owner == kRoot) continue;
+      split_by_f32_spans(p.span, [&](int64_t b, int64_t e, bool f32) {
+        const bool in_unit = !mixed() || f32;  // gathered with its unit, else a master
+        if (in_unit ? valid_[u] : full_masters_) return;
+        add(stale, b, e, p.owner);
+        if (root && (in_unit ? !resident_[u] : true)) add(taken, b, e, p.owner);
+      });
+    }
+  std::vector<comm::Work> works;
+  for (const auto& [s, owner] : stale) {
+    const size_t n = static_cast<size_t>(s.count());
+    if (root)
+      works.push_back(comm_.recv(params_ + s.begin, n, DType::F32, owner));
+    else if (owner == comm_.rank())
+      works.push_back(comm_.send(params_ + s.begin, n, DType::F32, kRoot));
+  }
+  int64_t brought = 0;
+  for (const auto& t : taken) {
+    root_copy_.push_back(t.first);
+    brought += t.first.count();
+  }
+  root_copy_bytes_.set(4 * brought);
+  comm::wait_all(works);
+}
+
+void ZeroParameters::release_root_copy() {
+  // Pieces of units not resident here and foreign masters: pages this rank
+  // does not keep. (Resident units keep their pages; they stay stale, so
+  // their next Need gathers them as before.)
+  for (const ElemSpan& s : root_copy_) reserved_->discard(s.begin, s.end);
+  root_copy_.clear();
+  root_copy_bytes_.set(0);
+}
+
 void ZeroParameters::release_transient() {
+  release_root_copy();
   release_foreign_masters();
   if (!sharded()) return;
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {

@@ -25,9 +25,12 @@
 // optimizer state), at every stage. What is gathered is the model's 16-bit
 // compute copy (each owner rounds its range after the update: half the bytes
 // of an f32 gather) plus, in f32, the few parameters the model reads in f32
-// (position embeddings, biases, LayerNorm: HalfCopy::f32_spans). gather_all()
-// also gathers the whole f32 buffer (saves, sampling); release_transient()
-// drops its foreign part again.
+// (position embeddings, biases, LayerNorm: HalfCopy::f32_spans).
+//
+// A save or a sample reads the whole f32 model on rank 0 only:
+// gather_to_root() sends every other rank's stale-on-root pieces there and
+// leaves the other ranks as they are, so only rank 0 grows by the model
+// (gather_all() grows every rank); release_transient() drops it again.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -85,7 +88,12 @@ class ZeroParameters {
   void after_update();
   // Collective: every unit current and resident (a full-model save, sampling).
   void gather_all();
-  // Stage 3: return the pages of every non-persistent unit (after gather_all()).
+  // Collective: rank 0 of the group holds the whole current f32 buffer (the
+  // 16-bit copy is not gathered: the model's forward is not for use there);
+  // the other ranks send their own pieces and keep their memory as it is.
+  void gather_to_root();
+  // Stage 3: return the pages of every non-persistent unit (after gather_all());
+  // on rank 0, also what gather_to_root() brought in.
   void release_transient();
 
   bool sharded() const { return shard_units_; }
@@ -116,6 +124,8 @@ class ZeroParameters {
   void release_foreign_masters();
   // Mixed precision: rounds the own f32 range into the 16-bit copy.
   void round_own_range();
+  // Rank 0: discards the f32 ranges gather_to_root() brought in.
+  void release_root_copy();
 
   comm::Communicator comm_;
   ZeroLayout layout_;
@@ -137,6 +147,8 @@ class ZeroParameters {
   ExternalBytes gathered_{MemCategory::CommBuffers};      // stage 3: foreign parts in use
   ExternalBytes master_{MemCategory::OptimizerState};     // mixed: the own f32 range
   ExternalBytes full_masters_bytes_{MemCategory::CommBuffers};  // mixed: foreign f32 weights
+  std::vector<ElemSpan> root_copy_;                        // rank 0: brought in by gather_to_root
+  ExternalBytes root_copy_bytes_{MemCategory::CommBuffers};
 };
 
 }  // namespace meshtrain::parallel

@@ -80,6 +80,32 @@ std::vector<int64_t> mixed_foreign_unit_bytes(const ParamLayout& layout, int64_t
   return out;
 }
 
+// Rank 0 under ZeRO at a save or sample (ZeroParameters::gather_to_root):
+// the f32 parameters of other ranks it does not hold otherwise: under mixed
+// precision every foreign master weight (outside the f32-read ranges), and
+// in stage 3 the foreign part of every unit that is not persistent (for
+// mixed precision only its f32-read parameters, the rest being masters).
+int64_t zero_root_gather_bytes(const MemoryPlan& plan, int stage, int world) {
+  if (stage < 1 || plan.rank != 0 || world < 2) return 0;
+  const bool mixed = plan.bytes.p_full > 0;
+  if (!mixed && stage < 3) return 0;
+  const ParamLayout& layout = plan.model->layout();
+  const int64_t own_end = std::min(layout.numel, (layout.numel + world - 1) / world);
+  const std::vector<ElemSpan> spans = layout.f32_read_ranges();
+  int64_t bytes = 0, b = 0;
+  for (const int64_t n : layout.unit_sizes()) {
+    const int64_t e = b + n, lo = std::max(b, own_end);  // rank 0 owns [0, own_end)
+    const int64_t foreign = std::max<int64_t>(0, e - lo);
+    int64_t f32 = 0;  // foreign elements read in f32
+    for (const ElemSpan& f : spans) f32 += std::max<int64_t>(0, std::min(f.end, e) - std::max(f.begin, lo));
+    const bool sharded_unit = stage == 3 && n >= plan.persist_threshold;
+    if (mixed) bytes += 4 * (foreign - f32) + (sharded_unit ? 4 * f32 : 0);
+    else if (sharded_unit) bytes += 4 * foreign;
+    b = e;
+  }
+  return bytes;
+}
+
 }  // namespace
 
 RankMemory predict_rank_memory(const MemoryPlan& plan) {
@@ -168,7 +194,16 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   }
   m.params += plan.base.frozen_params;  // LoRA's frozen base, whole on every rank
   m.product_copy = plan.product_copy;
+  m.zero_gather = zero_root_gather_bytes(plan, stage, N);
   return m;
+}
+
+std::string end_copies_what(const MemoryPlan& plan, const RankMemory& m) {
+  std::string what = m.product_copy > 0 ? plan.product_copy_what : "";
+  if (m.zero_gather > 0)
+    what += (what.empty() ? "" : ", and ") +
+            std::string("ZeRO's gather of the other ranks' f32 parameters onto rank 0");
+  return what;
 }
 
 void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
@@ -180,7 +215,7 @@ void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
          "trained model need {} MB more for {}: {} MB at the end of the run (model states {} + "
          "communication buffers {} + workspace {} MB and the copy; the activations are freed "
          "first); raise memory.limit_mb to at least {}",
-         limit_bytes / 1e6, mb(m.total()), mb(m.product_copy), plan.product_copy_what,
+         limit_bytes / 1e6, mb(m.total()), mb(m.product_copy + m.zero_gather), end_copies_what(plan, m),
          mb(m.finish_total()), mb(m.model_states()), mb(m.comm), mb(m.workspace),
          mb(m.finish_total()));
   std::string stages;

@@ -56,8 +56,8 @@ struct MemoryPlan {
   // The whole-model f32 copy saving and sampling make after training (the
   // activations freed first): LoRA's merged model on rank 0, or tensor
   // parallelism's allgathered shards and assembled model on every rank; 0
-  // when the run saves its own buffer. `product_copy_what` names it. (ZeRO-3
-  // gathering the whole model before saving is not counted here yet.)
+  // when the run saves its own buffer. `product_copy_what` names it. (ZeRO's
+  // gather onto rank 0 is derived from the stage: RankMemory::zero_gather.)
   int64_t product_copy = 0;
   std::string product_copy_what;
 };
@@ -66,10 +66,15 @@ struct MemoryPlan {
 struct RankMemory {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0, workspace = 0;
   int64_t product_copy = 0;  // MemoryPlan::product_copy
+  // Rank 0 under ZeRO, saving or sampling: the other ranks' f32 parameters it
+  // does not hold otherwise (parallel/zero_parameters.h, gather_to_root).
+  int64_t zero_gather = 0;
   int64_t model_states() const { return params + grads + optimizer; }
   int64_t total() const { return model_states() + activations + comm + workspace; }
-  // At the end of the run: the activations freed, the product copy made.
-  int64_t finish_total() const { return model_states() + comm + workspace + product_copy; }
+  // At the end of the run: the activations freed, the copies for saving made.
+  int64_t finish_total() const {
+    return model_states() + comm + workspace + product_copy + zero_gather;
+  }
 };
 
 RankMemory predict_rank_memory(const MemoryPlan& plan);

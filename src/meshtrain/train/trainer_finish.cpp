@@ -90,7 +90,7 @@ TrainerSummary TrainingRun::finish() {
   // whole model to save it; the table below splits training from setup.
   const RankMemory lead_pred = predict_rank_memory(memory_plan(0));
   const std::string end_pred =
-      lead_pred.product_copy > 0
+      lead_pred.product_copy + lead_pred.zero_gather > 0
           ? fmt::format(", end of run with the saved model's copy predicted {:.1f} MB",
                         lead_pred.finish_total() / 1e6)
           : "";

@@ -244,7 +244,7 @@ void TrainingRun::loop() {
       std::vector<int32_t> out;
       if (dec)
         out = generate(*dec, product_spec(), prompt, so, rng);
-      else if (opt_.tp == 1)
+      else if (opt_.tp == 1 && opt_.zero_stage < 3)  // stage 3 gathered f32 only, not its units
         out = generate(*model_, prompt, so, rng);
       std::string text;
       for (int32_t tok : out) text.push_back(static_cast<char>(tok));
