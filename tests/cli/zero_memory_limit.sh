@@ -42,4 +42,19 @@ end = float(re.search(r"end of run with the saved model's copy predicted ([0-9.]
 print(f"rank 0: whole-run peak {peak} MB, predicted end of run {end} MB, limit 15.8 MB")
 assert peak <= end <= 15.8, (peak, end)
 PY
+# memory.json: rank 0 grows by the gather and stays under its predicted end
+# of run; the other ranks send their pieces and do not grow at all.
+python3 - "$TMP/r3/memory.json" <<'PY' || fail "the save grew a rank it should not have"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 4, rows
+for r in rows:
+    train, run, end = r["training_peak_total"], r["run_peak_total"], r["predicted"]["end_of_run_total"]
+    print(f"rank {r['rank']}: training peak {train / 1e6:.2f} MB, whole run {run / 1e6:.2f} MB, "
+          f"predicted end of run {end / 1e6:.2f} MB")
+    if r["rank"] == 0:
+        assert train < run <= end, r
+    else:
+        assert run == train, r
+PY
 echo "ok"

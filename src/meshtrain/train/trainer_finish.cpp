@@ -37,6 +37,15 @@ std::vector<std::vector<double>> gather_memory_peaks(comm::Communicator* comm, i
   return out;
 }
 
+// Every rank's allocator peak over the whole run so far (collective): after
+// the copies saving makes, which training's peaks above do not include.
+std::vector<double> gather_run_peaks(comm::Communicator* comm, int world) {
+  const double mine = static_cast<double>(mem_stats().total_peak);
+  std::vector<double> all(static_cast<size_t>(world), mine);
+  if (comm) comm->allgather(&mine, all.data(), all.size(), DType::F64).wait();
+  return all;
+}
+
 }  // namespace
 
 TrainerSummary TrainingRun::finish() {
@@ -55,6 +64,7 @@ TrainerSummary TrainingRun::finish() {
   const std::vector<std::vector<double>> peaks = gather_memory_peaks(world_comm(), world_, setup_peak_);
   sync_->gather_full_parameters();  // rank 0 saves the whole model
   const Tensor params = product_parameters();
+  const std::vector<double> run_peaks = gather_run_peaks(world_comm(), world_);
   const TrainerSummary& sum = result_;
   if (!lead_) return sum;
   if (summary_.steps() > 0) {
@@ -107,10 +117,13 @@ TrainerSummary TrainingRun::finish() {
       row["peak"][std::string(mem_category_name(static_cast<MemCategory>(c)))] = peaks[r][c];
     row["training_peak_total"] = peaks[r][kMemCategoryCount];
     row["setup_peak_total"] = peaks[r][kMemCategoryCount + 1];
+    // Whole run, the copies for saving included (ZeRO: rank 0's gather).
+    row["run_peak_total"] = run_peaks[r];
     const RankMemory& pm = predicted.back();
     row["predicted"] = {{"parameters", pm.params}, {"gradients", pm.grads},
                         {"optimizer", pm.optimizer}, {"activations", pm.activations},
-                        {"comm", pm.comm}, {"workspace", pm.workspace}};
+                        {"comm", pm.comm}, {"workspace", pm.workspace},
+                        {"training_total", pm.total()}, {"end_of_run_total", pm.finish_total()}};
     mj.push_back(row);
   }
   fmt::print("{}", memory_report_text(predicted, peaks));
