@@ -117,7 +117,7 @@ TrainerSummary TrainingRun::finish() {
       row["peak"][std::string(mem_category_name(static_cast<MemCategory>(c)))] = peaks[r][c];
     row["training_peak_total"] = peaks[r][kMemCategoryCount];
     row["setup_peak_total"] = peaks[r][kMemCategoryCount + 1];
-    // Whole run, the copies for saving included (ZeRO: rank 0's gather).
+    // From the first step to the end, the copies for saving included (ZeRO: rank 0's gather).
     row["run_peak_total"] = run_peaks[r];
     const RankMemory& pm = predicted.back();
     row["predicted"] = {{"parameters", pm.params}, {"gradients", pm.grads},
