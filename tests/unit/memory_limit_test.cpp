@@ -100,3 +100,27 @@ TEST(memory_limit, zero_counts_the_gather_onto_rank_0) {
   EXPECT_NE(err.find("onto rank 0"), std::string::npos) << err;
   EXPECT_EQ(refusal(plan, static_cast<double>(lean.finish_total())), "");
 }
+
+// Setup builds the whole f32 model on every rank before ZeRO shards it: on
+// many ranks that, not training, is the peak, and more ranks do not lower it.
+TEST(memory_limit, zero3_setup_builds_the_whole_model_once) {
+  MemoryPlan plan = char6l_plan();
+  plan.world = 64;
+  plan.zero_stage = 3;
+  plan.base.activations = 0;
+  plan.rank = 1;  // rank 0's end of run also holds the whole model (the save's gather)
+  const int64_t P = plan.model->layout().numel;
+  const RankMemory m = predict_rank_memory(plan);
+  EXPECT_EQ(m.setup, 4 * P + m.grads);  // fp32: the whole model and the gradient shard
+  ASSERT_GT(m.setup, m.total()) << "64 ranks: setup should be the peak";
+  ASSERT_GT(m.setup, m.finish_total());
+  const std::string err = refusal(plan, static_cast<double>(std::max(m.total(), m.finish_total())));
+  EXPECT_NE(err.find("but setup needs"), std::string::npos) << err;
+  EXPECT_NE(err.find("raise memory.limit_mb"), std::string::npos) << err;
+  EXPECT_EQ(refusal(plan, static_cast<double>(m.setup)), "");
+  // Single rank and stages 0-2: setup holds what training holds (no larger).
+  plan.zero_stage = 1;
+  const RankMemory s1 = predict_rank_memory(plan);
+  EXPECT_EQ(s1.setup, std::max(s1.model_states(), 4 * P + s1.grads));
+  EXPECT_EQ(s1.setup, s1.model_states());
+}

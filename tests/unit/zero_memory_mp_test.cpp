@@ -5,9 +5,13 @@
 // with p = g = 4, o = 8 (fp32 AdamW) and Ψ/N the rank's own checkpoint shard
 // (ckpt::shard_range). The odd-sized model (39,865 parameters) makes the
 // shards unequal. Stage 3's gathered units and stages 2/3's transient
-// gradients show as communication buffers.
+// gradients show as communication buffers. The setup peak (before the first
+// step) is predicted too: stage 3 builds the whole fp32 model once, 4Ψ plus
+// its gradient shard, before it drops the foreign parts.
 // test-links: meshtrain
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
 
 #include "dp_harness.h"
 #include "meshtrain/ckpt/shard_layout.h"
@@ -49,6 +53,14 @@ void check_world(int n) {
       EXPECT_NEAR(peak["optimizer"].get<double>(), optim, 0.05 * optim) << "rank " << rank;
       EXPECT_NEAR(peak["parameters"].get<double>(), params, 0.05 * params) << "rank " << rank;
       EXPECT_NEAR(peak["gradients"].get<double>(), grads, 0.05 * grads) << "rank " << rank;
+      // Setup: the whole model built once (ZeRO-3 before it shards) beside
+      // the gradients, or the model states, whichever is larger.
+      const double setup = m[rank]["setup_peak_total"].get<double>();
+      const double setup_predicted = m[rank]["predicted"]["setup_total"].get<double>();
+      EXPECT_NEAR(setup, setup_predicted, 0.02 * setup_predicted) << "rank " << rank << " setup";
+      // (Stage 3 also gathers the first unit before the first step: the
+      // embeddings, ~1/4 of this small model, beside its model states.)
+      EXPECT_GE(setup, 0.98 * std::max(formula, 4 * P + grads)) << "rank " << rank;
       const double comm = peak["comm"].get<double>();
       if (stage >= 2) {
         EXPECT_GT(comm, 0) << "transient gradients not counted";

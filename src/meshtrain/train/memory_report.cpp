@@ -195,6 +195,22 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   m.params += plan.base.frozen_params;  // LoRA's frozen base, whole on every rank
   m.product_copy = plan.product_copy;
   m.zero_gather = zero_root_gather_bytes(plan, stage, N);
+  // Setup: every rank builds its (tp shard of the) model in f32 once, whole
+  // (initialization draws one random stream over the buffer; a file loads
+  // whole), with mixed precision's 16-bit copy and the gradients beside it;
+  // ZeRO drops the foreign parts before the optimizer state is allocated.
+  // Not modelled: a LoRA base held in bf16 is read in f32 first, and a tp
+  // rank reading `init_from` reads the whole model. After that, stage 3's
+  // start() gathers the first forward's first unit beside the model states.
+  int64_t first_unit = 0;
+  if (stage == 3 && units.front() >= plan.persist_threshold) {
+    const int64_t chunk = (P + N - 1) / N, u0 = units.front();
+    const int64_t ob = std::min(P, chunk * plan.rank), oe = std::min(P, chunk * (plan.rank + 1));
+    first_unit = b.p_full > 0 ? mixed_foreign_unit_bytes(layout, ob, oe).front()
+                              : b.p * (u0 - std::max<int64_t>(0, std::min(u0, oe) - ob));
+  }
+  m.setup = std::max(m.model_states() + first_unit,
+                     (4 + b.p_full) * P + m.grads + plan.base.frozen_params);
   return m;
 }
 
@@ -209,7 +225,15 @@ std::string end_copies_what(const MemoryPlan& plan, const RankMemory& m) {
 void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
   if (limit_bytes <= 0) return;
   const RankMemory m = predict_rank_memory(plan);
-  if (m.total() <= limit_bytes && m.finish_total() <= limit_bytes) return;
+  if (m.total() <= limit_bytes && m.finish_total() <= limit_bytes && m.setup <= limit_bytes) return;
+  if (m.total() <= limit_bytes && m.finish_total() <= limit_bytes)
+    fail("training fits memory.limit_mb = {} ({} MB per rank), but setup needs {} MB: every rank "
+         "builds its whole model in f32 once{} ({} MB) beside its gradients ({} MB) before ZeRO "
+         "keeps only its own share, and more ranks do not lower that; raise memory.limit_mb to "
+         "at least {}",
+         limit_bytes / 1e6, mb(m.total()), mb(m.setup),
+         plan.bytes.p_full > 0 ? " with its 16-bit copy" : "",
+         mb((4 + plan.bytes.p_full) * plan.model->layout().numel), mb(m.grads), mb(m.setup));
   if (m.total() <= limit_bytes)
     fail("training fits memory.limit_mb = {} ({} MB per rank), but saving and sampling the "
          "trained model need {} MB more for {}: {} MB at the end of the run (model states {} + "
@@ -226,7 +250,7 @@ void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
     const RankMemory qm = predict_rank_memory(q);
     const int64_t t = qm.total();
     stages += fmt::format("{}stage {} {} MB", s ? ", " : "", s, mb(t));
-    if (fits.empty() && t <= limit_bytes && qm.finish_total() <= limit_bytes)
+    if (fits.empty() && t <= limit_bytes && qm.finish_total() <= limit_bytes && qm.setup <= limit_bytes)
       fits = fmt::format("zero.stage = {}", s);
   }
   fail("this configuration needs {} MB per rank (predicted: parameters {} + gradients {} + "
@@ -281,7 +305,7 @@ std::string memory_report_text(const std::vector<RankMemory>& predicted,
     out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().total())));
     out += fmt::format("{:<22}", "total (setup)");
     for (size_t r = 0; r < n; ++r) out += fmt::format(" {:>10}", mb(peaks[r][kMemCategoryCount + 1]));
-    out += "\n";
+    out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().setup)));
   }
   return out;
 }

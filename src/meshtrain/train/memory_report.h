@@ -69,6 +69,10 @@ struct RankMemory {
   // Rank 0 under ZeRO, saving or sampling: the other ranks' f32 parameters it
   // does not hold otherwise (parallel/zero_parameters.h, gather_to_root).
   int64_t zero_gather = 0;
+  // Before the first step: the whole f32 model built once on every rank
+  // (with mixed precision's 16-bit copy) beside the gradients, or the model
+  // states, whichever is larger (predict_rank_memory says why).
+  int64_t setup = 0;
   int64_t model_states() const { return params + grads + optimizer; }
   int64_t total() const { return model_states() + activations + comm + workspace; }
   // At the end of the run: the activations freed, the copies for saving made.

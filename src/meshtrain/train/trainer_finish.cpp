@@ -123,7 +123,8 @@ TrainerSummary TrainingRun::finish() {
     row["predicted"] = {{"parameters", pm.params}, {"gradients", pm.grads},
                         {"optimizer", pm.optimizer}, {"activations", pm.activations},
                         {"comm", pm.comm}, {"workspace", pm.workspace},
-                        {"training_total", pm.total()}, {"end_of_run_total", pm.finish_total()}};
+                        {"training_total", pm.total()}, {"end_of_run_total", pm.finish_total()},
+                        {"setup_total", pm.setup}};
     mj.push_back(row);
   }
   fmt::print("{}", memory_report_text(predicted, peaks));
