@@ -289,23 +289,26 @@ void ZeroParameters::gather_to_root() {
   // pieces of units not gathered; mixed precision, also every master range
   // outside f32_spans unless the full masters are resident.
   std::vector<std::pair<ElemSpan, int>> stale;  // range, owner
-  auto add = [&](std::vector<std::pair<ElemSpan, int>>& to, int64_t b, int64_t e, int owner) {
-    if (!to.empty() && to.back().second == owner && to.back().first.end == b)
-      to.back().first.end = e;
+  auto add = [&](int64_t b, int64_t e, int owner) {  // adjacent ranges of one owner: one message
+    if (!stale.empty() && stale.back().second == owner && stale.back().first.end == b)
+      stale.back().first.end = e;
     else
-      to.push_back({{b, e}, owner});
+      stale.push_back({{b, e}, owner});
   };
   // Rank 0 also notes which of them it does not hold resident otherwise (the
   // pages it takes for the copy and returns in release_transient()).
-  std::vector<std::pair<ElemSpan, int>> taken;
+  int64_t brought = 0;
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     for (const OwnedPiece& p : layout_.pieces(units_[u])) {
       if (p.owner == kRoot) continue;
       split_by_f32_spans(p.span, [&](int64_t b, int64_t e, bool f32) {
         const bool in_unit = !mixed() || f32;  // gathered with its unit, else a master
         if (in_unit ? valid_[u] : full_masters_) return;
-        add(stale, b, e, p.owner);
-        if (root && (in_unit ? !resident_[u] : true)) add(taken, b, e, p.owner);
+        add(b, e, p.owner);
+        if (root && (!in_unit || !resident_[u])) {
+          root_copy_.push_back({b, e});
+          brought += e - b;
+        }
       });
     }
   std::vector<comm::Work> works;
@@ -315,11 +318,6 @@ void ZeroParameters::gather_to_root() {
       works.push_back(comm_.recv(params_ + s.begin, n, DType::F32, owner));
     else if (owner == comm_.rank())
       works.push_back(comm_.send(params_ + s.begin, n, DType::F32, kRoot));
-  }
-  int64_t brought = 0;
-  for (const auto& t : taken) {
-    root_copy_.push_back(t.first);
-    brought += t.first.count();
   }
   root_copy_bytes_.set(4 * brought);
   comm::wait_all(works);

@@ -10,9 +10,10 @@ namespace meshtrain {
 
 namespace {
 
-int64_t own_count(int64_t P, int world, int rank) {
+// A rank's own range of P parameters under ZeRO (parallel/zero_layout.h).
+ElemSpan own_range(int64_t P, int world, int rank) {
   const int64_t chunk = (P + world - 1) / world;
-  return std::max<int64_t>(0, std::min(P, chunk * (rank + 1)) - std::min(P, chunk * rank));
+  return {std::min(P, chunk * rank), std::min(P, chunk * (rank + 1))};
 }
 
 std::string mb(double bytes) { return fmt::format("{:.1f}", bytes / 1e6); }
@@ -57,28 +58,33 @@ TransientGrads transient_grads(int64_t g, int64_t w, int64_t u0, int64_t lnf, in
 
 namespace {
 
-// Mixed precision under ZeRO: per unit, the bytes its foreign part takes
-// when resident (the 16-bit copy, plus f32 for the parameters read in f32).
-std::vector<int64_t> mixed_foreign_unit_bytes(const ParamLayout& layout, int64_t own_begin,
-                                              int64_t own_end) {
-  const std::vector<int64_t> units = layout.unit_sizes();
+// Per unit, the elements outside the `own` range: all of them, and those
+// the model reads in f32 (ParamLayout::f32_read_ranges).
+struct ForeignCount {
+  int64_t all = 0, f32 = 0;
+};
+std::vector<ForeignCount> foreign_unit_counts(const ParamLayout& layout, ElemSpan own) {
   const std::vector<ElemSpan> spans = layout.f32_read_ranges();
-  std::vector<int64_t> out;
+  auto outside_own = [&](int64_t lo, int64_t hi) {
+    return (hi - lo) - std::max<int64_t>(0, std::min(hi, own.end) - std::max(lo, own.begin));
+  };
+  std::vector<ForeignCount> out;
   int64_t b = 0;
-  for (int64_t n : units) {
+  for (const int64_t n : layout.unit_sizes()) {
     const int64_t e = b + n;
-    auto outside_own = [&](int64_t lo, int64_t hi) {
-      return (hi - lo) - std::max<int64_t>(0, std::min(hi, own_end) - std::max(lo, own_begin));
-    };
-    int64_t f32 = 0;
+    ForeignCount c{outside_own(b, e), 0};
     for (const ElemSpan& f : spans)
       if (std::max(f.begin, b) < std::min(f.end, e))
-        f32 += outside_own(std::max(f.begin, b), std::min(f.end, e));
-    out.push_back(2 * outside_own(b, e) + 4 * f32);
+        c.f32 += outside_own(std::max(f.begin, b), std::min(f.end, e));
+    out.push_back(c);
     b = e;
   }
   return out;
 }
+
+// Mixed precision under ZeRO: the bytes a unit's foreign part takes when
+// resident (the 16-bit copy, plus f32 for the parameters read in f32).
+int64_t mixed_foreign_bytes(const ForeignCount& c) { return 2 * c.all + 4 * c.f32; }
 
 // Rank 0 under ZeRO at a save or sample (ZeroParameters::gather_to_root):
 // the f32 parameters of other ranks it does not hold otherwise: under mixed
@@ -90,18 +96,15 @@ int64_t zero_root_gather_bytes(const MemoryPlan& plan, int stage, int world) {
   const bool mixed = plan.bytes.p_full > 0;
   if (!mixed && stage < 3) return 0;
   const ParamLayout& layout = plan.model->layout();
-  const int64_t own_end = std::min(layout.numel, (layout.numel + world - 1) / world);
-  const std::vector<ElemSpan> spans = layout.f32_read_ranges();
-  int64_t bytes = 0, b = 0;
-  for (const int64_t n : layout.unit_sizes()) {
-    const int64_t e = b + n, lo = std::max(b, own_end);  // rank 0 owns [0, own_end)
-    const int64_t foreign = std::max<int64_t>(0, e - lo);
-    int64_t f32 = 0;  // foreign elements read in f32
-    for (const ElemSpan& f : spans) f32 += std::max<int64_t>(0, std::min(f.end, e) - std::max(f.begin, lo));
-    const bool sharded_unit = stage == 3 && n >= plan.persist_threshold;
-    if (mixed) bytes += 4 * (foreign - f32) + (sharded_unit ? 4 * f32 : 0);
-    else if (sharded_unit) bytes += 4 * foreign;
-    b = e;
+  const std::vector<int64_t> units = layout.unit_sizes();
+  const std::vector<ForeignCount> foreign =
+      foreign_unit_counts(layout, own_range(layout.numel, world, 0));
+  int64_t bytes = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const bool sharded_unit = stage == 3 && units[u] >= plan.persist_threshold;
+    const ForeignCount& c = foreign[u];
+    if (mixed) bytes += 4 * (c.all - c.f32) + (sharded_unit ? 4 * c.f32 : 0);
+    else if (sharded_unit) bytes += 4 * c.all;
   }
   return bytes;
 }
@@ -114,7 +117,8 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   const int64_t P = layout.numel;
   const int N = std::max(1, plan.world);
   const int stage = N > 1 ? plan.zero_stage : 0;
-  const int64_t own = stage > 0 ? own_count(P, N, plan.rank) : P;
+  const ElemSpan own_span = own_range(P, N, plan.rank);
+  const int64_t own = stage > 0 ? own_span.count() : P;
   const StateBytes& b = plan.bytes;
   const std::vector<int64_t> units = layout.unit_sizes();
   // The stage 2/3 formulas follow a decoder's unit shape (nn/model.h): the
@@ -173,9 +177,9 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     // parameter copy the model computes with, whole in stages 1-2 and
     // gathered per unit in stage 3, plus in f32 the foreign parts of the few
     // parameters read in f32 (position embeddings, biases, LayerNorm).
-    const int64_t chunk = (P + N - 1) / N;
-    const int64_t ob = std::min(P, chunk * plan.rank), oe = std::min(P, chunk * (plan.rank + 1));
-    const std::vector<int64_t> foreign = mixed_foreign_unit_bytes(layout, ob, oe);
+    std::vector<int64_t> foreign;
+    for (const ForeignCount& c : foreign_unit_counts(layout, own_span))
+      foreign.push_back(mixed_foreign_bytes(c));
     m.optimizer = (b.o + b.p) * own;
     m.params = b.p_full * own;
     int64_t held_units = 0, largest_layer = 0;
@@ -204,10 +208,8 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   // start() gathers the first forward's first unit beside the model states.
   int64_t first_unit = 0;
   if (stage == 3 && units.front() >= plan.persist_threshold) {
-    const int64_t chunk = (P + N - 1) / N, u0 = units.front();
-    const int64_t ob = std::min(P, chunk * plan.rank), oe = std::min(P, chunk * (plan.rank + 1));
-    first_unit = b.p_full > 0 ? mixed_foreign_unit_bytes(layout, ob, oe).front()
-                              : b.p * (u0 - std::max<int64_t>(0, std::min(u0, oe) - ob));
+    const ForeignCount u0 = foreign_unit_counts(layout, own_span).front();
+    first_unit = b.p_full > 0 ? mixed_foreign_bytes(u0) : b.p * u0.all;
   }
   m.setup = std::max(m.model_states() + first_unit,
                      (4 + b.p_full) * P + m.grads + plan.base.frozen_params);
