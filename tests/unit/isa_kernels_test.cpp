@@ -107,8 +107,9 @@ TEST(isa, active_level_is_what_the_cpu_has_unless_capped) {
   }
   EXPECT_EQ(parse_isa("avx2"), Isa::Avx2);
   EXPECT_THROW(parse_isa("sse9"), UsageError);
-  if (cpu_isa() != Isa::Avx512Bf16)
+  if (cpu_isa() != Isa::Avx512Bf16) {
     EXPECT_THROW(ScopedIsaCap cap(Isa::Avx512Bf16), Error);
+  }
 }
 
 ISA_TEST(bf16_and_f16_conversions_are_bitwise_equal) {

@@ -128,9 +128,11 @@ void attention_backward_gemm(float* dqkv, const float* dout, const float* qkv, c
 namespace meshtrain::cpu {
 
 int64_t attention_fused_workspace_floats(int64_t T, int64_t hd) {
-  // P and dP blocks (Tb x Tp) and the packed K and V panels (hd x Tp).
+  // P and dP blocks (Tb x Tp), the packed K and V panels (hd x Tp) and the
+  // backward's contiguous K, Q and dO rows (Tp x hd each; the forward's V
+  // uses the first).
   const int64_t Tp = (T + kAttentionPanel - 1) / kAttentionPanel * kAttentionPanel;
-  return 2 * kAttentionRowBlock * Tp + 2 * hd * Tp;
+  return 2 * kAttentionRowBlock * Tp + 5 * hd * Tp;
 }
 
 int64_t attention_workspace_floats(int64_t T, int64_t hd) {
