@@ -29,10 +29,18 @@ fi
 grep -q "build: portable" <("$BIN" --version) || skip "a -DMESHTRAIN_NATIVE=ON build targets this CPU only"
 
 # `emulate CPU CMD...` runs CMD under that CPU; QEMU's notes on host features
-# it does not emulate (pcid, rdseed, ...) are dropped.
+# it does not emulate (pcid, rdseed, ...) are dropped from its stderr. The
+# filter is a pipeline stage, not a process substitution: the latter runs on
+# after CMD returns, so a caller reading CMD's error output from a file could
+# read it before the filter had written it (seen on a loaded machine).
 emulate() {
-  local cpu=$1; shift
-  "$QEMU" -cpu "$cpu" "$@" 2> >(grep -v "TCG doesn't support requested feature" >&2)
+  local cpu=$1 rc; shift
+  exec 3>&1
+  "$QEMU" -cpu "$cpu" "$@" 2>&1 1>&3 3>&- |
+    { grep -v "TCG doesn't support requested feature" >&2 || true; }
+  rc=${PIPESTATUS[0]}
+  exec 3>&-
+  return "$rc"
 }
 
 TESTS=$(cd "$(dirname "$BIN")/../tests" && pwd)
