@@ -3,7 +3,7 @@
 // frozen llama-tiny or GPT tiny base train replicated and with ZeRO 1-3 on 2
 // ranks (ZeRO-3 also on 3 ranks with accumulation, and in bf16) and
 // reproduce the single-process run: every step's loss and the final adapters
-// within 1e-5 (bf16: 1e-4), and every rank's frozen base is bit-identical to
+// within 1e-5 (bf16: 1e-3), and every rank's frozen base is bit-identical to
 // the one it started from.
 #include <gtest/gtest.h>
 
@@ -112,7 +112,12 @@ std::string compare(const TrainRun& got, const TrainRun& want, double tol) {
 }
 
 void expect_matches_single_process(const Setup& setup, int ranks, int stage, int accum) {
-  const double tol = setup.precision == Precision::FP32 ? 1e-5 : 1e-4;
+  // bf16: a 1e-7 difference in how the two runs sum the adapters' gradients
+  // flips a few bf16 roundings of activations a step later, and Adam turns
+  // those into adapter differences that depend on the draw: on GPT tiny,
+  // replicated, init seeds 5-9 differ from the single process by 4e-7 to
+  // 3.7e-4 (2.4e-4 before this GELU), so 1e-4 passed or failed by seed.
+  const double tol = setup.precision == Precision::FP32 ? 1e-5 : 1e-3;
   // Each rank computes the single-process reference itself: the parent must
   // not start OpenMP's threads before it forks the ranks.
   const auto w = run_world(ranks, [&](Communicator& c) {

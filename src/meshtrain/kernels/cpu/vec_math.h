@@ -34,11 +34,4 @@ namespace meshtrain::cpu {
   return expf_in_range(x);
 }
 
-// tanh(u) = 1 - 2/(exp(2u)+1); saturates cleanly for large |u|. After the
-// clamp 2u is in [-18, 18], so exp needs no clamp of its own (same results).
-[[gnu::always_inline]] static inline float fast_tanhf(float u) {
-  u = u < -9.0f ? -9.0f : (u > 9.0f ? 9.0f : u);
-  return 1.0f - 2.0f / (expf_in_range(2.0f * u) + 1.0f);
-}
-
 }  // namespace meshtrain::cpu
