@@ -221,6 +221,7 @@ void run_bench_train(const BenchTrainArgs& a) {
       onednn_shapes += c.backend == cpu::SgemmBackend::OneDnn;
       shapes.push_back({{"op", fmt::format("{}{}", c.trans_a ? 'T' : 'N', c.trans_b ? 'T' : 'N')},
                         {"M", c.M}, {"N", c.N}, {"K", c.K}, {"beta", c.accumulate ? 1 : 0},
+                        {"bias", c.bias},
                         {"backend", cpu::sgemm_backend_name(c.backend)},
                         {"openblas_ms", c.openblas_s * 1e3}, {"onednn_ms", c.onednn_s * 1e3}});
     }
@@ -261,9 +262,10 @@ void run_bench_train(const BenchTrainArgs& a) {
   fmt::print("  {}\n", cpu_report_line());
   fmt::print("  {}\n", cpu::sgemm_summary());
   for (const cpu::SgemmChoice& c : cpu::sgemm_choices())
-    fmt::print("    {}{} {:>5} x {:>5} x {:>5} beta {}: {:<8} (openblas {:7.2f} ms, onednn {:7.2f} ms)\n",
+    fmt::print("    {}{} {:>5} x {:>5} x {:>5} beta {}{}: {:<8} (openblas {:7.2f} ms, onednn {:7.2f} ms)\n",
                c.trans_a ? 'T' : 'N', c.trans_b ? 'T' : 'N', c.M, c.N, c.K, c.accumulate ? 1 : 0,
-               cpu::sgemm_backend_name(c.backend), c.openblas_s * 1e3, c.onednn_s * 1e3);
+               c.bias ? " + bias" : "       ", cpu::sgemm_backend_name(c.backend),
+               c.openblas_s * 1e3, c.onednn_s * 1e3);
   fmt::print("  step (median of {})        {:10.2f} ms  (fwd {:.2f}, bwd {:.2f}, optim {:.2f})\n",
              a.steps, med * 1e3, median(fwd_s) * 1e3, median(bwd_s) * 1e3, median(opt_s) * 1e3);
   if (predicted)

@@ -124,6 +124,54 @@ TEST(matmul, every_backend_matches_reference) {
   }
 }
 
+// sgemm_bias on each backend (oneDNN's fused bias, OpenBLAS's seeded C) and
+// under auto: op(A) op(B) + bias (+ C), each bias value on its own column.
+TEST(matmul, bias_gemm_matches_reference_on_every_backend) {
+  PolicyGuard guard;
+  set_sgemm_policy(SgemmPolicy::Auto);
+  struct Shape {
+    int64_t M, N, K;
+  };
+  // The last is above auto's timing floor (2MNK = 17 MFLOP).
+  const Shape shapes[] = {{1, 9, 5}, {5, 7, 3}, {33, 17, 65}, {96, 208, 420}};
+  uint64_t seed = 100;
+  for (const Shape& sh : shapes)
+    for (bool ta : {false, true})
+      for (bool accumulate : {false, true}) {
+        const Problem p(ta, true, sh.M, sh.N, sh.K, 0, ++seed);
+        std::vector<float> bias(sh.N);
+        for (int64_t j = 0; j < sh.N; ++j) bias[j] = 0.5f * static_cast<float>(j) - 3.f;
+        // The reference: C0 (when accumulating) plus the bias, then the product added.
+        Problem seeded = p;
+        for (int64_t i = 0; i < p.M; ++i)
+          for (int64_t j = 0; j < p.N; ++j)
+            seeded.c0[i * p.ldc + j] = (accumulate ? p.c0[i * p.ldc + j] : 0.f) + bias[j];
+        const std::string what = std::string("M ") + std::to_string(sh.M) + " ta " +
+                                 std::to_string(ta) + " accumulate " + std::to_string(accumulate);
+        for (SgemmBackend be : backends()) {
+          std::vector<float> c = p.c0;
+          sgemm_with_bias(be, ta, true, p.M, p.N, p.K, p.a.data(), p.lda, p.b.data(), p.ldb,
+                          bias.data(), accumulate, c.data());
+          seeded.check(c, 1.f, 1.f, std::string(sgemm_backend_name(be)) + " " + what);
+          if (HasFatalFailure()) return;
+        }
+        std::vector<float> c = p.c0;
+        sgemm_bias(ta, true, p.M, p.N, p.K, p.a.data(), p.lda, p.b.data(), p.ldb, bias.data(),
+                   accumulate, c.data());
+        seeded.check(c, 1.f, 1.f, "auto " + what);
+        if (HasFatalFailure()) return;
+      }
+  if (!onednn_sgemm_available()) return;
+  // The large problem was timed as a bias problem, apart from the plain GEMM
+  // of the same shape.
+  const auto with_bias = sgemm_choice_of(false, true, 96, 208, 420, 420, 420, 208, false,
+                                         thread_count(), true);
+  ASSERT_TRUE(with_bias.has_value());
+  EXPECT_TRUE(with_bias->bias);
+  EXPECT_FALSE(sgemm_choice_of(false, true, 96, 208, 420, 420, 420, 208, false, thread_count())
+                   .has_value());
+}
+
 TEST(matmul, other_alpha_beta_run_on_openblas_under_every_policy) {
   PolicyGuard guard;
   const Problem p(true, false, 40, 50, 60, 2, 7);
@@ -257,6 +305,7 @@ TEST(matmul, auto_times_a_bounded_number_of_problems) {
   // The problems timed before keep their backends.
   for (const SgemmChoice& ch : timed) {
     if (ch.threads != thread_count()) continue;  // another thread count is another problem
+    if (ch.bias) continue;  // an sgemm_bias problem: sgemm_backend_for asks for the plain one
     EXPECT_EQ(sgemm_backend_for(ch.trans_a, ch.trans_b, ch.M, ch.N, ch.K, 1.f, a.data(), ch.lda,
                                 b.data(), ch.ldb, ch.accumulate ? 1.f : 0.f, c.data(), ch.ldc),
               ch.backend);

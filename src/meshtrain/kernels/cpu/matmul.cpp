@@ -62,8 +62,11 @@ void add_column_sums(float* out, const float* m, int64_t N, int64_t OC) {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int64_t N, int64_t C, int64_t OC, bool accumulate) {
-  const float beta = seed_output_with_bias(out, bias, N, OC, accumulate);
-  sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  if (bias) {
+    sgemm_bias(false, true, N, OC, C, inp, C, weight, C, bias, accumulate, out);
+    return;
+  }
+  sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, accumulate ? 1.0f : 0.0f, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,

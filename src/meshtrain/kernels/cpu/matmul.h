@@ -32,4 +32,12 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* Cm,
            int64_t ldc);
 
+// C (M, N, row stride N) = op(A) op(B) + bias (N values added to every row),
+// plus what C holds when accumulate. oneDNN adds the bias in its kernel's
+// epilogue; OpenBLAS needs C seeded with it first (one more pass over C).
+// Auto times the two that way, so the bias takes part in the choice.
+void sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                int64_t lda, const float* B, int64_t ldb, const float* bias, bool accumulate,
+                float* C);
+
 }  // namespace meshtrain::cpu

@@ -16,6 +16,7 @@ namespace meshtrain::cpu {
 struct OneDnnMatmul {
   std::shared_ptr<dnnl::matmul> prim;
   dnnl::memory::desc a, b, c;
+  dnnl::memory::desc bias;  // (1, N) f32, or empty: no bias argument
   std::string impl;  // the implementation oneDNN picked, e.g. "brg:avx512_core"
 };
 
@@ -23,11 +24,15 @@ struct OneDnnMatmul {
 // usable from exit-time code).
 const dnnl::engine& onednn_engine();
 // accumulate: beta == 1 (a sum post-op reads C); otherwise beta == 0.
+// bias: an f32 row of N values added to every row of the product in the
+// kernel's epilogue (before the sum), passed to each run.
 OneDnnMatmul make_onednn_matmul(dnnl::memory::data_type ab, bool ta,
                                 bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
-                                int64_t ldb, int64_t ldc, bool accumulate);
-// Runs it on this thread's stream and waits.
-void run_onednn_matmul(const OneDnnMatmul& m, const void* A, const void* B, float* C);
+                                int64_t ldb, int64_t ldc, bool accumulate, bool bias = false);
+// Runs it on this thread's stream and waits; bias is required exactly when
+// the primitive was made with one.
+void run_onednn_matmul(const OneDnnMatmul& m, const void* A, const void* B, float* C,
+                       const float* bias = nullptr);
 
 }  // namespace meshtrain::cpu
 #endif

@@ -53,7 +53,8 @@ struct Key {
   int64_t M, N, K, lda, ldb, ldc;
   bool accumulate;
   int threads;
-  auto tie() const { return std::tie(ta, tb, M, N, K, lda, ldb, ldc, accumulate, threads); }
+  bool bias;  // sgemm_bias: OpenBLAS timed with its seeding pass, oneDNN with its fused bias
+  auto tie() const { return std::tie(ta, tb, M, N, K, lda, ldb, ldc, accumulate, threads, bias); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -83,7 +84,9 @@ bool onednn_can_run(float alpha, float beta, int64_t K) {
 
 // Times both backends on the caller's operands, writing a scratch copy of C
 // (beta = 1 reads it; the real C must be updated exactly once, afterwards).
-SgemmChoice time_both(const Key& k, const float* A, const float* B, const float* C) {
+// With a bias each OpenBLAS run includes seeding the scratch with it.
+SgemmChoice time_both(const Key& k, const float* A, const float* B, const float* C,
+                      const float* bias) {
   const size_t c_elems = static_cast<size_t>((k.M - 1) * k.ldc + k.N);
   std::unique_ptr<float[]> scratch(new float[c_elems]);
   if (k.accumulate) std::memcpy(scratch.get(), C, sizeof(float) * c_elems);
@@ -102,7 +105,12 @@ SgemmChoice time_both(const Key& k, const float* A, const float* B, const float*
   };
   auto run = [&](SgemmBackend b) {
     const double t0 = now();
-    sgemm_with(b, k.ta, k.tb, k.M, k.N, k.K, 1.0f, A, k.lda, B, k.ldb, beta, scratch.get(), k.ldc);
+    if (k.bias)
+      sgemm_with_bias(b, k.ta, k.tb, k.M, k.N, k.K, A, k.lda, B, k.ldb, bias, k.accumulate,
+                      scratch.get());
+    else
+      sgemm_with(b, k.ta, k.tb, k.M, k.N, k.K, 1.0f, A, k.lda, B, k.ldb, beta, scratch.get(),
+                 k.ldc);
     return now() - t0;
   };
   // Untimed: oneDNN generates its kernel, OpenBLAS sizes its buffers, pages fault in.
@@ -118,17 +126,19 @@ SgemmChoice time_both(const Key& k, const float* A, const float* B, const float*
       blas = std::min(blas, run(SgemmBackend::OpenBlas));
     }
   }
-  return SgemmChoice{k.ta, k.tb, k.M, k.N, k.K, k.lda, k.ldb, k.ldc, k.accumulate, k.threads,
-                     dnn < blas ? SgemmBackend::OneDnn : SgemmBackend::OpenBlas, blas, dnn};
+  const SgemmBackend faster = dnn < blas ? SgemmBackend::OneDnn : SgemmBackend::OpenBlas;
+  return SgemmChoice{k.ta,      k.tb,    k.M,    k.N, k.K, k.lda, k.ldb, k.ldc, k.accumulate,
+                     k.threads, faster,  blas,   dnn, k.bias};
 }
 
-SgemmBackend decide(const Key& k, const float* A, const float* B, const float* C) {
+SgemmBackend decide(const Key& k, const float* A, const float* B, const float* C,
+                    const float* bias) {
   Decisions& d = decisions();
   std::lock_guard<std::mutex> lock(d.mu);  // one timing at a time; later callers reuse it
   auto it = d.by_key.find(k);
   if (it != d.by_key.end()) return it->second.backend;
   if (d.by_key.size() >= kMaxTimedProblems) return SgemmBackend::OpenBlas;  // for good: the map no longer grows
-  const SgemmChoice c = time_both(k, A, B, C);
+  const SgemmChoice c = time_both(k, A, B, C, bias);
   d.by_key.emplace(k, c);
   d.order.push_back(k);
   return c.backend;
@@ -173,9 +183,12 @@ SgemmPolicy pin_sgemm_for_determinism() {
   return sgemm_policy();
 }
 
-SgemmBackend sgemm_backend_for(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                               const float* A, int64_t lda, const float* B, int64_t ldb,
-                               float beta, const float* C, int64_t ldc) {
+namespace {
+
+// sgemm_backend_for, with the bias of sgemm_bias (nullptr: none) part of the problem.
+SgemmBackend backend_for(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                         const float* C, int64_t ldc, const float* bias) {
   if (M <= 0 || N <= 0 || !onednn_can_run(alpha, beta, K)) return SgemmBackend::OpenBlas;
   switch (sgemm_policy()) {
     case SgemmPolicy::OpenBlas: return SgemmBackend::OpenBlas;
@@ -185,7 +198,17 @@ SgemmBackend sgemm_backend_for(bool ta, bool tb, int64_t M, int64_t N, int64_t K
   // Inside a parallel region (even a one-thread team) other threads run their
   // own GEMMs: no clean timing, and these small products suit OpenBLAS.
   if (omp_get_level() > 0 || 2.0 * M * N * K < kAutoMinFlop) return SgemmBackend::OpenBlas;
-  return decide(Key{ta, tb, M, N, K, lda, ldb, ldc, beta == 1.0f, omp_get_max_threads()}, A, B, C);
+  return decide(
+      Key{ta, tb, M, N, K, lda, ldb, ldc, beta == 1.0f, omp_get_max_threads(), bias != nullptr}, A,
+      B, C, bias);
+}
+
+}  // namespace
+
+SgemmBackend sgemm_backend_for(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const float* A, int64_t lda, const float* B, int64_t ldb,
+                               float beta, const float* C, int64_t ldc) {
+  return backend_for(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
 }
 
 void sgemm_with(SgemmBackend b, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -222,6 +245,35 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   sgemm_with(b, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
 }
 
+void sgemm_with_bias(SgemmBackend b, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                     const float* A, int64_t lda, const float* B, int64_t ldb, const float* bias,
+                     bool accumulate, float* C) {
+  if (M <= 0 || N <= 0) return;
+  MT_CHECK(bias, "sgemm_with_bias: no bias (use sgemm_with)");
+  if (b == SgemmBackend::OneDnn) {
+    MT_CHECK(onednn_can_run(1.0f, 0.0f, K),
+             "sgemm on onednn: needs oneDNN in the build and K >= 1 (got {})", K);
+    sgemm_onednn(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, N, bias);
+    return;
+  }
+  const float beta = seed_output_with_bias(C, bias, M, N, accumulate);
+  sgemm_openblas(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+}
+
+void sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                int64_t lda, const float* B, int64_t ldb, const float* bias, bool accumulate,
+                float* C) {
+  if (M == 0 || N == 0) return;
+  if (M == 1 && !trans_a) {  // one row: sgemm's matrix-vector path after seeding
+    const float beta = seed_output_with_bias(C, bias, M, N, accumulate);
+    sgemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+    return;
+  }
+  const SgemmBackend b = backend_for(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb,
+                                     accumulate ? 1.0f : 0.0f, C, N, bias);
+  sgemm_with_bias(b, trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, accumulate, C);
+}
+
 std::vector<SgemmChoice> sgemm_choices() {
   Decisions& d = decisions();
   std::lock_guard<std::mutex> lock(d.mu);
@@ -232,10 +284,10 @@ std::vector<SgemmChoice> sgemm_choices() {
 
 std::optional<SgemmChoice> sgemm_choice_of(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                            int64_t lda, int64_t ldb, int64_t ldc,
-                                           bool accumulate, int threads) {
+                                           bool accumulate, int threads, bool bias) {
   Decisions& d = decisions();
   std::lock_guard<std::mutex> lock(d.mu);
-  auto it = d.by_key.find(Key{ta, tb, M, N, K, lda, ldb, ldc, accumulate, threads});
+  auto it = d.by_key.find(Key{ta, tb, M, N, K, lda, ldb, ldc, accumulate, threads, bias});
   if (it == d.by_key.end()) return std::nullopt;
   return it->second;
 }

@@ -63,6 +63,12 @@ void sgemm_with(SgemmBackend b, bool trans_a, bool trans_b, int64_t M, int64_t N
                 float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                 float* C, int64_t ldc);
 
+// sgemm_bias (matmul.h) on the given backend: oneDNN with the bias fused,
+// OpenBLAS seeding C with it first. ldc == N.
+void sgemm_with_bias(SgemmBackend b, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                     const float* A, int64_t lda, const float* B, int64_t ldb, const float* bias,
+                     bool accumulate, float* C);
+
 // One decision auto made, with the times (seconds, minimum of the timed runs)
 // it was based on.
 struct SgemmChoice {
@@ -72,13 +78,14 @@ struct SgemmChoice {
   int threads;
   SgemmBackend backend;
   double openblas_s, onednn_s;
+  bool bias;  // an sgemm_bias problem (the times include OpenBLAS's seeding pass)
 };
 // Every decision so far, in the order the problems were first seen.
 std::vector<SgemmChoice> sgemm_choices();
 // The decision for a problem, if auto has made one.
 std::optional<SgemmChoice> sgemm_choice_of(bool trans_a, bool trans_b, int64_t M, int64_t N,
                                            int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                                           bool accumulate, int threads);
+                                           bool accumulate, int threads, bool bias = false);
 
 // One line for logs and benchmarks, e.g.
 //   "sgemm: auto: onednn for 9 of 14 shapes (oneDNN 2.6.3 brg:avx512_core; OpenBLAS otherwise)"
