@@ -72,6 +72,16 @@ def main():
         print(f"| {t} | {o:.0f} | {p:.0f} | {o / p:.2f}x |{comp} {oc:.0f} / {pc:.0f} ({oc / pc:.2f}x) "
               f"| {statistics.median(res['mfu']) * 100:.1f}% "
               f"| {statistics.median(res['peak']):.1f} |")
+    # Each round's two runs are neighbours in time, so their ratio cancels the
+    # machine's slower drifts better than the ratio of separate medians.
+    for t, res in results.items():
+        per_round = [o / p for o, p in zip(res["ours"], res["peer"])]
+        line = " ".join(f"{x:.2f}" for x in per_round)
+        if a.compile:
+            line += " | vs torch.compile: " + " ".join(
+                f"{o / c:.2f}" for o, c in zip(res["ours"], res["compiled"]))
+        print(f"per-round ratios, {t} thread(s): {line} "
+              f"(median {statistics.median(per_round):.2f}x)")
     print(f"PyTorch {results[a.threads[0]]['torch']}")
 
 
