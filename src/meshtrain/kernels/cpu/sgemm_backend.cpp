@@ -127,8 +127,8 @@ SgemmChoice time_both(const Key& k, const float* A, const float* B, const float*
     }
   }
   const SgemmBackend faster = dnn < blas ? SgemmBackend::OneDnn : SgemmBackend::OpenBlas;
-  return SgemmChoice{k.ta,      k.tb,    k.M,    k.N, k.K, k.lda, k.ldb, k.ldc, k.accumulate,
-                     k.threads, faster,  blas,   dnn, k.bias};
+  return SgemmChoice{k.ta, k.tb, k.M, k.N, k.K, k.lda, k.ldb, k.ldc, k.accumulate,
+                     k.threads, faster, blas, dnn, k.bias};
 }
 
 SgemmBackend decide(const Key& k, const float* A, const float* B, const float* C,
