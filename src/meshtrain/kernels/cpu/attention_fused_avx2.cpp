@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "meshtrain/kernels/cpu/attention.h"
+#include "meshtrain/kernels/cpu/vec_math_avx2.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "attention_fused_avx2.cpp is compiled for the avx2 level only (// isa-levels: avx2)"
@@ -48,27 +49,12 @@ __m256i lanes_below(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// exp(x) per lane, the same range reduction and polynomial as fast_expf.
+// exp(x) per lane, clamped like fast_expf.
 inline __m256 exp8(__m256 x) {
   // Clamp with x as the second operand: min/max return the second operand
   // when either is NaN, so a NaN score stays NaN instead of becoming e^88.
-  x = _mm256_max_ps(_mm256_set1_ps(-87.0f), _mm256_min_ps(_mm256_set1_ps(88.0f), x));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  // 2^n built in the exponent field: n is in [-126, 127] after the clamp. A
-  // NaN lane converts to some integer, but p is already NaN there.
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return exp8_in_range(
+      _mm256_max_ps(_mm256_set1_ps(-87.0f), _mm256_min_ps(_mm256_set1_ps(88.0f), x)));
 }
 
 // Lanes at columns col0 .. col0+7 that a causal row i may see (col <= i).

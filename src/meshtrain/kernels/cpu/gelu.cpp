@@ -6,6 +6,8 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
 #include <immintrin.h>
+
+#include "meshtrain/kernels/cpu/vec_math_avx2.h"
 #endif
 
 // GELU(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written
@@ -42,22 +44,8 @@ inline __m256 gelu_s8(__m256 x) {
   const __m256 x2 = _mm256_mul_ps(x, x);
   __m256 u2 = _mm256_mul_ps(x, _mm256_fmadd_ps(_mm256_set1_ps(kTwoKC), x2, _mm256_set1_ps(kTwoK)));
   u2 = _mm256_min_ps(_mm256_set1_ps(kClamp), _mm256_max_ps(_mm256_set1_ps(-kClamp), u2));
-  // exp(u2) + 1: fast_expf's range reduction and polynomial.
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(u2, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), u2);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256 scale = _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
-  const __m256 d = _mm256_fmadd_ps(p, scale, _mm256_set1_ps(1.0f));
-  return _mm256_div_ps(_mm256_set1_ps(1.0f), d);
+  return _mm256_div_ps(_mm256_set1_ps(1.0f),
+                       _mm256_add_ps(exp8_in_range(u2), _mm256_set1_ps(1.0f)));
 }
 
 int64_t gelu_forward_vec(float* out, const float* inp, int64_t b, int64_t e) {
