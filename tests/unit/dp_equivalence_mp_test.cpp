@@ -1,10 +1,11 @@
 // Data-parallel equivalence, the project's central property: N ranks with
 // micro-batch b train exactly what one rank with micro-batch N*b trains (the
 // DataLoader gives the N ranks together the windows the one rank sees).
-// Tolerance: 1e-5 relative on every step's loss and validation loss, and on
-// every parameter tensor of the final model (L2 norm of the difference over
-// the norm of the reference; attention key biases, which only ever receive
-// rounding noise, are checked to stay noise-sized instead). Real processes
+// Tolerance: 1e-5 relative on every step's loss and validation loss, and 5e-5
+// on every parameter tensor of the final model (L2 norm of the difference
+// over the norm of the reference; why 5x: dp_harness.h; attention key biases,
+// which only ever receive rounding noise, are checked to stay noise-sized
+// instead). Real processes
 // through `meshtrain train --nproc N`.
 #include <map>
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -64,12 +65,22 @@ struct RunResult {
 };
 
 // The tiny model (2 layers, C=16, byte vocabulary) for `steps` steps.
+// MESHTRAIN_TEST_SEED (default 1) sets train.seed, so a tolerance can be
+// checked over several initialisations and data orders.
+// AdamW's epsilon is 1e-6, not 1e-8: a nearly dead hidden unit has gradients
+// that are sums of tiny terms of both signs, whose rounding depends on the
+// reduction order, and Adam scales them up to lr-sized steps. With 1e-8 one
+// such unit moved a whole tensor 9e-5 apart (dp 2 vs 1 rank, seed 3) while
+// every loss agreed to 1e-7; with 1e-6 the same pair differs by 2.8e-6 and
+// the other tensors are unchanged (2-3e-7).
 inline std::string tiny_settings(int steps) {
   const std::string data = (workdir() / "data").string();
+  const char* seed = std::getenv("MESHTRAIN_TEST_SEED");
   return " --set model.preset=tiny --set model.vocab_size=256 --set data.train='" + data +
          "/train_*.bin' --set data.val='" + data + "/val_*.bin' --set train.steps=" +
          std::to_string(steps) + " --set train.warmup=5 --set train.lr=3e-3 --set train.threads=1"
-         " --set train.eval_every=10 --set train.eval_batches=2";
+         " --set train.eval_every=10 --set train.eval_batches=2 --set train.eps=1e-6" +
+         (seed && *seed ? std::string(" --set train.seed=") + seed : std::string());
 }
 
 // Runs `prefix meshtrain train <args> --set telemetry.dir=<name>`; output to <name>.log.
@@ -101,8 +112,19 @@ inline std::pair<double, double> distance(const meshtrain::Tensor& a, const mesh
 
 inline void expect_same_models(const RunResult& dp, const RunResult& ref, double tol);
 
+// Final parameters are compared at kParamTolFactor x the losses' tolerance.
+// Reductions in another order round differently; where a gradient element
+// nearly cancels (a sum of terms of both signs) that rounding is a large part
+// of it, and Adam, which divides by the gradient's own scale, turns it into
+// a step of lr's size. So single elements of small tensors drift while every
+// loss agrees to ~1e-7. Measured with MESHTRAIN_TEST_SEED 1-6 at every ISA
+// level, 12-20 steps: largest per-tensor difference 3.6e-6 (GPT; dp, ZeRO,
+// tp), 1.5e-5 (Llama under tp, one v_proj element); losses <= 1e-7.
+constexpr double kParamTolFactor = 5;
+
 // The central property: same per-step losses and final parameters, within
-// `tol` relative (per step for losses, per tensor in L2 norm for parameters).
+// `tol` relative per step for losses, and kParamTolFactor x `tol` per tensor
+// in L2 norm for parameters.
 inline void expect_same_training(const RunResult& dp, const RunResult& ref, double tol) {
   ASSERT_EQ(dp.status, 0) << dp.log;
   ASSERT_EQ(ref.status, 0) << ref.log;
@@ -121,11 +143,15 @@ inline void expect_same_training(const RunResult& dp, const RunResult& ref, doub
   expect_same_models(dp, ref, tol);
 }
 
-// The final model files: every tensor within `tol` relative in L2 norm.
-inline void expect_same_models(const RunResult& dp, const RunResult& ref, double tol) {
+// The final model files: every tensor within kParamTolFactor x `tol`
+// relative in L2 norm.
+inline void expect_same_models(const RunResult& dp, const RunResult& ref, double loss_tol) {
+  const double tol = kParamTolFactor * loss_tol;
   auto fa = meshtrain::SafetensorsFile::open((dp.dir / "model.safetensors").string());
   auto fb = meshtrain::SafetensorsFile::open((ref.dir / "model.safetensors").string());
   ASSERT_EQ(fa.names(), fb.names());
+  double worst = 0;  // printed, so a passing run shows its margin (ctest -V)
+  std::string worst_name;
   for (const auto& name : fa.names()) {
     const meshtrain::Tensor x = fa.read(name), y = fb.read(name);
     const int64_t n = y.numel();
@@ -144,7 +170,10 @@ inline void expect_same_models(const RunResult& dp, const RunResult& ref, double
     }
     const auto [d, norm] = distance(x, y, 0, n);
     EXPECT_LE(d, tol * norm) << name << ": relative error " << d / norm;
+    if (norm > 0 && d / norm > worst) worst = d / norm, worst_name = name;
   }
+  std::printf("%s vs %s: largest relative parameter difference %.3g (%s), tolerance %.3g\n",
+              dp.dir.filename().c_str(), ref.dir.filename().c_str(), worst, worst_name.c_str(), tol);
 }
 
 }  // namespace dp_test

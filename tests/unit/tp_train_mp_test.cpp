@@ -2,7 +2,8 @@
 // and Llama): `meshtrain train --nproc N --set parallel.tp=T` reproduces
 // the single-rank run
 // (every step's loss, validation loss and the final model file's tensors,
-// assembled from the tp shards, within 1e-5), for tp alone and composed
+// assembled from the tp shards, within 1e-5 for losses and 5e-5 for
+// tensors, dp_harness.h), for tp alone and composed
 // with data parallelism (dp 2 x tp 2) under replicated buckets and ZeRO 1-3
 // over the dp group, with gradient accumulation, recompute and clipping
 // (the logical model's gradient norm: split tensors summed over tp,

@@ -1,6 +1,7 @@
 // ZeRO equivalence: stages 1, 2 and 3 on N ranks train what stage 0 (one
 // rank with N x the micro-batch) trains: every step's loss and validation
-// loss and every final parameter tensor within 1e-5 relative (dp_harness.h).
+// loss within 1e-5 relative, every final parameter tensor within 5e-5
+// (dp_harness.h).
 // Real processes through `meshtrain train --nproc N` and the shm transport;
 // zero.persist_threshold = 0 so that stage 3 gathers every unit (one test
 // keeps some units resident). Covers 2, 3 and 4 ranks, gradient accumulation,

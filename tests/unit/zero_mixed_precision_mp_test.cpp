@@ -28,11 +28,14 @@ constexpr int kSteps = 20;
 // Stages 2/3 reduce-scatter (another f32 summation order, per micro-batch
 // into the owner's shard), and with clipping active (train.clip = 1.0,
 // from step ~8 here) the global norm is summed per shard, then across ranks:
-// f32 rounding differences that bf16 rounding of the weights amplifies.
-// Measured (losses and parameters, max relative): stages 2/3 without clip
-// 1.1e-8 (2 ranks), 3.0e-5 (3 ranks, accumulation); with clip <= 1.3e-4.
+// f32 rounding differences that bf16 rounding of the weights amplifies
+// (a master that lands on the other side of a bf16 rounding boundary moves
+// its 16-bit weight by a whole unit, 2^-8 relative).
+// Measured (losses and parameters, max relative) with MESHTRAIN_TEST_SEED
+// 1-6 at every ISA level: stages 2/3 without clip 1e-8 to 1.5e-6 (2 ranks),
+// up to 2.2e-4 (3 ranks, accumulation); with clip up to 4.5e-4.
 constexpr double kTolStage1NoClip = 0.0;
-constexpr double kTolNoClip = 1e-4;
+constexpr double kTolNoClip = 1e-3;
 
 // Where the bf16 GEMM is not oneDNN's (a CPU without AVX512_BF16, or
 // MESHTRAIN_ISA below it) and for fp16 everywhere, the 16-bit GEMMs widen to
@@ -40,7 +43,7 @@ constexpr double kTolNoClip = 1e-4;
 // runs compared here could pick differently for a shape and differ by ~1e-4
 // (seen on an AVX2-only CPU). Every run this file starts pins it.
 const bool kSgemmPinned = [] { return setenv("MESHTRAIN_SGEMM", "openblas", 1) == 0; }();
-constexpr double kTolClip = 1e-3;
+constexpr double kTolClip = 2e-3;
 const std::string kNoClip = " --set train.clip=0";
 
 constexpr int64_t kParams = 39865;
