@@ -24,7 +24,11 @@ std::string ProgressDisplay::render(const ProgressState& s, int bar_width) {
   std::string bar;
   if (bar_width > 0) {
     int filled = static_cast<int>(frac * bar_width + 0.5);
-    bar = "[" + std::string(filled, '#') + std::string(bar_width - filled, '.') + "] ";
+    // Appended, not "[" + std::string&&: GCC 12 warns falsely (-Wrestrict) on that.
+    bar.reserve(static_cast<size_t>(bar_width) + 3);
+    bar += '[';
+    bar.append(static_cast<size_t>(filled), '#').append(static_cast<size_t>(bar_width - filled), '.');
+    bar += "] ";
   }
   const double eta = s.step > 0 ? s.elapsed_s / s.step * (s.total_steps - s.step) : -1;
   std::string val = s.val_loss >= 0 ? fmt::format("{:.4f}", s.val_loss) : "-";

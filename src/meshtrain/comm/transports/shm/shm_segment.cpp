@@ -104,8 +104,11 @@ void ShmSegment::unlink() {
 
 std::string shm_job_prefix(const std::string& job_id) { return "mt-" + job_id + "-"; }
 
+// Names are appended to a "/" string, not built as "/" + std::string&&, which
+// GCC 12 falsely warns about (-Wrestrict).
 std::string shm_name(const std::string& job_id, const std::string& suffix) {
-  return "/" + shm_job_prefix(job_id) + suffix;
+  std::string name = "/";
+  return name.append(shm_job_prefix(job_id)).append(suffix);
 }
 
 int shm_remove_job_segments(const std::string& job_id) {
@@ -114,7 +117,8 @@ int shm_remove_job_segments(const std::string& job_id) {
   if (DIR* d = opendir("/dev/shm")) {
     while (dirent* e = readdir(d)) {
       if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) {
-        if (shm_unlink(("/" + std::string(e->d_name)).c_str()) == 0) ++removed;
+        std::string name = "/";
+        if (shm_unlink(name.append(e->d_name).c_str()) == 0) ++removed;
       }
     }
     closedir(d);
