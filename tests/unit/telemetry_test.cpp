@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -381,33 +382,42 @@ TEST(telemetry, trace_merge_has_a_process_per_rank) {
 
 TEST(telemetry, breakdown_parts_sum_to_step) {
   // Lapped phases sum to the step exactly up to the laps' own gaps; the
-  // stated tolerance is 1% of the step + 50 µs.
-  StepTimer t;
-  t.start();
+  // stated tolerance is 1% of the step + 50 µs. A thread descheduled between
+  // the last lap and finish() (other tests running beside this one) shows as
+  // a longer gap, so the timing is tried up to 5 times: a timer that loses
+  // time fails all of them.
   auto spin = [](double s) {
     const double t0 = StepTimer::now_s();
     while (StepTimer::now_s() - t0 < s) {
     }
   };
-  spin(0.001);
-  t.lap(Phase::DataWait);
-  spin(0.003);
-  t.lap(Phase::Forward);
-  spin(0.004);
-  t.lap(Phase::Backward);
-  spin(0.0015);
-  t.lap(Phase::CommExposed);
-  spin(0.002);
-  t.lap(Phase::Optimizer);
-  t.add_comm_total(0.005);
-  const StepBreakdown b = t.finish();
-  EXPECT_GE(b.forward_s, 0.003);
-  EXPECT_GE(b.backward_s, 0.004);
-  EXPECT_NEAR(b.parts_s() + b.other_s(), b.step_s, 1e-12);
-  EXPECT_TRUE(b.adds_up(kBreakdownRelTol, kBreakdownAbsTolS));
-  EXPECT_GE(b.other_s(), 0.0);
-  EXPECT_LE(b.other_s(), kBreakdownRelTol * b.step_s + kBreakdownAbsTolS);
-  EXPECT_NEAR(b.comm_overlap(), 1.0 - b.comm_exposed_s / 0.005, 1e-12);
+  bool added_up = false;
+  for (int attempt = 0; attempt < 5 && !added_up; ++attempt) {
+    StepTimer t;
+    t.start();
+    spin(0.001);
+    t.lap(Phase::DataWait);
+    spin(0.003);
+    t.lap(Phase::Forward);
+    spin(0.004);
+    t.lap(Phase::Backward);
+    spin(0.0015);
+    t.lap(Phase::CommExposed);
+    spin(0.002);
+    t.lap(Phase::Optimizer);
+    t.add_comm_total(0.005);
+    const StepBreakdown b = t.finish();
+    EXPECT_GE(b.forward_s, 0.003);
+    EXPECT_GE(b.backward_s, 0.004);
+    EXPECT_NEAR(b.parts_s() + b.other_s(), b.step_s, 1e-12);
+    EXPECT_GE(b.other_s(), 0.0);
+    EXPECT_NEAR(b.comm_overlap(), 1.0 - b.comm_exposed_s / 0.005, 1e-12);
+    added_up = b.adds_up(kBreakdownRelTol, kBreakdownAbsTolS) &&
+               b.other_s() <= kBreakdownRelTol * b.step_s + kBreakdownAbsTolS;
+    if (!added_up) std::printf("attempt %d: other %.1f us of %.1f us\n", attempt + 1,
+                               b.other_s() * 1e6, b.step_s * 1e6);
+  }
+  EXPECT_TRUE(added_up) << "the laps lost more than 1% + 50 us in 5 attempts";
 
   // A breakdown whose parts overrun the step does not add up.
   StepBreakdown bad;
