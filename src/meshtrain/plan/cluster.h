@@ -38,7 +38,7 @@ struct ClusterSpec {
   // ranks of the calibration run theirs (shared caches, memory bandwidth and
   // power); own-run predictions with several ranks divide the rates by it.
   double concurrent_slowdown = 1;
-  std::string calibrated;        // what measured it, when; empty for the catalogue
+  std::string calibrated{};      // what measured it, when; empty for the catalogue
 
   nlohmann::json to_json() const;
   // A catalogue name (a100-40gb, a100-80gb, h100-sxm, h200, b200) or a JSON

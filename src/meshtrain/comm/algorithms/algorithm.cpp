@@ -8,7 +8,7 @@ namespace {
 bool direct_supports(CollOp op, std::string_view kind) {
   return kind == "shm" && op != CollOp::Send && op != CollOp::Recv;
 }
-bool mpi_supports(CollOp op, std::string_view kind) {
+[[maybe_unused]] bool mpi_supports(CollOp op, std::string_view kind) {  // unused without MPI
   return kind == "mpi" && op != CollOp::Send && op != CollOp::Recv;
 }
 void run_native(AlgoEnv& env, const CollArgs& a) { env.transport.run_native(a, env.ctx); }
