@@ -49,7 +49,8 @@ struct WorldResult {
 inline WorldResult run_world(int n, const std::function<std::string(Communicator&)>& fn,
                              CommOptions opts = CommOptions::from_env(), double limit_s = 120) {
   WorldResult w;
-  w.job_id = "t" + random_job_id();
+  const std::string id = random_job_id();
+  w.job_id = "t" + id;  // not "t" + std::string&&: GCC 12 warns falsely (-Wrestrict)
   std::vector<pid_t> pids;
   auto out_path = [&](int r) { return "/tmp/mt-test-" + w.job_id + "-r" + std::to_string(r); };
   auto t0 = std::chrono::steady_clock::now();

@@ -87,8 +87,9 @@ TEST(plan_formulas, korthikanti_table_2_from_the_per_tensor_account) {
     const double tp_sp = 34 * sbh / t + split_scores;
     EXPECT_NEAR(activation_bytes_per_layer(s, b, h, a, t, false, RecomputePolicy::None),
                 t == 1 ? 34 * sbh + scores : tp_none, 1) << "t " << t;
-    if (t > 1)
+    if (t > 1) {
       EXPECT_NEAR(activation_bytes_per_layer(s, b, h, a, t, true, RecomputePolicy::None), tp_sp, 1);
+    }
     EXPECT_NEAR(activation_bytes_per_layer(s, b, h, a, t, t > 1, RecomputePolicy::Selective),
                 t > 1 ? 34 * sbh / t : 34 * sbh, 1);
     EXPECT_NEAR(activation_bytes_per_layer(s, b, h, a, t, false, RecomputePolicy::Full), 2 * sbh, 1);
@@ -119,7 +120,9 @@ TEST(plan_search, returns_only_valid_fitting_layouts_fastest_first) {
     EXPECT_EQ(r.model.layers % l.pp, 0);
     EXPECT_LE(l.tp, r.cluster.gpus_per_node);
     EXPECT_LE(res.rows[i].memory.total(), limit);
-    if (i > 0) EXPECT_LE(res.rows[i].tokens_per_s, res.rows[i - 1].tokens_per_s * 1.001);
+    if (i > 0) {
+      EXPECT_LE(res.rows[i].tokens_per_s, res.rows[i - 1].tokens_per_s * 1.001);
+    }
   }
   // 100B does not fit without sharding: no plain data-parallel replica.
   for (const PlanRow& row : res.rows) EXPECT_FALSE(row.layout.tp == 1 && row.layout.pp == 1 && row.layout.zero_stage == 0);

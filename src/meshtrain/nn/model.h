@@ -55,7 +55,7 @@ struct ParamInfo {
   // split into tp equal slices, shard tp_rank holding slice tp_rank (-1:
   // replicated, every shard holds it whole). Checkpoints and imports map
   // shards to logical tensors through these.
-  Shape full_shape;  // empty: same as shape
+  Shape full_shape{};  // empty: same as shape
   int split_dim = -1;
   // The split dimension is `split_parts` equal blocks, each split into tp
   // slices; the shard holds slice tp_rank of every block, in block order
