@@ -110,7 +110,7 @@ inline std::pair<double, double> distance(const meshtrain::Tensor& a, const mesh
   return {std::sqrt(num), std::sqrt(den)};
 }
 
-inline void expect_same_models(const RunResult& dp, const RunResult& ref, double tol);
+inline void expect_same_models(const RunResult& dp, const RunResult& ref, double loss_tol);
 
 // Final parameters are compared at kParamTolFactor x the losses' tolerance.
 // Reductions in another order round differently; where a gradient element
