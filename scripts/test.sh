@@ -5,10 +5,20 @@
 # (scripts/tsan-comm.sh, about a minute; MESHTRAIN_SKIP_TSAN=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What each step took, printed at the end (docs/ARCHITECTURE.md, "CI").
+timings=""
+step_start=$SECONDS
+step_done() {
+  timings="${timings}  $1: $((SECONDS - step_start)) s"$'\n'
+  step_start=$SECONDS
+}
 bash scripts/install-deps.sh --tests
+step_done dependencies
 bash scripts/build.sh
+step_done build
 if [ $# -eq 0 ] && [ "${MESHTRAIN_SKIP_TSAN:-0}" != 1 ]; then
   bash scripts/tsan-comm.sh
+  step_done "ThreadSanitizer comm tests"
 fi
 cd build
 log=$(mktemp)
@@ -21,4 +31,7 @@ set -e
 skipped=$(grep -c '\*\*\*Skipped' "$log" || true)
 echo "skipped: ${skipped} test(s) (not counted as passed; ctest prints each with its reason above)"
 grep '\*\*\*Skipped' "$log" | sed 's/^ */  /' || true
+step_done ctest
+echo "time per step:"
+printf '%s' "$timings"
 exit "$status"

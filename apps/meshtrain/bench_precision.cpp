@@ -17,24 +17,11 @@
 #include "meshtrain/parallel/gradient_sync.h"
 #include "meshtrain/train/train_step.h"
 #include "recompute_option.h"
+#include "bench_clock.h"
 
 namespace meshtrain::cli {
 
 namespace {
-
-// CPU seconds of this process (all threads): on a shared machine this tracks
-// our own work even when other jobs steal the cores.
-double process_cpu_s() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // One side of the comparison: a model, its mixed-precision setting and its
 // optimizer, with the per-step timings it collected.
@@ -108,18 +95,18 @@ void run_bench_precision(const PrecisionBenchArgs& a) {
     }
   }
   const double tokens = static_cast<double>(a.batch) * T;
-  const double tok32 = tokens / median(f32.step_s), tok16 = tokens / median(half.step_s);
+  const double tok32 = tokens / median_of(f32.step_s), tok16 = tokens / median_of(half.step_s);
   const std::string path = cpu::half_gemm_description(half_of(mixed));
   const int64_t act32 = spec->memory(a.batch, T, thread_count(), rc, Precision::FP32).activations;
   const int64_t act16 = spec->memory(a.batch, T, thread_count(), rc, mixed).activations;
   if (a.json) {
     auto side = [&](const Side& s, double tok_s, int64_t act) {
       return nlohmann::json{{"precision", precision_name(s.precision)},
-                            {"ms_per_step", median(s.step_s) * 1e3},
-                            {"forward_ms", median(s.fwd_s) * 1e3},
-                            {"backward_ms", median(s.bwd_s) * 1e3},
-                            {"optimizer_ms", median(s.opt_s) * 1e3},
-                            {"tokens_per_s", tok_s}, {"cpu_ms_per_step", median(s.cpu_s) * 1e3},
+                            {"ms_per_step", median_of(s.step_s) * 1e3},
+                            {"forward_ms", median_of(s.fwd_s) * 1e3},
+                            {"backward_ms", median_of(s.bwd_s) * 1e3},
+                            {"optimizer_ms", median_of(s.opt_s) * 1e3},
+                            {"tokens_per_s", tok_s}, {"cpu_ms_per_step", median_of(s.cpu_s) * 1e3},
                             {"loss", s.loss}, {"activation_mb", act / 1e6}};
     };
     fmt::print("{}\n", nlohmann::json{{"preset", a.preset}, {"batch", a.batch}, {"seq", T},
@@ -128,7 +115,7 @@ void run_bench_precision(const PrecisionBenchArgs& a) {
                                       {"fp32", side(f32, tok32, act32)},
                                       {a.precision, side(half, tok16, act16)},
                                       {"speedup", tok16 / tok32},
-                                      {"speedup_cpu_time", median(f32.cpu_s) / median(half.cpu_s)}}.dump());
+                                      {"speedup_cpu_time", median_of(f32.cpu_s) / median_of(half.cpu_s)}}.dump());
     return;
   }
   fmt::print("bench train: {} | batch {} x seq {} | {} thread(s) | recompute {} | {} vs fp32, "
@@ -139,12 +126,12 @@ void run_bench_precision(const PrecisionBenchArgs& a) {
     const double tok = s == &f32 ? tok32 : tok16;
     fmt::print("  {:<5} step {:8.2f} ms (fwd {:.2f}, bwd {:.2f}, optim {:.2f})  {:8.0f} tokens/s  "
                "CPU {:.2f} ms/step  loss {:.4f}  activations {:.1f} MB\n",
-               precision_name(s->precision), median(s->step_s) * 1e3, median(s->fwd_s) * 1e3,
-               median(s->bwd_s) * 1e3, median(s->opt_s) * 1e3, tok, median(s->cpu_s) * 1e3,
+               precision_name(s->precision), median_of(s->step_s) * 1e3, median_of(s->fwd_s) * 1e3,
+               median_of(s->bwd_s) * 1e3, median_of(s->opt_s) * 1e3, tok, median_of(s->cpu_s) * 1e3,
                s->loss, (s == &f32 ? act32 : act16) / 1e6);
   }
   fmt::print("  speedup {} / fp32          {:8.2f}x tokens/s ({:.2f}x in CPU time per step)\n",
-             a.precision, tok16 / tok32, median(f32.cpu_s) / median(half.cpu_s));
+             a.precision, tok16 / tok32, median_of(f32.cpu_s) / median_of(half.cpu_s));
 }
 
 }  // namespace meshtrain::cli

@@ -22,6 +22,7 @@
 #include "meshtrain/kernels/cpu/attention_fused.h"
 #include "meshtrain/nn/model_registry.h"
 #include "meshtrain/plan/transformer_shape.h"
+#include "bench_clock.h"
 
 namespace meshtrain::cli {
 
@@ -33,12 +34,6 @@ struct BenchAttentionArgs {
   int batch = 8, seq = 0, threads = 0, reps = 11;
   bool json = false;
 };
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 template <typename F>
 double time_ms(F&& f) {

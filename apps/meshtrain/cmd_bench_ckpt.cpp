@@ -37,6 +37,7 @@
 #include "meshtrain/ckpt/resume.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/rng.h"
+#include "bench_clock.h"
 
 namespace meshtrain::cli {
 
@@ -54,16 +55,6 @@ struct BenchCkptArgs {
   double step_ms = 200;     // the simulated step between a save and the next update
   bool json = false;
 };
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The baseline: `bytes` written sequentially in 8 MiB writes, then fsync,
 // like `dd bs=8M conv=fsync`. Seconds.
@@ -197,20 +188,20 @@ void run_bench_ckpt(const BenchCkptArgs& a) {
     inline_writer->wait();
   }
   const double mib = bytes / 1048576.0;
-  const double disk_bw = mib / median(disk_s), save_bw = mib / median(sync_s);
+  const double disk_bw = mib / median_of(disk_s), save_bw = mib / median_of(sync_s);
   // What the loop loses to an async save: save() plus the update's wait.
   std::vector<double> loop_s(async_stall_s.size());
   for (size_t i = 0; i < loop_s.size(); ++i) loop_s[i] = async_stall_s[i] + update_wait_s[i];
-  const double stall = median(loop_s), sync_t = median(sync_s);
+  const double stall = median_of(loop_s), sync_t = median_of(sync_s);
   std::vector<json> rows;
   rows.push_back({{"figure", "save_throughput"}, {"mib", mib}, {"save_mib_s", save_bw},
                   {"disk_mib_s", disk_bw}, {"ratio", save_bw / disk_bw}, {"target", ">= 0.70"}});
   rows.push_back({{"figure", "async_stall"}, {"async_stall_ms", stall * 1e3},
-                  {"save_call_ms", median(async_stall_s) * 1e3},
-                  {"update_wait_ms", median(update_wait_s) * 1e3}, {"step_ms", a.step_ms},
-                  {"background_copy_ms", median(copy_s) * 1e3},
-                  {"sync_save_ms", sync_t * 1e3}, {"async_total_ms", median(async_total_s) * 1e3},
-                  {"inline_snapshot_stall_ms", median(inline_stall_s) * 1e3},
+                  {"save_call_ms", median_of(async_stall_s) * 1e3},
+                  {"update_wait_ms", median_of(update_wait_s) * 1e3}, {"step_ms", a.step_ms},
+                  {"background_copy_ms", median_of(copy_s) * 1e3},
+                  {"sync_save_ms", sync_t * 1e3}, {"async_total_ms", median_of(async_total_s) * 1e3},
+                  {"inline_snapshot_stall_ms", median_of(inline_stall_s) * 1e3},
                   {"first_async_stall_ms", first_stall_s[1] * 1e3},
                   {"ratio", stall / sync_t}, {"target", "<= 0.10"}});
   if (!a.json) {
@@ -222,10 +213,10 @@ void run_bench_ckpt(const BenchCkptArgs& a) {
                "(snapshot copy {:.1f} ms on the background thread; whole async save {:.1f} ms)\n"
                "                   snapshot copied inside save() instead: {:.1f} ms ({:.1f}% of sync); "
                "first async save (allocates the snapshot): {:.1f} ms\n",
-               stall * 1e3, sync_t * 1e3, 100 * stall / sync_t, median(async_stall_s) * 1e3,
-               median(update_wait_s) * 1e3, a.step_ms, median(copy_s) * 1e3,
-               median(async_total_s) * 1e3, median(inline_stall_s) * 1e3,
-               100 * median(inline_stall_s) / sync_t, first_stall_s[1] * 1e3);
+               stall * 1e3, sync_t * 1e3, 100 * stall / sync_t, median_of(async_stall_s) * 1e3,
+               median_of(update_wait_s) * 1e3, a.step_ms, median_of(copy_s) * 1e3,
+               median_of(async_total_s) * 1e3, median_of(inline_stall_s) * 1e3,
+               100 * median_of(inline_stall_s) / sync_t, first_stall_s[1] * 1e3);
   }
   if (a.recovery) {
     const auto [recovery, load] = measure_recovery(a, root);

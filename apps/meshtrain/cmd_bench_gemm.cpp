@@ -28,6 +28,7 @@
 #include "meshtrain/kernels/cpu/sgemm_onednn.h"
 #include "meshtrain/nn/model_registry.h"
 #include "meshtrain/plan/transformer_shape.h"
+#include "bench_clock.h"
 
 namespace meshtrain::cli {
 
@@ -44,18 +45,6 @@ struct GemmCase {
   bool ta, tb;
   int64_t M, N, K;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double process_cpu_s() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 // Wall time, or the process's CPU time: with one thread the CPU time leaves
 // out the time other jobs held the core (with more, OpenMP's spin-waits count).
@@ -145,10 +134,10 @@ void run_bench_gemm(const BenchGemmArgs& a) {
       if (dnn) td.push_back(seconds(onednn));
       t16.push_back(seconds(b16));
     }
-    const double mb = median(tb), md = dnn ? median(td) : 0;
+    const double mb = median_of(tb), md = dnn ? median_of(td) : 0;
     const bool picked_dnn = picked == cpu::SgemmBackend::OneDnn;
     onednn_picks += picked_dnn;
-    const double flop = 2.0 * g.M * g.N * g.K, m32 = picked_dnn ? md : mb, m16 = median(t16);
+    const double flop = 2.0 * g.M * g.N * g.K, m32 = picked_dnn ? md : mb, m16 = median_of(t16);
     total_blas += mb;
     total_dnn += md;
     total_f32 += m32;

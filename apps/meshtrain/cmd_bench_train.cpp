@@ -36,6 +36,7 @@
 #include "meshtrain/train/mixed_precision.h"
 #include "bench_precision.h"
 #include "recompute_option.h"
+#include "bench_clock.h"
 
 namespace meshtrain::cli {
 
@@ -54,20 +55,6 @@ struct BenchTrainArgs {
   double lora_alpha = 16;
   std::string lora_targets = "all";
 };
-
-// CPU seconds used by this process: on a shared machine this tracks our own
-// work even when other jobs steal the cores.
-double process_cpu_s() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 void run_bench_train(const BenchTrainArgs& a) {
   std::shared_ptr<const ModelSpec> spec = model_preset(a.preset);
@@ -170,7 +157,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   peak.openblas_gflops = std::max(peak.openblas_gflops, peak2.openblas_gflops);
   peak.onednn_gflops = std::max(peak.onednn_gflops, peak2.onednn_gflops);
   const double peak_gflops = peak.best();
-  const double med = median(step_s);
+  const double med = median_of(step_s);
   // Aggregate over data-parallel ranks: each processes batch x seq tokens per
   // step (a tp group together).
   const double tokens = static_cast<double>(a.batch) * T * ranks;
@@ -200,10 +187,10 @@ void run_bench_train(const BenchTrainArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"preset", a.preset}, {"batch", a.batch}, {"seq", T}, {"threads", threads},
                         {"steps", a.steps}, {"ms_per_step", med * 1e3},
-                        {"forward_ms", median(fwd_s) * 1e3}, {"backward_ms", median(bwd_s) * 1e3},
-                        {"optimizer_ms", median(opt_s) * 1e3}, {"tokens_per_s", tok_s},
-                        {"cpu_ms_per_step", median(cpu_s) * 1e3},
-                        {"tokens_per_cpu_s", tokens / median(cpu_s)},
+                        {"forward_ms", median_of(fwd_s) * 1e3}, {"backward_ms", median_of(bwd_s) * 1e3},
+                        {"optimizer_ms", median_of(opt_s) * 1e3}, {"tokens_per_s", tok_s},
+                        {"cpu_ms_per_step", median_of(cpu_s) * 1e3},
+                        {"tokens_per_cpu_s", tokens / median_of(cpu_s)},
                         {"model_gflops", gflops}, {"sgemm_peak_gflops", peak_gflops},
                         {"mfu", mfu}, {"loss", loss}, {"recompute", recompute.name()},
                         {"activations_predicted_mb", pred.activations / 1e6},
@@ -240,12 +227,12 @@ void run_bench_train(const BenchTrainArgs& a) {
     j["precision"] = precision_name(precision);
     j["trained_params"] = spec->num_params();
     if (a.lora_rank > 0) j["lora_rank"] = a.lora_rank;
-    if (a.tp > 1) j["tp_comm_ms"] = median(tp_s) * 1e3;
+    if (a.tp > 1) j["tp_comm_ms"] = median_of(tp_s) * 1e3;
     if (dp || a.tp > 1) j["nproc"] = ranks * a.tp;
     if (dp) {
       j["comm_buckets"] = buckets;
-      j["comm_exposed_ms"] = median(exposed_s) * 1e3;
-      j["comm_total_ms"] = median(comm_s) * 1e3;
+      j["comm_exposed_ms"] = median_of(exposed_s) * 1e3;
+      j["comm_total_ms"] = median_of(comm_s) * 1e3;
     }
     fmt::print("{}\n", j.dump());
     return;
@@ -267,19 +254,19 @@ void run_bench_train(const BenchTrainArgs& a) {
                c.bias ? " + bias" : "       ", cpu::sgemm_backend_name(c.backend),
                c.openblas_s * 1e3, c.onednn_s * 1e3);
   fmt::print("  step (median of {})        {:10.2f} ms  (fwd {:.2f}, bwd {:.2f}, optim {:.2f})\n",
-             a.steps, med * 1e3, median(fwd_s) * 1e3, median(bwd_s) * 1e3, median(opt_s) * 1e3);
+             a.steps, med * 1e3, median_of(fwd_s) * 1e3, median_of(bwd_s) * 1e3, median_of(opt_s) * 1e3);
   if (predicted)
     fmt::print("  step predicted (plan)      {}\n", step_time_line(*predicted, med));
   else
     fmt::print("  step predicted (plan)      none: {}\n", why_not);
   fmt::print("  throughput                 {:10.0f} tokens/s  (CPU time {:.2f} ms/step: {:.0f} tokens per CPU-second)\n",
-             tok_s, median(cpu_s) * 1e3, tokens / median(cpu_s));
+             tok_s, median_of(cpu_s) * 1e3, tokens / median_of(cpu_s));
   if (a.tp > 1)
     fmt::print("  tp collectives / step      {:10.2f} ms  (blocking; outside fwd and bwd above)\n",
-               median(tp_s) * 1e3);
+               median_of(tp_s) * 1e3);
   if (dp)
     fmt::print("  gradient allreduce / step  {:10.2f} ms exposed (waited after backward) of {:.2f} ms "
-               "total in {} bucket(s)\n", median(exposed_s) * 1e3, median(comm_s) * 1e3, buckets);
+               "total in {} bucket(s)\n", median_of(exposed_s) * 1e3, median_of(comm_s) * 1e3, buckets);
   fmt::print("  model FLOPs                {:10.1f} GFLOP/s  ({:.1f} MFLOP/token = 6N + 6LCT)\n",
              gflops, spec->flops_per_token(T) / 1e6);
   fmt::print("  MFU vs measured sgemm peak {:10.1f} %\n", mfu * 100);

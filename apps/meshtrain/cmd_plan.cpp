@@ -192,6 +192,11 @@ void register_plan(CLI::App& app) {
   c->add_option("--ranks", o->calibration.ranks, "--calibrate: ranks the machine is split into")
       ->capture_default_str();
   c->add_option("--threads", o->calibration.threads, "--calibrate: threads per rank (default: cores / ranks)");
+  c->add_option("--reference-model", o->calibration.reference, "--calibrate: the preset whose real "
+                "steps give the memory-bound and recompute constants (best: the one you will train)")
+      ->capture_default_str();
+  c->add_option("--reference-batch", o->calibration.batch, "--calibrate: its micro-batch (sequences)")
+      ->capture_default_str();
   c->add_option("--out", o->calibration.out, "--calibrate: file to write (default: "
                 "$MESHTRAIN_MACHINE_FILE or ~/.cache/meshtrain/machine.json)");
   add_simulate_options(c, o->sim);

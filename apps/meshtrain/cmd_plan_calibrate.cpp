@@ -34,14 +34,11 @@
 #include "meshtrain/nn/model_registry.h"
 #include "meshtrain/plan/calibration_fit.h"
 #include "meshtrain/train/step_time_prediction.h"
+#include "bench_clock.h"
 
 namespace meshtrain::cli {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Best of `reps` (the least disturbed run), after one warm-up.
 template <class F>
@@ -127,6 +124,9 @@ std::vector<std::string> run_concurrently(const std::string& cmd, int n) {
 
 void run_plan_calibrate(const CalibrateOptions& o) {
   if (o.ranks < 1) throw UsageError(fmt::format("--ranks must be >= 1 (got {})", o.ranks));
+  if (o.batch < 1) throw UsageError(fmt::format("--reference-batch must be >= 1 (got {})", o.batch));
+  // Before anything is measured: an unknown preset fails now, not after a minute.
+  const std::shared_ptr<const ModelSpec> spec = model_preset(o.reference);
   const int threads = o.threads > 0 ? o.threads : std::max(1, default_thread_count() / o.ranks);
   set_thread_count(threads);
   const std::string out = o.out.empty() ? default_machine_file() : o.out;
@@ -184,7 +184,6 @@ void run_plan_calibrate(const CalibrateOptions& o) {
   // rank (the predicted step is linear in each): the memory-bound traffic of
   // an f32 and of a bf16 step (bench train runs the two interleaved), then
   // what full recompute costs in forwards.
-  const std::shared_ptr<const ModelSpec> spec = model_preset(o.reference);
   RunLayout run;
   run.micro_batch = o.batch, run.seq = spec->seq_len(), run.threads_per_rank = threads;
   auto predicted = [&](const RunLayout& rl) {
@@ -241,8 +240,9 @@ void run_plan_calibrate(const CalibrateOptions& o) {
   const std::time_t t = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M", std::gmtime(&t));
-  m.calibrated = fmt::format("meshtrain plan --calibrate --ranks {} ({} threads per rank), {} UTC",
-                             o.ranks, threads, when);
+  m.calibrated = fmt::format(
+      "meshtrain plan --calibrate --ranks {} --reference-model {} --reference-batch {} ({} threads per "
+      "rank), {} UTC", o.ranks, o.reference, o.batch, threads, when);
   std::filesystem::create_directories(std::filesystem::absolute(out).parent_path());
   std::ofstream(out) << m.to_json().dump(2) << "\n";
   fmt::print("wrote {} (use it with --cluster {}; train and bench train read it for their predicted "

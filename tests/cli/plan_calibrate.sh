@@ -5,14 +5,17 @@
 # that file, and a 2-rank `train` then prints its predicted step time next to
 # the measured one (a unit slip, ms for s, would put it 1000x off: the check
 # is loose, timing is not what this test is about); without a calibration
-# train says how to make one; a bad --ranks is a usage error.
+# train says how to make one; a bad --ranks, --reference-batch or
+# --reference-model fails at once. The reference steps run char-2L (the
+# default, char-6L, takes a minute more and tests nothing more).
 set -uo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 M="$TMP/machine.json"
-"$BIN" plan --calibrate --ranks 2 --out "$M" >"$TMP/cal" 2>&1 || { cat "$TMP/cal"; fail "calibrate failed"; }
+"$BIN" plan --calibrate --ranks 2 --reference-model char-2L --reference-batch 4 --out "$M" >"$TMP/cal" 2>&1 || { cat "$TMP/cal"; fail "calibrate failed"; }
 cat "$TMP/cal"
 grep -q "allreduce (shm ring, 2 ranks)" "$TMP/cal" || fail "no collective calibration"
 grep -q "2 ranks at once:" "$TMP/cal" || fail "no concurrent-ranks measurement"
+grep -q "reference steps (char-2L batch 4 x " "$TMP/cal" || fail "the reference model flags were not used"
 python3 - "$M" <<'PY' || fail "calibration file is wrong"
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -22,6 +25,7 @@ assert m["threads_per_device"] >= 1 and m["gpus_per_node"] == 2, m
 assert m["activation_traffic"] >= 0 and m["activation_traffic_fp32"] >= 0, m
 assert 0 <= m["recompute_forward_fraction"] <= 3 and "calibrate" in m["calibrated"], m
 assert 1 <= m["concurrent_slowdown"] < 4, m
+assert "--reference-model char-2L --reference-batch 4" in m["calibrated"], m
 PY
 "$BIN" plan --model char-6L --cluster "$M" --gpus 2 --global-batch 16 --top 1 >"$TMP/plan" 2>&1 \
   || { cat "$TMP/plan"; fail "plan on the calibrated machine failed"; }
@@ -49,4 +53,13 @@ grep -q "no prediction: no machine calibration at $TMP/none.json (run \`meshtrai
 "$BIN" plan --calibrate --ranks 0 --out "$TMP/x.json" >"$TMP/err" 2>&1
 [ $? -eq 2 ] || fail "--ranks 0 should be a usage error"
 grep -q "\-\-ranks must be >= 1" "$TMP/err" || { cat "$TMP/err"; fail "unclear --ranks error"; }
+"$BIN" plan --calibrate --reference-batch 0 --out "$TMP/x.json" >"$TMP/err" 2>&1
+[ $? -eq 2 ] || fail "--reference-batch 0 should be a usage error"
+grep -q "\-\-reference-batch must be >= 1 (got 0)" "$TMP/err" || { cat "$TMP/err"; fail "unclear --reference-batch error"; }
+# An unknown preset is refused before anything is measured.
+"$BIN" plan --calibrate --reference-model char-9L --out "$TMP/x.json" >"$TMP/err" 2>&1
+[ $? -eq 1 ] || fail "an unknown --reference-model should fail"
+grep -q "unknown model preset 'char-9L'" "$TMP/err" || { cat "$TMP/err"; fail "unclear --reference-model error"; }
+grep -q "GEMM" "$TMP/err" && fail "the unknown preset was found only after measuring"
+[ ! -e "$TMP/x.json" ] || fail "a failed calibration wrote a file"
 echo "plan_calibrate: OK"

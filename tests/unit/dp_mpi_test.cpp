@@ -4,6 +4,8 @@
 // Same tolerances as dp_equivalence_mp_test (1e-5 on losses, 5e-5 on parameters).
 #include "dp_harness.h"
 
+#include <fmt/format.h>
+
 using namespace dp_test;
 
 namespace {
@@ -12,7 +14,7 @@ bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 
 
 // Root needs --allow-run-as-root; a 2-core machine needs --oversubscribe.
 std::string mpirun(int n) {
-  return "mpirun --allow-run-as-root --oversubscribe -n " + std::to_string(n);
+  return fmt::format("mpirun --allow-run-as-root --oversubscribe -n {}", n);
 }
 
 RunResult reference(int mb, int accum) {

@@ -1,5 +1,7 @@
 // The one error type of meshtrain: a message that says what is wrong and where.
 #pragma once
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <fmt/format.h>
@@ -23,6 +25,9 @@ template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));
 }
+
+// The message of the last failed system call (errno), for an Error's text.
+inline std::string errno_str() { return std::strerror(errno); }
 
 }  // namespace meshtrain
 

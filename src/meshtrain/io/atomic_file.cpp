@@ -11,8 +11,6 @@
 
 namespace meshtrain {
 
-static std::string errno_str() { return std::strerror(errno); }
-
 AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   // The pid keeps concurrent writers (different ranks) from sharing a temporary.
   tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());

@@ -45,8 +45,6 @@ const DTypeEntry* find_dtype(const std::string& name) {
   return nullptr;
 }
 
-std::string errno_str() { return std::strerror(errno); }
-
 void pread_all(int fd, void* dst, size_t bytes, uint64_t offset, const std::string& path) {
   char* p = static_cast<char*>(dst);
   while (bytes > 0) {

@@ -13,8 +13,6 @@ namespace meshtrain::plan {
 
 namespace {
 
-constexpr double kBucketBytes = 25.0 * (1 << 20);  // the engine's default gradient bucket
-
 // Ring collective over n ranks moving `bytes` per rank: 2 (n-1)/n of them
 // each way for an allreduce (half for reduce-scatter or allgather).
 double ring_s(double bytes, int64_t n, double gbps, double alpha_us, double factor, double efficiency) {
@@ -100,7 +98,7 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
       activation_bytes_per_layer(s, b, h, static_cast<double>(m.heads), l.tp, l.sequence_parallel,
                                  l.recompute) * stage_layers * in_flight +
       4.0 * s * b * static_cast<double>(m.vocab) / t;  // f32 logits (last stage; one micro-batch)
-  if (l.dp > 1) row.memory.comm = 2 * kBucketBytes;
+  if (l.dp > 1) row.memory.comm = 2 * kGradientBucketBytes;
   if (stage == 3) row.memory.comm += 2 * bytes.p * layer_params / t;  // two gathered layers
 
   // Time, per GPU of the slowest pipeline stage (the last: its layers and the head).
@@ -177,7 +175,7 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   row.time.dp_total = reduce_s + gather_s;
   const double forward = row.time.compute / 3.0;
   const double backward = 2.0 * row.time.compute / 3.0 + row.time.recompute;
-  const double last_bucket = ring_s(std::min(kBucketBytes, grad_bytes), l.dp, dp_gbps, dp_alpha,
+  const double last_bucket = ring_s(std::min(kGradientBucketBytes, grad_bytes), l.dp, dp_gbps, dp_alpha,
                                     stage >= 2 ? 1.0 : 2.0, c.link_efficiency);
   if (l.dp == 1)
     row.time.dp_exposed = 0;

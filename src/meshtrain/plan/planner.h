@@ -26,6 +26,9 @@
 
 namespace meshtrain::plan {
 
+// The engine's default data-parallel gradient bucket (train.bucket_mb).
+inline constexpr double kGradientBucketBytes = 25.0 * (1 << 20);
+
 struct Layout;
 
 // The parts of a layout the caller fixes (`meshtrain plan --tp 8 --pp 8`,

@@ -20,7 +20,6 @@ using sim::StepGraph;
 using sim::Task;
 using sim::TaskKind;
 
-constexpr double kBucketBytes = 25.0 * (1 << 20);  // the engine's gradient bucket
 // More buckets than this per stage are merged (the last keeps its own size,
 // which is what stays exposed); 1T on 1,024 GPUs would otherwise be ~300.
 constexpr int64_t kMaxBuckets = 128;
@@ -49,7 +48,7 @@ OpTimes op_times(const PlanRequest& r, const Layout& l, const PlanRow& row) {
   o.gather = t.dp_gather;
   const double psi = row.memory.params / kMeshtrainBf16.p * (l.zero_stage == 3 ? static_cast<double>(l.dp) : 1.0);
   const double wire = r.engine.gradient_wire_bytes * psi;
-  o.buckets = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(wire / kBucketBytes)));
+  o.buckets = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(wire / kGradientBucketBytes)));
   return o;
 }
 
