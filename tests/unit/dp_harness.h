@@ -65,8 +65,8 @@ struct RunResult {
 };
 
 // The tiny model (2 layers, C=16, byte vocabulary) for `steps` steps.
-// MESHTRAIN_TEST_SEED (default 1) sets train.seed, so a tolerance can be
-// checked over several initialisations and data orders.
+// MESHTRAIN_TEST_SEED (test_seed.h; default 1) sets train.seed, so a
+// tolerance can be checked over several initialisations and data orders.
 // AdamW's epsilon is 1e-6, not 1e-8: a nearly dead hidden unit has gradients
 // that are sums of tiny terms of both signs, whose rounding depends on the
 // reduction order, and Adam scales them up to lr-sized steps. With 1e-8 one

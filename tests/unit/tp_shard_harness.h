@@ -16,6 +16,7 @@
 #include "meshtrain/nn/model.h"
 #include "meshtrain/nn/shard_slicing.h"
 #include "meshtrain/parallel/tp_group.h"
+#include "test_seed.h"
 
 namespace tp_test {
 
@@ -49,9 +50,11 @@ inline Batch batch(const ModelSpec& spec, uint64_t seed, bool last_row = false, 
   return b;
 }
 
-// Largest |a - b| over each tensor, against the tensor's largest |b|.
+// Largest |a - b| over each tensor, against the tensor's largest |b|;
+// `largest` (if given) keeps the largest such ratio seen.
 inline std::string compare(const ParamLayout& shard_layout, const std::vector<float>& got,
-                           const std::vector<float>& want, double tol, const char* what) {
+                           const std::vector<float>& want, double tol, const char* what,
+                           double* largest = nullptr) {
   std::string e;
   for (const ParamInfo& p : shard_layout.params) {
     double worst = 0, scale = 1e-12;
@@ -59,6 +62,7 @@ inline std::string compare(const ParamLayout& shard_layout, const std::vector<fl
       worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
       scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
     }
+    if (largest) *largest = std::max(*largest, worst / scale);
     if (worst > tol * scale)
       e += fmt::format("{} {}: off by {:.3g} (largest {:.3g}); ", what, p.name, worst, scale);
   }
@@ -82,7 +86,7 @@ inline std::string shard_matches_whole(comm::Communicator& c,
   auto shard = shard_spec->build();
   shard->set_tensor_parallel_group(parallel::make_tp_group(c));
   for (Model* m : {whole.get(), shard.get()}) {
-    m->init_weights(11);
+    m->init_weights(10 + test_seed());
     m->set_recompute(rc);
     m->set_precision(prec);
   }
@@ -91,18 +95,20 @@ inline std::string shard_matches_whole(comm::Communicator& c,
   std::vector<float> sliced(static_cast<size_t>(sl.numel));
   copy_logical_to_shard(fl, sl, c.rank(), whole->param_buffer().data<float>(), sliced.data());
   std::string e = compare(sl, to_vector(shard->param_buffer()), sliced, 0, "initial weight");
+  double largest = 0;  // relative gradient difference, printed as the tolerance's margin
   for (int step = 0; step < steps && e.empty(); ++step) {
-    Batch b = batch(*full_spec, 100 + step, last_row);
+    Batch b = batch(*full_spec, 100 * test_seed() + step, last_row);
     whole->zero_grad();
     shard->zero_grad();
     const float lw = whole->forward(b.view());
     const float ls = shard->forward(b.view());
+    largest = std::max(largest, static_cast<double>(std::fabs(lw - ls) / std::fabs(lw)));
     if (!(std::fabs(lw - ls) <= tol * std::fabs(lw)))
       e += fmt::format("step {}: loss {} on the shard, {} whole; ", step, ls, lw);
     whole->backward(1.f);
     shard->backward(1.f);
     copy_logical_to_shard(fl, sl, c.rank(), whole->grad_buffer().data<float>(), sliced.data());
-    e += compare(sl, to_vector(shard->grad_buffer()), sliced, tol, "gradient");
+    e += compare(sl, to_vector(shard->grad_buffer()), sliced, tol, "gradient", &largest);
     // SGD on both, so later steps start from the (slightly different) trained weights.
     for (Model* m : {whole.get(), shard.get()}) {
       float* p = m->param_buffer().data<float>();
@@ -110,6 +116,9 @@ inline std::string shard_matches_whole(comm::Communicator& c,
       for (int64_t i = 0; i < m->param_buffer().numel(); ++i) p[i] -= 0.5f * g[i];
     }
   }
+  if (c.rank() == 0)
+    fmt::print("tp shard vs whole model: largest relative loss or gradient difference {:.3g}, "
+               "tolerance {:.3g}\n", largest, tol);
   return e;
 }
 
