@@ -33,6 +33,7 @@
 #include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/nn/model_registry.h"
 #include "meshtrain/plan/calibration_fit.h"
+#include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/step_time_prediction.h"
 #include "bench_clock.h"
 
@@ -138,6 +139,18 @@ void run_plan_calibrate(const CalibrateOptions& o) {
   m.threads_per_device = threads;
   m.usable_fraction = 0.9;
   m.memory_gb = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / 1e9 / o.ranks;
+  // The reference steps run `ranks` copies at once (below): a reference that
+  // cannot fit fails now, before a minute of GEMM sweeps, not at its allocation.
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    const double need_gb =
+        predict_training_memory(*spec, o.batch, spec->seq_len(), threads, {}, p).total_bytes() / 1e9;
+    MT_CHECK(need_gb <= 0.9 * m.memory_gb,
+             "--reference-model {} at batch {} needs about {:.1f} GB per rank in {} (predicted), more than "
+             "90% of this machine's {:.1f} GB per rank for {} rank(s); calibrate with a smaller reference "
+             "(e.g. --reference-model char-6L) or a smaller --reference-batch",
+             o.reference, o.batch, need_gb, p == Precision::FP32 ? "f32" : "bf16", m.memory_gb,
+             o.ranks);
+  }
 
   // GEMMs: 1024 x 1024 outputs over inner sizes n; the rate fitted to
   // peak n / (n + half) (plan::fit_gemm_curve).

@@ -6,8 +6,9 @@
 # the measured one (a unit slip, ms for s, would put it 1000x off: the check
 # is loose, timing is not what this test is about); without a calibration
 # train says how to make one; a bad --ranks, --reference-batch or
-# --reference-model fails at once. The reference steps run char-2L (the
-# default, char-6L, takes a minute more and tests nothing more).
+# --reference-model, or a reference too big for the machine, fails at once.
+# The reference steps run char-2L (the default, char-6L, takes a minute more
+# and tests nothing more).
 set -uo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 M="$TMP/machine.json"
@@ -43,7 +44,9 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["predicted_s"] > 0 and j["measured_median_s"] > 0, j
 assert abs(j["predicted_s"] / j["measured_median_s"] - 1 - j["error"]) < 1e-9, j
-assert 1 / 3 < j["predicted_s"] / j["measured_median_s"] < 3, j
+# Within 10x: a unit slip is 1000x; a loaded machine (another build, or
+# ctest -j2 beside this test's 2 ranks) has put an honest prediction 3.5x low.
+assert 1 / 10 < j["predicted_s"] / j["measured_median_s"] < 10, j
 PY
 MESHTRAIN_MACHINE_FILE="$TMP/none.json" "$BIN" train --set model.preset=tiny --set model.vocab_size=256 \
   --set data.train="$TMP/data/train_*.bin" --set train.steps=3 --set telemetry.dir="$TMP/run2" \
@@ -61,5 +64,12 @@ grep -q "\-\-reference-batch must be >= 1 (got 0)" "$TMP/err" || { cat "$TMP/err
 [ $? -eq 1 ] || fail "an unknown --reference-model should fail"
 grep -q "unknown model preset 'char-9L'" "$TMP/err" || { cat "$TMP/err"; fail "unclear --reference-model error"; }
 grep -q "GEMM" "$TMP/err" && fail "the unknown preset was found only after measuring"
+[ ! -e "$TMP/x.json" ] || fail "a failed calibration wrote a file"
+# A reference too big for the machine (llama-3-8b trains in ~130 GB) is refused
+# from its predicted memory, before the GEMM sweep, not at its allocation.
+"$BIN" plan --calibrate --reference-model llama-3-8b --out "$TMP/x.json" >"$TMP/err" 2>&1
+[ $? -eq 1 ] || fail "a reference model that cannot fit should fail"
+grep -q "needs about .* GB per rank" "$TMP/err" || { cat "$TMP/err"; fail "unclear error for a reference too big"; }
+grep -q "GEMM" "$TMP/err" && fail "the oversized reference was found only after measuring"
 [ ! -e "$TMP/x.json" ] || fail "a failed calibration wrote a file"
 echo "plan_calibrate: OK"
