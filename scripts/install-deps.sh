@@ -21,7 +21,7 @@ PACKAGES=(
 )
 if [ "${1:-}" = --tests ]; then
   PACKAGES+=(
-    qemu-user                     # runs the binary as other x86-64 CPUs (AVX2-only, no AVX): cli.isa_emulated_cpus
+    qemu-user                     # runs the binary as other x86-64 CPUs (cli.isa_emulated_cpus) and the aarch64 build (scripts/aarch64-emulated.sh)
   )
 fi
 

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <string>
 
-namespace {
+#include "mpirun_available.h"
 
-bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
+namespace {
 
 int mpirun(int n, const std::string& env, const std::string& args) {
   // Root needs --allow-run-as-root; a 2-core machine needs --oversubscribe.
@@ -20,16 +20,16 @@ int mpirun(int n, const std::string& env, const std::string& args) {
 }  // namespace
 
 TEST(comm, mpi_transport_all_algorithms) {
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  MT_SKIP_WITHOUT_MPIRUN();
   EXPECT_EQ(mpirun(3, "MESHTRAIN_COMM_NODE_SIZE=0 MESHTRAIN_COMM_TIMEOUT=60", "--transport mpi"), 0);
 }
 
 TEST(comm, mpi_world_on_one_host_uses_shm) {
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  MT_SKIP_WITHOUT_MPIRUN();
   EXPECT_EQ(mpirun(2, "MESHTRAIN_COMM_NODE_SIZE=0 MESHTRAIN_COMM_TIMEOUT=60", ""), 0);
 }
 
 TEST(comm, mpi_hierarchical_emulated_nodes) {
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  MT_SKIP_WITHOUT_MPIRUN();
   EXPECT_EQ(mpirun(4, "MESHTRAIN_COMM_NODE_SIZE=2 MESHTRAIN_COMM_TIMEOUT=60", "--transport mpi"), 0);
 }

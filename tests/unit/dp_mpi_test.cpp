@@ -3,14 +3,13 @@
 // batch, over the MPI transport and over shared memory between MPI ranks.
 // Same tolerances as dp_equivalence_mp_test (1e-5 on losses, 5e-5 on parameters).
 #include "dp_harness.h"
+#include "mpirun_available.h"
 
 #include <fmt/format.h>
 
 using namespace dp_test;
 
 namespace {
-
-bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
 // Root needs --allow-run-as-root; a 2-core machine needs --oversubscribe.
 std::string mpirun(int n) {
@@ -25,7 +24,7 @@ RunResult reference(int mb, int accum) {
 }  // namespace
 
 TEST(dp, mpi_transport_equivalence_2_ranks) {
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  MT_SKIP_WITHOUT_MPIRUN();
   RunResult r = train("mpi2", tiny_settings(20) + " --set train.micro_batch=2 --set comm.transport=mpi "
                       "--set parallel.first_bucket_mb=0.002 --set parallel.bucket_mb=0.005", mpirun(2));
   EXPECT_NE(r.log.find("2 ranks over mpi"), std::string::npos) << r.log;
@@ -33,7 +32,7 @@ TEST(dp, mpi_transport_equivalence_2_ranks) {
 }
 
 TEST(dp, mpi_transport_equivalence_3_ranks_grad_accum) {
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  MT_SKIP_WITHOUT_MPIRUN();
   RunResult r = train("mpi3", tiny_settings(20) + " --set train.micro_batch=1 --set train.grad_accum=2 "
                       "--set comm.transport=mpi --set parallel.bucket_mb=0.00723", mpirun(3));
   EXPECT_NE(r.log.find("3 ranks over mpi"), std::string::npos) << r.log;
@@ -41,7 +40,7 @@ TEST(dp, mpi_transport_equivalence_3_ranks_grad_accum) {
 }
 
 TEST(dp, mpirun_with_shared_memory_equivalence_4_ranks) {
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed";
+  MT_SKIP_WITHOUT_MPIRUN();
   RunResult r = train("mpi4", tiny_settings(20) + " --set train.micro_batch=1 "
                       "--set parallel.first_bucket_mb=0.001 --set parallel.bucket_mb=0.003", mpirun(4));
   EXPECT_NE(r.log.find("4 ranks over shm"), std::string::npos) << r.log;
