@@ -37,6 +37,7 @@ emu() { "$QEMU" "$A" "$@"; }
 emu --version >"$TMP/version" 2>&1 || { cat "$TMP/version"; fail "--version"; }
 grep -q "build: portable aarch64" "$TMP/version" || { cat "$TMP/version"; fail "not a portable aarch64 build"; }
 grep -q "dispatch level: scalar$" "$TMP/version" || { cat "$TMP/version"; fail "dispatch level is not scalar"; }
+grep -q "scalar is the only dispatch level" "$TMP/version" || { cat "$TMP/version"; fail "--version offers x86 levels"; }
 grep "f32 GEMM" "$TMP/version"
 if MESHTRAIN_ISA=avx2 emu --version >"$TMP/bad" 2>&1; then fail "MESHTRAIN_ISA=avx2 accepted on aarch64"; fi
 grep -q "asks for more than this CPU" "$TMP/bad" || { cat "$TMP/bad"; fail "unclear error for MESHTRAIN_ISA=avx2"; }

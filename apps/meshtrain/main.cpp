@@ -44,7 +44,11 @@ std::string version_text() {
   std::string s = "meshtrain " MESHTRAIN_VERSION "\n  build: " MESHTRAIN_BUILD_KIND "\n";
   for (const auto& [family, what] : meshtrain::cpu_report_rows())
     s += "  " + family + ": " + what + "\n";
+#if defined(__x86_64__)
   s += "  (MESHTRAIN_ISA=scalar|avx2|avx512|avx512bf16 caps the dispatch level)";
+#else
+  s += "  (scalar is the only dispatch level built for this architecture)";
+#endif
   return s;
 }
 

@@ -112,6 +112,25 @@ TEST(isa, active_level_is_what_the_cpu_has_unless_capped) {
   }
 }
 
+// What `--version` and every run print as "cpu:", from /proc/cpuinfo as x86
+// and aarch64 kernels write it (an aarch64 one has no "model name" line).
+TEST(isa, cpu_name_from_x86_and_aarch64_cpuinfo) {
+  EXPECT_EQ(cpu_model_name_from_cpuinfo("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+                                        "model name\t: AMD EPYC 7763 64-Core Processor \nflags\t: fpu\n"),
+            "AMD EPYC 7763 64-Core Processor");
+  const std::string grace =
+      "processor\t: 0\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd sve2 bf16\n"
+      "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\n"
+      "CPU revision\t: 0\n\nprocessor\t: 1\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n";
+  EXPECT_EQ(cpu_model_name_from_cpuinfo(grace), "Arm Neoverse V2");
+  // Another vendor's core: the raw identifiers, not a guess.
+  EXPECT_EQ(cpu_model_name_from_cpuinfo("CPU implementer\t: 0x61\nCPU part\t: 0x039\n"),
+            "implementer 0x61 part 0x039");
+  EXPECT_EQ(cpu_model_name_from_cpuinfo(""), "");
+  EXPECT_EQ(cpu_model_name_from_cpuinfo("CPU implementer\t: 0x41\n"), "");
+  EXPECT_FALSE(cpu_model_name().empty());
+}
+
 ISA_TEST(bf16_and_f16_conversions_are_bitwise_equal) {
   // Specials, subnormals, rounding ties and random values, at odd lengths.
   std::vector<float> specials = {0.f, -0.f, 1.f, -1.f, 65504.f, 65520.f, 1e-8f, -3e-39f,

@@ -76,22 +76,68 @@ ScopedIsaCap::~ScopedIsaCap() {
   detail::active_isa_level.store(previous_, std::memory_order_relaxed);
 }
 
+namespace {
+
+// The value of the first "key : value" line of cpuinfo, trimmed; "" if none.
+std::string cpuinfo_field(std::string_view cpuinfo, std::string_view key) {
+  size_t pos = 0;
+  while (pos < cpuinfo.size()) {
+    size_t eol = cpuinfo.find('\n', pos);
+    if (eol == std::string_view::npos) eol = cpuinfo.size();
+    const std::string_view line = cpuinfo.substr(pos, eol - pos);
+    pos = eol + 1;
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos || line.substr(0, key.size()) != key) continue;
+    std::string_view name = line.substr(0, colon), value = line.substr(colon + 1);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
+    if (name != key) continue;
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\r')) value.remove_suffix(1);
+    return std::string(value);
+  }
+  return "";
+}
+
+// Arm's own cores (implementer 0x41) that servers and HPC nodes use.
+const char* arm_core_name(long part) {
+  switch (part) {
+    case 0xd0c: return "Arm Neoverse N1";
+    case 0xd40: return "Arm Neoverse V1";
+    case 0xd49: return "Arm Neoverse N2";
+    case 0xd4f: return "Arm Neoverse V2";
+    case 0xd8e: return "Arm Neoverse N3";
+    case 0xd83: return "Arm Neoverse V3";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+std::string cpu_model_name_from_cpuinfo(std::string_view cpuinfo) {
+  std::string name = cpuinfo_field(cpuinfo, "model name");
+  if (!name.empty()) return name;
+  const std::string implementer = cpuinfo_field(cpuinfo, "CPU implementer");
+  const std::string part = cpuinfo_field(cpuinfo, "CPU part");
+  if (implementer.empty() || part.empty()) return "";
+  const long impl = std::strtol(implementer.c_str(), nullptr, 0), p = std::strtol(part.c_str(), nullptr, 0);
+  if (impl == 0x41)
+    if (const char* known = arm_core_name(p)) return known;
+  return "implementer " + implementer + " part " + part;
+}
+
 std::string cpu_model_name() {
-  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
-  std::string name;
-  if (f) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f)) {
-      if (std::strncmp(line, "model name", 10) != 0) continue;
-      const char* colon = std::strchr(line, ':');
-      if (!colon) continue;
-      name = colon + 1;
-      while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.erase(0, 1);
-      while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-      break;
+  std::string text;
+  if (std::FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char buf[4096];
+    // The first processor's block is enough; stop well before a 256-core listing ends.
+    while (text.size() < (size_t{64} << 10)) {
+      const size_t k = std::fread(buf, 1, sizeof buf, f);
+      if (k == 0) break;
+      text.append(buf, k);
     }
     std::fclose(f);
   }
+  const std::string name = cpu_model_name_from_cpuinfo(text);
 #if defined(__x86_64__)
   return name.empty() ? "x86-64" : name;
 #elif defined(__aarch64__)

@@ -56,5 +56,9 @@ class ScopedIsaCap {
 
 // The CPU's model name ("AMD EPYC 9B14", ...), or the architecture when unknown.
 std::string cpu_model_name();
+// The model name in /proc/cpuinfo text: its "model name" line (x86), else
+// aarch64's "CPU implementer" / "CPU part" lines named where known ("Arm
+// Neoverse V2", as on NVIDIA Grace) or shown raw; "" when neither is there.
+std::string cpu_model_name_from_cpuinfo(std::string_view cpuinfo);
 
 }  // namespace meshtrain
