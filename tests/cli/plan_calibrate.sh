@@ -65,9 +65,11 @@ grep -q "\-\-reference-batch must be >= 1 (got 0)" "$TMP/err" || { cat "$TMP/err
 grep -q "unknown model preset 'char-9L'" "$TMP/err" || { cat "$TMP/err"; fail "unclear --reference-model error"; }
 grep -q "GEMM" "$TMP/err" && fail "the unknown preset was found only after measuring"
 [ ! -e "$TMP/x.json" ] || fail "a failed calibration wrote a file"
-# A reference too big for the machine (llama-3-8b trains in ~130 GB) is refused
-# from its predicted memory, before the GEMM sweep, not at its allocation.
-"$BIN" plan --calibrate --reference-model llama-3-8b --out "$TMP/x.json" >"$TMP/err" 2>&1
+# A reference too big for the machine is refused from its predicted memory,
+# before the GEMM sweep, not at its allocation: llama-3-8b's weights, gradients
+# and AdamW state alone are 16 bytes x 8e9 parameters, and 64 ranks leave each
+# a 64th of the memory, so no host this runs on has room for it.
+"$BIN" plan --calibrate --ranks 64 --reference-model llama-3-8b --out "$TMP/x.json" >"$TMP/err" 2>&1
 [ $? -eq 1 ] || fail "a reference model that cannot fit should fail"
 grep -q "needs about .* GB per rank" "$TMP/err" || { cat "$TMP/err"; fail "unclear error for a reference too big"; }
 grep -q "GEMM" "$TMP/err" && fail "the oversized reference was found only after measuring"

@@ -106,7 +106,8 @@ const char* arm_core_name(long part) {
     case 0xd49: return "Arm Neoverse N2";
     case 0xd4f: return "Arm Neoverse V2";
     case 0xd8e: return "Arm Neoverse N3";
-    case 0xd83: return "Arm Neoverse V3";
+    case 0xd83: return "Arm Neoverse V3AE";
+    case 0xd84: return "Arm Neoverse V3";
     default: return nullptr;
   }
 }
