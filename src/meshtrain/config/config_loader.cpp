@@ -63,7 +63,7 @@ json parse_override_value(const std::string& raw, const json& current) {
   if (current.is_string() && !quoted) return raw;
   try {
     return json::parse(raw);
-  } catch (const json::parse_error&) {
+  } catch (const json::exception&) {  // not JSON, or a number JSON cannot hold (1e999)
     return raw;
   }
 }
@@ -148,6 +148,8 @@ json parse_json_file(const std::string& path) {
     const size_t colon = at == std::string::npos ? at : reason.find(": ", at);
     if (colon != std::string::npos) reason = reason.substr(colon + 2);
     fail("{}:{}:{}: malformed JSON: {}", path, line, col, reason);
+  } catch (const json::exception& e) {  // e.g. a number beyond double's range ("1e708")
+    fail("{}: malformed JSON: {}", path, e.what());
   }
 }
 

@@ -34,8 +34,21 @@ Isa cpu_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
     // The arch-level names check the OS's XSAVE state too (a CPU with
     // AVX-512 under an OS that does not save zmm registers reports v3).
-    if (!__builtin_cpu_supports("x86-64-v3")) return Isa::Scalar;
-    if (!__builtin_cpu_supports("x86-64-v4")) return Isa::Avx2;
+#if defined(__clang__) && __clang_major__ < 16
+    // Older clang (the fuzz build, scripts/fuzz.sh) knows no level names, nor
+    // f16c/lzcnt/movbe; every CPU with these has them. The AVX checks include
+    // the OS's XSAVE state here too.
+    const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+    const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512cd");
+#else
+    const bool v3 = __builtin_cpu_supports("x86-64-v3");
+    const bool v4 = __builtin_cpu_supports("x86-64-v4");
+#endif
+    if (!v3) return Isa::Scalar;
+    if (!v4) return Isa::Avx2;
     if (!__builtin_cpu_supports("avx512bf16")) return Isa::Avx512;
     return Isa::Avx512Bf16;
 #else

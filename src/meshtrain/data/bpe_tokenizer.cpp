@@ -97,6 +97,9 @@ void BpeTokenizer::load(const std::string& json_text) {
   std::unordered_map<std::string, int32_t> vocab_ids;
   int32_t max_id = -1;
   for (const auto& [text, idj] : m["vocab"].items()) {
+    // An id must be an integer: get<int64_t>() of 1e30 would not be one.
+    MT_CHECK(idj.is_number_integer(), "tokenizer '{}': token '{}' has id {}, not an integer", source_,
+             text, idj.dump());
     const int64_t id = idj.get<int64_t>();
     MT_CHECK(id >= 0 && id < (int64_t{1} << 30), "tokenizer '{}': token '{}' has id {}", source_,
              text, id);
@@ -165,7 +168,7 @@ void BpeTokenizer::load(const std::string& json_text) {
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& a : j["added_tokens"]) {
       AddedToken t;
-      t.id = a.at("id").get<int32_t>();
+      t.id = json_int32(a.at("id"), source_, "an added token's id");
       t.content = a.at("content").get<std::string>();
       t.special = a.value("special", false);
       t.lstrip = a.value("lstrip", false);
@@ -277,7 +280,9 @@ void BpeTokenizer::load(const std::string& json_text) {
         std::vector<int32_t> ids;
         const json& st = p.at("special_tokens");
         if (st.contains(name)) {
-          ids = st[name].at("ids").get<std::vector<int32_t>>();
+          const json& idsj = st[name].at("ids");
+          MT_CHECK(idsj.is_array(), "tokenizer '{}': special token {}'s ids are not a list", source_, name);
+          for (const json& v : idsj) ids.push_back(json_int32(v, source_, "a special token id"));
         } else {
           ids.push_back(id_of_special(name));
         }
@@ -285,8 +290,8 @@ void BpeTokenizer::load(const std::string& json_text) {
         dst.insert(dst.end(), ids.begin(), ids.end());
       }
     } else if (type == "BertProcessing" || type == "RobertaProcessing") {
-      prefix_.push_back(p.at("cls").at(1).get<int32_t>());
-      suffix_.push_back(p.at("sep").at(1).get<int32_t>());
+      prefix_.push_back(json_int32(p.at("cls").at(1), source_, "the post-processor's cls id"));
+      suffix_.push_back(json_int32(p.at("sep").at(1), source_, "the post-processor's sep id"));
     } else {
       fail("tokenizer '{}': post-processor '{}' is not supported", source_, type);
     }

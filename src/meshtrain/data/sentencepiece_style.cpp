@@ -139,10 +139,12 @@ SentencePieceStyle::SentencePieceStyle(const json& j, const std::vector<std::str
         decode_bytes_ = true;
       } else if (t == "Fuse") {
       } else if (t == "Strip") {
-        MT_CHECK(d.value("content", "") == " " && d.value("stop", 0) == 0,
+        const int32_t start = json_int32_or(d, "start", 0, source, "decoder Strip's start");
+        const int32_t stop = json_int32_or(d, "stop", 0, source, "decoder Strip's stop");
+        MT_CHECK(d.value("content", "") == " " && stop == 0 && start >= 0,
                  "tokenizer '{}': decoder Strip('{}', {}, {}) is not supported (leading spaces "
-                 "only)", source, d.value("content", ""), d.value("start", 0), d.value("stop", 0));
-        strip_start_ = d.value("start", 0);
+                 "only)", source, d.value("content", ""), start, stop);
+        strip_start_ = start;
       } else if (t == "Metaspace") {
         metaspace_decoder_ = true;
       } else {

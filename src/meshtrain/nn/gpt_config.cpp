@@ -38,6 +38,14 @@ void GPTConfig::validate() const {
            "model.vocab_size must be in [2, 65536] (tokens are uint16), got {}", vocab_size);
   MT_CHECK(padded_vocab >= vocab_size, "padded vocabulary {} is smaller than vocabulary {}",
            padded_vocab, vocab_size);
+  // The count in floating point first: a file's header may give sizes whose
+  // product overflows the 64-bit count (and every offset computed from it).
+  const double C = n_embd, L = n_layer;
+  const double params = static_cast<double>(padded_vocab) * C + static_cast<double>(seq_len) * C +
+                        L * (12 * C * C + 13 * C) + 2 * C;
+  MT_CHECK(params <= kMaxModelParams,
+           "model L={} C={} T={} padded vocabulary {} would have {:.3g} parameters, more than the "
+           "{:.0e} meshtrain addresses", n_layer, n_embd, seq_len, padded_vocab, params, kMaxModelParams);
 }
 
 GPTDims GPTDims::make(const GPTConfig& cfg, const ModelShard& shard) {

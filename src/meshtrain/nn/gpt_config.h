@@ -6,6 +6,10 @@
 
 namespace meshtrain {
 
+// The most parameters a model may have (a limit far above any model that
+// trains today, so that counts and offsets stay exact in 64 bits).
+constexpr double kMaxModelParams = 1e15;
+
 struct GPTConfig {
   int n_layer = 0;
   int n_head = 0;

@@ -47,6 +47,15 @@ void LlamaConfig::validate() const {
                      "original_max_positions > 0 (got {}, {}, {}, {})", rope_scaling.factor,
                      rope_scaling.high_freq_factor, rope_scaling.low_freq_factor,
                      rope_scaling.original_max_positions));
+  // In floating point first: a config.json may give sizes whose product
+  // overflows the 64-bit count (gpt_config.h, kMaxModelParams).
+  const double C = n_embd, H = ffn_hidden, kv = static_cast<double>(n_embd) / n_head * n_kv_head;
+  const double params = 2.0 * padded_vocab * C + C +
+                        static_cast<double>(n_layer) * (2 * C + (C + 2 * kv) * C + C * C + 3 * H * C);
+  need(params <= kMaxModelParams,
+       fmt::format("L={} C={} ffn_hidden={} padded vocabulary {} would have {:.3g} parameters, more "
+                   "than the {:.0e} meshtrain addresses", n_layer, n_embd, ffn_hidden, padded_vocab,
+                   params, kMaxModelParams));
 }
 
 LlamaDims LlamaDims::make(const LlamaConfig& cfg, const ModelShard& shard) {

@@ -42,7 +42,7 @@ std::vector<MetricsRecord> read_metrics(const std::string& path) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       fail("{}: not a JSON record ({})", where, e.what());
     }
     if (!j.is_object()) fail("{}: expected a JSON object per line", where);
