@@ -45,6 +45,32 @@ TEST(comm, matrix_world_4) { matrix(4, false); }
 TEST(comm, matrix_world_5) { matrix(5, false); }
 TEST(comm, matrix_world_8_oversubscribed) { matrix(8, false); }
 
+// Small allreduces ride in the barrier's cache lines, 56 bytes per line, up to
+// 4 lines (shm_layout.h); above that they go through the small slots. Counts
+// on each side of a line boundary and of the last line, every dtype width,
+// and a world of 9 ranks (beyond the ranks the latency path keeps on the stack).
+TEST(comm, allreduce_across_tiny_line_boundaries) {
+  for (int n : {2, 3, 9}) {
+    auto w = run_world(n, [](Communicator& c) {
+      std::string e;
+      struct Case { DType t; std::vector<size_t> counts; };
+      const Case cases[] = {
+          {DType::F32, {13, 14, 15, 28, 29, 42, 43, 56, 57, 100}},
+          {DType::F64, {6, 7, 8, 27, 28, 29}},
+          {DType::BF16, {27, 28, 29, 111, 112, 113}},
+          {DType::I32, {14, 15, 56, 57}}};
+      for (const Case& k : cases)
+        for (size_t count : k.counts)
+          for (bool in_place : {false, true}) {
+            e += check_collective(c, CollOp::Allreduce, "direct", k.t, ReduceOp::Sum, count, 0, in_place);
+            e += check_collective(c, CollOp::Allreduce, "direct", k.t, ReduceOp::Max, count, 0, in_place);
+          }
+      return e;
+    }, test_options());
+    EXPECT_TRUE(w.ok()) << "world " << n << ": " << w.report();
+  }
+}
+
 TEST(comm, allreduce_tens_of_mib) {
   // Above comm/stream_copy.h's threshold the direct algorithm writes its
   // result with streaming stores. The default threshold depends on the CPU

@@ -38,6 +38,17 @@ TEST(comm_work, finished_work_reports_done_and_waits_without_blocking) {
   EXPECT_EQ(w.sequence_number(), 3u);
 }
 
+TEST(comm_work, completed_work_keeps_its_number_without_a_state) {
+  // What a small collective that ran inline and succeeded returns.
+  const Work w = Work::completed(41, "allreduce");
+  EXPECT_TRUE(w.test());
+  EXPECT_FALSE(w.failed());
+  w.wait(std::chrono::milliseconds(0));
+  EXPECT_EQ(w.sequence_number(), 41u);
+  EXPECT_EQ(w.description(), "allreduce #41 (done)");
+  EXPECT_EQ(Work().description(), "no-op");
+}
+
 TEST(comm_work, waiter_asleep_is_woken_by_a_finish_on_another_thread) {
   // Many short races between wait() going to sleep and finish() on another
   // thread: a lost wake-up would hit the 10 s timeout and throw.

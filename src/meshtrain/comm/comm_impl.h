@@ -32,6 +32,9 @@ struct Task {
   const Algorithm* alg = nullptr;
   bool collective = true;
   std::function<void(const OpContext&)> body;
+  OpInfo info;  // what the flight record and error messages say of it
+  // Created when the task is queued (a caller may wait on it) or fails; a
+  // collective that runs inline and succeeds needs none (no allocation).
   std::shared_ptr<WorkState> work;
 };
 
@@ -74,6 +77,7 @@ struct CommImpl {
   void run_algorithm(const Task& t, const OpContext& ctx);
   // Queues a collective (inline when small and the engine is idle).
   Work enqueue(Task task, size_t inline_bytes);
+  static std::shared_ptr<WorkState> new_work_state(const OpInfo& info);
   // Queues a send or receive on its (peer, direction) lane.
   Work enqueue_p2p(Task task);
   Task make_task(CollOp op, const char* kind, const CollArgs& args, std::string_view algo,

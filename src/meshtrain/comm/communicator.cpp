@@ -80,10 +80,10 @@ void CommImpl::record_failure(const Task& t, const std::exception& e) {
 }
 
 void CommImpl::run(Task& t) {
-  const WorkState* ws = t.work.get();
+  const OpInfo* info = &t.info;
   // No clock read on this path: the deadline starts at the first stalled
   // wait (OpContext::deadline) and the flight record uses the cycle counter.
-  OpContext ctx = context([ws, this] { return fmt::format("{} on '{}'", ws->what(), name); });
+  OpContext ctx = context([info, this] { return fmt::format("{} on '{}'", info->what(), name); });
   // Progress markers are the collectives' (one writer); sends and receives
   // on their own lanes only enter the flight record.
   const bool marks = t.collective || !p2p;
@@ -92,11 +92,11 @@ void CommImpl::run(Task& t) {
   // try, so a failure there still finishes the Work.
   uint64_t entry = FlightRecorder::kNoEntry;
   try {
-    entry = recorder.started(t.work->info);
+    entry = recorder.started(t.info);
     if (is_broken.load(std::memory_order_acquire)) {
       std::lock_guard lock(fail_mu);
       throw CommError(fmt::format("{}: communicator unusable after an earlier failure: {}",
-                                  t.work->what(), broken));
+                                  t.info.what(), broken));
     }
     if (opts.debug && t.collective && size() > 1) debug_check(t, ctx);
     if (t.op == CollOp::Allreduce) test_delay();
@@ -106,21 +106,34 @@ void CommImpl::run(Task& t) {
       t.body(ctx);
     recorder.finished(entry, true);
     if (marks) transport->note_done();
-    t.work->finish();
+    if (t.work) t.work->finish();
   } catch (const std::exception& e) {
     if (entry != FlightRecorder::kNoEntry) recorder.finished(entry, false);
     record_failure(t, e);
+    if (!t.work) t.work = new_work_state(t.info);  // the caller learns of the error through it
     t.work->finish(std::current_exception());
   }
 }
 
+std::shared_ptr<WorkState> CommImpl::new_work_state(const OpInfo& info) {
+  auto s = std::make_shared<WorkState>();
+  s->info = info;
+  return s;
+}
+
 Work CommImpl::enqueue(Task task, size_t inline_bytes) {
+  // Small collectives on an idle lane run here and now; a success needs no
+  // Work state, only its sequence number (the latency of small allreduces).
+  if (inline_bytes <= opts.inline_bytes && engine.try_run_inline(task))
+    return task.work ? Work(task.work) : Work::completed(task.info.seq, task.info.kind);
+  task.work = new_work_state(task.info);
   Work work(task.work);
-  engine.submit(std::move(task), inline_bytes <= opts.inline_bytes);
+  engine.submit(std::move(task));
   return work;
 }
 
 Work CommImpl::enqueue_p2p(Task task) {
+  task.work = new_work_state(task.info);
   Work work(task.work);
   ProgressEngine<Task>* lane;
   {
@@ -131,7 +144,7 @@ Work CommImpl::enqueue_p2p(Task task) {
   }
   // Never on the caller: a blocking send must not stall the receive the
   // caller issues next (two ranks sending to each other first would deadlock).
-  lane->submit(std::move(task), false);
+  lane->submit(std::move(task));
   return work;
 }
 
@@ -165,8 +178,7 @@ Task CommImpl::make_task(CollOp op, const char* kind, const CollArgs& args, std:
   t.kind = kind;
   t.args = args;
   t.algo = algo;
-  t.work = std::make_shared<WorkState>();
-  OpInfo& w = t.work->info;
+  OpInfo& w = t.info;
   w.kind = kind;
   w.detail = std::move(detail);
   w.bytes = args.bytes();

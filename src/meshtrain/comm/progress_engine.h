@@ -1,7 +1,7 @@
 // An ordered lane of work for a communicator: jobs run one at a time, in the
 // order they were submitted, on a thread of the lane's own (started on first
-// use). A job submitted while the lane is idle may instead run on the caller
-// (small collectives: no thread hand-off on the latency path).
+// use). A job may instead run on the caller while the lane is idle
+// (try_run_inline: small collectives, no thread hand-off on the latency path).
 //
 // A communicator has one engine for its collectives and one per (peer,
 // direction) for point-to-point, so a pipeline's send never waits behind a
@@ -31,13 +31,22 @@ class ProgressEngine {
     if (thread_.joinable()) thread_.join();
   }
 
-  void submit(Job job, bool may_run_inline) {
+  // Queues `job` for the lane's thread.
+  void submit(Job job) {
     std::unique_lock lock(mu_);
-    if (may_run_inline && queue_.empty() && !busy_) return run_unlocked(lock, job);
     queue_.push_back(std::move(job));
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
     lock.unlock();
     cv_.notify_all();
+  }
+
+  // Runs `job` on the caller when the lane is idle (nothing queued, nothing
+  // running) and returns true; otherwise leaves it to the caller to submit.
+  bool try_run_inline(Job& job) {
+    std::unique_lock lock(mu_);
+    if (!queue_.empty() || busy_) return false;
+    run_unlocked(lock, job);
+    return true;
   }
 
   // Blocks until every job submitted so far has run.

@@ -37,7 +37,10 @@ bool Work::failed() const {
   return state_ && state_->done.load(std::memory_order_acquire) && state_->error;
 }
 
-std::string Work::description() const { return state_ ? state_->what() : "no-op"; }
+std::string Work::description() const {
+  if (state_) return state_->what();
+  return kind_ ? fmt::format("{} #{} (done)", kind_, seq_) : "no-op";
+}
 
 std::string OpInfo::what() const {
   if (!detail.empty()) return fmt::format("{} #{} ({})", kind, seq, detail);

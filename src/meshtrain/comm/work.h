@@ -48,6 +48,13 @@ class Work {
  public:
   Work() = default;  // an already completed no-op
   explicit Work(std::shared_ptr<WorkState> s) : state_(std::move(s)) {}
+  // An operation that already finished without error (`kind` a static name).
+  static Work completed(uint64_t seq, const char* kind) {
+    Work w;
+    w.seq_ = seq;
+    w.kind_ = kind;
+    return w;
+  }
 
   // Blocks until done; rethrows the operation's error. Throws CommError if
   // the timeout passes first (the operation itself keeps its own timeout).
@@ -56,11 +63,13 @@ class Work {
   bool test() const;
   // True when finished with an error (the error itself comes from wait()).
   bool failed() const;
-  uint64_t sequence_number() const { return state_ ? state_->seq() : 0; }
+  uint64_t sequence_number() const { return state_ ? state_->seq() : seq_; }
   std::string description() const;
 
  private:
   std::shared_ptr<WorkState> state_;
+  uint64_t seq_ = 0;           // completed(): no state kept
+  const char* kind_ = nullptr;
 };
 
 // Waits for every handle, in order; rethrows the first error.

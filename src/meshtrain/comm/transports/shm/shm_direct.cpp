@@ -32,12 +32,25 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
 
 void allreduce_small(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   int n = t.size();
-  if (a.bytes() <= shm::kTinyBytes) {  // data rides with the barrier flag: one line per peer
+  if (a.bytes() <= shm::kTinyBytes) {  // data rides with the barrier flags, in each peer's lines
     t.sync_tiny(a.send, a.bytes(), ctx);
-    const void* local[16];  // no allocation on the latency path
-    std::vector<const void*> heap(n > 16 ? n : 0);
-    const void** srcs = n > 16 ? heap.data() : local;
-    for (int p = 0; p < n; ++p) srcs[p] = t.tiny_data(p);
+    constexpr int kLocalRanks = 8;  // no allocation on the latency path up to this many ranks
+    const void* local[kLocalRanks];
+    std::vector<const void*> heap(n > kLocalRanks ? n : 0);
+    const void** srcs = n > kLocalRanks ? heap.data() : local;
+    if (a.bytes() <= shm::kTinyLineBytes) {
+      for (int p = 0; p < n; ++p) srcs[p] = t.tiny_data(p);  // one line: read in place
+      reduce_many(a.recv, srcs, n, a.count, a.dtype, a.redop);
+      return;
+    }
+    // Several lines: each peer's data is copied out of its lines, contiguous.
+    alignas(64) char local_data[kLocalRanks * shm::kTinyBytes];
+    std::vector<char> heap_data(n > kLocalRanks ? n * a.bytes() : 0);
+    char* data = n > kLocalRanks ? heap_data.data() : local_data;
+    for (int p = 0; p < n; ++p) {
+      t.copy_tiny_data(p, data + p * a.bytes(), a.bytes());
+      srcs[p] = data + p * a.bytes();
+    }
     reduce_many(a.recv, srcs, n, a.count, a.dtype, a.redop);
     return;
   }

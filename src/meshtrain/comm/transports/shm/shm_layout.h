@@ -37,18 +37,24 @@ struct alignas(kLine) DataRef {
   uint64_t offset;
 };
 
-// A barrier step that carries a few bytes of data in the same cache line as
-// its flag: a peer's wait and its read of the data are one line transfer
-// (the latency of the smallest allreduces). Indexed by step parity.
-constexpr size_t kTinyBytes = 56;
+// A barrier step that carries data in the cache lines of its flag: every
+// line holds the step it was written for beside 56 bytes of data, so a peer's
+// wait and its read of the data are the same line transfers, and a peer polls
+// all lines of a message at once (their transfers overlap) instead of
+// reading the data after a separate flag (the latency of small allreduces).
+// Indexed by step parity.
+constexpr size_t kTinyLineBytes = 56;
+constexpr size_t kTinyLines = 4;  // 224 bytes: allreduces of up to 56 floats
+constexpr size_t kTinyBytes = kTinyLineBytes * kTinyLines;
 struct alignas(kLine) TinyLine {
   std::atomic<uint64_t> step{0};
-  char data[kTinyBytes];
+  char data[kTinyLineBytes];
 };
+static_assert(sizeof(TinyLine) == kLine);
 
 struct RankControl {
-  PaddedCounter arrived;  // barrier steps this rank has reached
-  TinyLine tiny[2];       // sync_tiny's data and flag, by step parity
+  PaddedCounter arrived;            // barrier steps this rank has reached
+  TinyLine tiny[2][kTinyLines];     // sync_tiny's data and flags, by step parity
   alignas(kLine) int32_t pid;
   uint32_t op_code;       // CollOp of the op in progress, for reports
   uint64_t op_seq;        // sequence number of the op in progress

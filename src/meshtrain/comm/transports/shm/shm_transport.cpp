@@ -277,16 +277,26 @@ void ShmTransport::sync(const OpContext& ctx) {
 void ShmTransport::sync_tiny(const void* mine, size_t bytes, const OpContext& ctx) {
   MT_CHECK(bytes <= kTinyBytes, "sync_tiny of {} bytes exceeds {}", bytes, kTinyBytes);
   ++step_;
-  // A peer reads this line's data only after seeing this step; it is
-  // rewritten two steps later, after every peer has passed the next step.
-  TinyLine& line = control(rank_).tiny[step_ & 1];
-  std::memcpy(line.data, mine, bytes);
-  line.step.store(step_, std::memory_order_release);
+  // A peer reads a line's data only after seeing this step in that line; the
+  // lines are rewritten two steps later, after every peer has passed the next step.
+  const size_t lines = std::max<size_t>(1, (bytes + kTinyLineBytes - 1) / kTinyLineBytes);
+  TinyLine* out = control(rank_).tiny[step_ & 1];
+  const char* src = static_cast<const char*>(mine);
+  for (size_t i = 0; i < lines; ++i) {
+    const size_t off = i * kTinyLineBytes;
+    std::memcpy(out[i].data, src + off, std::min(kTinyLineBytes, bytes - off));
+    out[i].step.store(step_, std::memory_order_release);
+  }
   control(rank_).arrived.value.store(step_, std::memory_order_release);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    const TinyLine& theirs = control(p).tiny[step_ & 1];
-    auto reached = [&] { return theirs.step.load(std::memory_order_acquire) >= step_; };
+    const TinyLine* theirs = control(p).tiny[step_ & 1];
+    // Every line is loaded on each poll (no early exit), so their transfers overlap.
+    auto reached = [&] {
+      bool all = true;
+      for (size_t i = 0; i < lines; ++i) all &= theirs[i].step.load(std::memory_order_acquire) >= step_;
+      return all;
+    };
     int spins = 0;
     Clock::time_point last_check{};
     while (!reached()) {
@@ -296,7 +306,14 @@ void ShmTransport::sync_tiny(const void* mine, size_t bytes, const OpContext& ct
   }
 }
 
-const char* ShmTransport::tiny_data(int r) const { return control(r).tiny[step_ & 1].data; }
+const char* ShmTransport::tiny_data(int r) const { return control(r).tiny[step_ & 1][0].data; }
+
+void ShmTransport::copy_tiny_data(int r, void* dst, size_t bytes) const {
+  const TinyLine* lines = control(r).tiny[step_ & 1];
+  char* d = static_cast<char*>(dst);
+  for (size_t off = 0, i = 0; off < bytes; off += kTinyLineBytes, ++i)
+    std::memcpy(d + off, lines[i].data, std::min(kTinyLineBytes, bytes - off));
+}
 
 void ShmTransport::allgather_small(const void* mine, size_t bytes, void* all, const OpContext& ctx) {
   MT_CHECK(bytes <= kSmallBytes, "allgather_small of {} bytes exceeds {}", bytes, kSmallBytes);

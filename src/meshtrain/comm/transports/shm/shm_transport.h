@@ -46,10 +46,12 @@ class ShmTransport final : public Transport {
   // Arrive at the next barrier step and wait for every peer to reach it.
   void sync(const OpContext& ctx);
   // A barrier step that also publishes `bytes` (<= shm::kTinyBytes) of data;
-  // afterwards tiny_data(p) is rank p's data for this step (valid until the
-  // next barrier step of this rank).
+  // afterwards rank p's data for this step is readable (until the next
+  // barrier step of this rank): in place through tiny_data(p) when it fits
+  // one line (<= shm::kTinyLineBytes), else copied out by copy_tiny_data.
   void sync_tiny(const void* mine, size_t bytes, const OpContext& ctx);
   const char* tiny_data(int rank) const;
+  void copy_tiny_data(int rank, void* dst, size_t bytes) const;
   uint64_t step() const { return step_; }
   size_t chunk_bytes() const { return layout_.chunk_bytes; }
   char* small_slot(int rank, uint64_t step_parity) const;
