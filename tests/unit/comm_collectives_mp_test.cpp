@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "check.h"
 #include "harness.h"
@@ -46,13 +47,33 @@ TEST(comm, matrix_world_5) { matrix(5, false); }
 TEST(comm, matrix_world_8_oversubscribed) { matrix(8, false); }
 
 // Small allreduces ride in the barrier's cache lines, 56 bytes per line, up to
-// 4 lines (shm_layout.h); above that they go through the small slots. Counts
-// on each side of a line boundary and of the last line, every dtype width,
-// and a world of 9 ranks (beyond the ranks the latency path keeps on the stack).
+// 4 lines (shm_layout.h); above that they go through the small slots.
+// - Every op gets other inputs, so data left in a line by the op two steps
+//   earlier (same parity) cannot pass for this op's; worlds of 2, 3 and 17
+//   ranks (17: beyond the ranks the latency path keeps on the stack).
+// - Every dtype width, counts on each side of a line boundary and of the last
+//   line, Sum and Max, in place or not, against the reference of check.h.
 TEST(comm, allreduce_across_tiny_line_boundaries) {
-  for (int n : {2, 3, 9}) {
+  for (int n : {2, 3, 17}) {
     auto w = run_world(n, [](Communicator& c) {
       std::string e;
+      const int64_t ranks = c.size();
+      int64_t op_index = 0;
+      for (size_t count : {1, 13, 14, 15, 28, 29, 42, 43, 56, 57, 100})
+        for (int repeat = 0; repeat < 3; ++repeat, ++op_index) {
+          std::vector<int32_t> in(count), out(count, -1);
+          for (size_t i = 0; i < count; ++i)
+            in[i] = static_cast<int32_t>((c.rank() + 1) * (op_index + 1) + static_cast<int64_t>(i) * 7);
+          c.allreduce(in.data(), out.data(), count, DType::I32).wait();
+          for (size_t i = 0; i < count; ++i) {
+            const int64_t want = ranks * (ranks + 1) / 2 * (op_index + 1) + ranks * static_cast<int64_t>(i) * 7;
+            if (out[i] != want) {
+              e += fmt::format("op {} count {} element {}: {} != {}; ", op_index, count, i, out[i], want);
+              break;
+            }
+          }
+        }
+      if (ranks > 3) return e;  // the dtype sweep below on the small worlds only
       struct Case { DType t; std::vector<size_t> counts; };
       const Case cases[] = {
           {DType::F32, {13, 14, 15, 28, 29, 42, 43, 56, 57, 100}},

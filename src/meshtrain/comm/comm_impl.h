@@ -22,7 +22,8 @@ namespace meshtrain::comm {
 // One operation as an engine runs it.
 // A collective runs its algorithm (`alg`) on `args`; other operations (sends,
 // receives, split, alloc_shared) run `body`. Collectives carry no
-// std::function, so issuing one allocates nothing but its WorkState.
+// std::function, so issuing one allocates nothing but its WorkState, and one
+// that runs inline and succeeds not even that.
 struct Task {
   uint64_t seq = 0;
   CollOp op = CollOp::Barrier;

@@ -69,12 +69,24 @@ class ProgressEngine {
     }
   }
 
-  // Runs `job` with the lock released, the lane marked busy meanwhile.
+  // Runs `job` with the lock released, the lane marked busy meanwhile. A job
+  // that throws (a communicator turns errors into its Work; only running out
+  // of memory escapes) still leaves the lane idle, not busy for good.
   void run_unlocked(std::unique_lock<std::mutex>& lock, Job& job) {
     busy_ = true;
     lock.unlock();
-    run_(job);
+    try {
+      run_(job);
+    } catch (...) {
+      lock.lock();
+      now_idle();
+      throw;
+    }
     lock.lock();
+    now_idle();
+  }
+
+  void now_idle() {
     busy_ = false;
     // Only a queued job (for the lane's thread) or drain() waits for this;
     // an inline small collective with neither skips the notification.

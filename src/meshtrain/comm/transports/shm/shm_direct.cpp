@@ -34,7 +34,7 @@ void allreduce_small(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
   int n = t.size();
   if (a.bytes() <= shm::kTinyBytes) {  // data rides with the barrier flags, in each peer's lines
     t.sync_tiny(a.send, a.bytes(), ctx);
-    constexpr int kLocalRanks = 8;  // no allocation on the latency path up to this many ranks
+    constexpr int kLocalRanks = 16;  // no allocation on the latency path up to this many ranks
     const void* local[kLocalRanks];
     std::vector<const void*> heap(n > kLocalRanks ? n : 0);
     const void** srcs = n > kLocalRanks ? heap.data() : local;
