@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 shift || true
-ALL=(safetensors gpt_model_file token_shard tokenizer_json config checkpoint_index hf_llama)
+ALL=(safetensors gpt_model_file token_shard tokenizer_json config checkpoint_index hf_llama
+     instruct_jsonl cluster)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (apt-get install clang libomp-dev)"; exit 2; }

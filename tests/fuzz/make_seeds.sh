@@ -9,7 +9,7 @@ BIN=${1:-build/bin/meshtrain}
 C=tests/fuzz/corpus
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p $C/token_shard $C/checkpoint_index $C/gpt_model_file
+mkdir -p $C/token_shard $C/checkpoint_index $C/gpt_model_file $C/cluster $C/instruct_jsonl
 
 # Token shards: ours (uint16, from `data synth`), llm.c's uint32 (version 7)
 # and a masked instruction shard, each a few hundred tokens.
@@ -52,4 +52,14 @@ sed "s|$TMP|/data/run|g" "$step/index.json" >$C/checkpoint_index/seed_zero1_2ran
 # The same model in our own safetensors format (the other two formats are
 # the Hugging Face fixture and the llm.c file above).
 "$BIN" ckpt export "$step" --to $C/gpt_model_file/seed_meshtrain_format.safetensors --format meshtrain >/dev/null
+# Cluster files: what `plan --show-cluster` writes for two catalogue entries.
+"$BIN" plan --show-cluster h100-sxm >$C/cluster/seed_h100_sxm.json
+"$BIN" plan --show-cluster a100-40gb >$C/cluster/seed_a100_40gb.json
+
+# Instruction data: both line shapes, a system message, and a multi-turn chat.
+cat >$C/instruct_jsonl/seed_examples.jsonl <<'JSONL'
+{"prompt": "Name a prime number.", "response": "Seven."}
+{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}
+{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"}, {"role": "assistant", "content": "6"}]}
+JSONL
 ls -la $C/*
