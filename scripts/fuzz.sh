@@ -15,6 +15,11 @@ ALL=(safetensors gpt_model_file token_shard tokenizer_json config checkpoint_ind
      instruct_jsonl cluster)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")
+usage() { echo "fuzz: $*"; echo "usage: bash scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]; targets: ${ALL[*]}"; exit 2; }
+[[ "$SECONDS_PER_TARGET" =~ ^[1-9][0-9]*$ ]] || usage "SECONDS_PER_TARGET must be a positive whole number, got '$SECONDS_PER_TARGET'"
+for t in "${TARGETS[@]}"; do
+  [[ " ${ALL[*]} " == *" $t "* ]] || usage "unknown target '$t'"
+done
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (apt-get install clang libomp-dev)"; exit 2; }
 
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
