@@ -315,7 +315,18 @@ TEST(llama_hf, malformed_config_json_is_a_clear_error) {
         R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
             "hidden_size": 16, "intermediate_size": 8, "max_position_embeddings": 8,
             "vocab_size": 10, "rope_theta": "big"})",
-        R"({"model_type": "llama", "num_hidden_layers": "two"})"}) {
+        R"({"model_type": "llama", "num_hidden_layers": "two"})",
+        // 2^32 + 16 used to read as 16 (int narrowing); 1e30 as an int was undefined.
+        R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+            "hidden_size": 4294967312, "intermediate_size": 8, "max_position_embeddings": 8,
+            "vocab_size": 10})",
+        R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+            "hidden_size": 16, "intermediate_size": 8, "max_position_embeddings": 8,
+            "vocab_size": 10, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+            "original_max_position_embeddings": 1e30}})",
+        R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+            "hidden_size": 16, "intermediate_size": 8, "max_position_embeddings": 8,
+            "vocab_size": 2147483647})"}) {
     write(text);
     EXPECT_TRUE(is_hf_llama(dir.string()));
     try {

@@ -73,8 +73,13 @@ static int config_json_heads(const std::string& weights_path) {
   } catch (const nlohmann::json::exception& e) {
     fail("{} beside model file {} is not valid JSON: {}", cfg.string(), weights_path, e.what());
   }
-  for (const char* key : {"n_head", "num_attention_heads"})
-    if (j.contains(key) && j[key].is_number_integer()) return j[key].get<int>();
+  for (const char* key : {"n_head", "num_attention_heads"}) {
+    if (!j.contains(key) || !j[key].is_number_integer()) continue;
+    const int64_t heads = j[key].get<int64_t>();  // not get<int>(): 2^32 + 2 would read 2
+    MT_CHECK(heads >= 1 && heads <= (int64_t{1} << 20), "{} beside model file {}: {} = {} is not a head count",
+             cfg.string(), weights_path, key, heads);
+    return static_cast<int>(heads);
+  }
   return 0;
 }
 

@@ -102,10 +102,16 @@ LlamaConfig read_hf_llama_config(const std::string& path) {
 
 namespace {
 LlamaConfig parse_hf_llama_config(const json& j, const fs::path& p) {
+  // An integer that fits an int: get<int>() of 4294967298 would read 2, and
+  // of a float such as 1e30 is undefined behaviour.
+  auto int_value = [&](const json& v, const char* key) {
+    MT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= (int64_t{1} << 30),
+             "{}: \"{}\" must be an integer in [0, 2^30], got {}", p.string(), key, v.dump());
+    return static_cast<int>(v.get<int64_t>());
+  };
   auto get_int = [&](const char* key) {
-    MT_CHECK(j.contains(key) && j[key].is_number_integer(), "{}: needs an integer \"{}\"",
-             p.string(), key);
-    return j[key].get<int>();
+    MT_CHECK(j.contains(key), "{}: needs an integer \"{}\"", p.string(), key);
+    return int_value(j[key], key);
   };
   MT_CHECK(!j.value("tie_word_embeddings", false), "{}: tie_word_embeddings = true (a tied "
            "head, as Llama 3.2 1B/3B have) is not supported yet by the llama family, whose "
@@ -138,9 +144,10 @@ LlamaConfig parse_hf_llama_config(const json& j, const fs::path& p) {
     const json& s = rope;
     MT_CHECK(rope_type == "llama3", "{}: rope type \"{}\" is not supported (default, llama3)",
              p.string(), rope_type);
+    const char* kOrig = "original_max_position_embeddings";
     c.rope_scaling = {s.value("factor", 8.0), s.value("low_freq_factor", 1.0),
                       s.value("high_freq_factor", 4.0),
-                      s.value("original_max_position_embeddings", 8192)};
+                      s.contains(kOrig) ? int_value(s[kOrig], kOrig) : 8192};
   }
   try {
     c.validate();
@@ -148,8 +155,8 @@ LlamaConfig parse_hf_llama_config(const json& j, const fs::path& p) {
     fail("{}: {}", p.string(), e.what());
   }
   if (j.contains("head_dim") && j["head_dim"].is_number_integer())
-    MT_CHECK(j["head_dim"].get<int>() == c.head_dim(), "{}: head_dim {} is not hidden_size / "
-             "num_attention_heads = {}", p.string(), j["head_dim"].get<int>(), c.head_dim());
+    MT_CHECK(j["head_dim"].get<int64_t>() == c.head_dim(), "{}: head_dim {} is not hidden_size / "
+             "num_attention_heads = {}", p.string(), j["head_dim"].get<int64_t>(), c.head_dim());
   return c;
 }
 }  // namespace
