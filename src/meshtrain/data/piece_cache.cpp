@@ -103,7 +103,9 @@ void PieceCache::insert(const PieceKey& k, const int32_t* ids, uint32_t count) {
     bytes_.append(k.piece);
   }
   if (count <= 2) {
-    std::memcpy(s.ids, ids, sizeof(int32_t) * count);
+    // A piece may encode to no ids at all (ids is then null, which memcpy
+    // must not be given even for zero bytes).
+    if (count > 0) std::memcpy(s.ids, ids, sizeof(int32_t) * count);
   } else {
     s.ids[0] = static_cast<int32_t>(ids_.size());
     ids_.insert(ids_.end(), ids, ids + count);
