@@ -11,6 +11,7 @@
 
 #include "meshtrain/ckpt/crc32c.h"
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/json_integer.h"
 #include "meshtrain/io/atomic_file.h"
 
 namespace meshtrain::ckpt {
@@ -31,15 +32,13 @@ template <typename T>
 T get(const json& j, const char* key, const std::string& where) {
   const json& v = field(j, key, where);
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    // get<int>() of 1e20 is undefined behaviour and of 2^40 a silently wrong
-    // number: an integer field must be an integer that fits.
-    const bool fits =
-        v.is_number_unsigned()
-            ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-            : v.is_number_integer() && v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                  (std::is_unsigned_v<T> || v.get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max()));
-    MT_CHECK(fits, "checkpoint index {}: field '{}' is {}, not an integer in [{}, {}]", where, key,
-             v.dump(), std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    // An integer field must be an integer that fits (core/json_integer.h).
+    constexpr int64_t lo = static_cast<int64_t>(std::numeric_limits<T>::min());
+    constexpr int64_t hi = static_cast<uint64_t>(std::numeric_limits<T>::max()) > static_cast<uint64_t>(INT64_MAX)
+                               ? INT64_MAX
+                               : static_cast<int64_t>(std::numeric_limits<T>::max());
+    MT_CHECK(json_integer_in(v, lo, hi), "checkpoint index {}: field '{}' is {}, not an integer in [{}, {}]",
+             where, key, v.dump(), lo, hi);
   }
   try {
     return v.get<T>();

@@ -97,14 +97,11 @@ void BpeTokenizer::load(const std::string& json_text) {
   std::unordered_map<std::string, int32_t> vocab_ids;
   int32_t max_id = -1;
   for (const auto& [text, idj] : m["vocab"].items()) {
-    // An id must be an integer: get<int64_t>() of 1e30 would not be one.
-    MT_CHECK(idj.is_number_integer(), "tokenizer '{}': token '{}' has id {}, not an integer", source_,
-             text, idj.dump());
-    const int64_t id = idj.get<int64_t>();
-    MT_CHECK(id >= 0 && id < (int64_t{1} << 30), "tokenizer '{}': token '{}' has id {}", source_,
-             text, id);
-    vocab_ids.emplace(text, static_cast<int32_t>(id));
-    max_id = std::max(max_id, static_cast<int32_t>(id));
+    const auto id = json_integer_in(idj, 0, (int64_t{1} << 30) - 1);
+    MT_CHECK(id, "tokenizer '{}': token '{}' has id {}, not an integer in [0, 2^30)", source_, text,
+             idj.dump());
+    vocab_ids.emplace(text, static_cast<int32_t>(*id));
+    max_id = std::max(max_id, static_cast<int32_t>(*id));
   }
   MT_CHECK(max_id >= 0, "tokenizer '{}': the vocabulary is empty", source_);
   std::vector<std::string> model_bytes(static_cast<size_t>(max_id) + 1);

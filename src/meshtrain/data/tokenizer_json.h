@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/json_integer.h"
 
 namespace meshtrain::data {
 
@@ -17,13 +18,12 @@ inline std::string json_type_of(const nlohmann::json& j) {
                                                                       : std::string("?");
 }
 
-// An integer field (a token id, an offset) as int32. A float or a string is
-// refused by name: nlohmann's get<int>() of 1e30 is undefined behaviour, and
-// of "7" a type error that names neither the file nor the field.
+// An integer field (a token id, an offset) as int32; anything else is
+// refused naming the file and the field (core/json_integer.h).
 inline int32_t json_int32(const nlohmann::json& v, const std::string& source, std::string_view what) {
-  MT_CHECK(v.is_number_integer() && v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX,
-           "tokenizer '{}': {} is {}, not a 32-bit integer", source, what, v.dump());
-  return static_cast<int32_t>(v.get<int64_t>());
+  const auto i = json_integer_in(v, INT32_MIN, INT32_MAX);
+  MT_CHECK(i, "tokenizer '{}': {} is {}, not a 32-bit integer", source, what, v.dump());
+  return static_cast<int32_t>(*i);
 }
 
 // json_int32 of an optional field, `fallback` when it is absent.

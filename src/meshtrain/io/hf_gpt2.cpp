@@ -9,6 +9,7 @@
 #include <set>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/json_integer.h"
 #include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/io/model_file_util.h"
 
@@ -75,10 +76,10 @@ static int config_json_heads(const std::string& weights_path) {
   }
   for (const char* key : {"n_head", "num_attention_heads"}) {
     if (!j.contains(key) || !j[key].is_number_integer()) continue;
-    const int64_t heads = j[key].get<int64_t>();  // not get<int>(): 2^32 + 2 would read 2
-    MT_CHECK(heads >= 1 && heads <= (int64_t{1} << 20), "{} beside model file {}: {} = {} is not a head count",
-             cfg.string(), weights_path, key, heads);
-    return static_cast<int>(heads);
+    const auto heads = json_integer_in(j[key], 1, int64_t{1} << 20);  // get<int>(): 2^32 + 2 reads 2
+    MT_CHECK(heads, "{} beside model file {}: {} = {} is not a head count", cfg.string(), weights_path,
+             key, j[key].dump());
+    return static_cast<int>(*heads);
   }
   return 0;
 }

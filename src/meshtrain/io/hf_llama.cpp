@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/core/json_integer.h"
 #include "meshtrain/io/atomic_file.h"
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/nn/gpt_config.h"
@@ -102,12 +103,12 @@ LlamaConfig read_hf_llama_config(const std::string& path) {
 
 namespace {
 LlamaConfig parse_hf_llama_config(const json& j, const fs::path& p) {
-  // An integer that fits an int: get<int>() of 4294967298 would read 2, and
-  // of a float such as 1e30 is undefined behaviour.
+  // An integer that fits (core/json_integer.h): get<int>() of 4294967298
+  // would read 2.
   auto int_value = [&](const json& v, const char* key) {
-    MT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= (int64_t{1} << 30),
-             "{}: \"{}\" must be an integer in [0, 2^30], got {}", p.string(), key, v.dump());
-    return static_cast<int>(v.get<int64_t>());
+    const auto i = json_integer_in(v, 0, int64_t{1} << 30);
+    MT_CHECK(i, "{}: \"{}\" must be an integer in [0, 2^30], got {}", p.string(), key, v.dump());
+    return static_cast<int>(*i);
   };
   auto get_int = [&](const char* key) {
     MT_CHECK(j.contains(key), "{}: needs an integer \"{}\"", p.string(), key);

@@ -12,12 +12,18 @@ int pad_vocab(int v) {
   return (v + m - 1) / m * m;
 }
 
-int64_t GPTConfig::num_params() const {
-  const int64_t C = n_embd, L = n_layer, Vp = padded_vocab, T = seq_len;
-  int64_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                      4 * C * C + C;
+namespace {
+// The parameter count in int64 (num_params) or in double (validate: sizes
+// from a file may overflow 64 bits before they are checked).
+template <class N>
+N param_count(const GPTConfig& c) {
+  const N C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab, T = c.seq_len;
+  const N per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
   return Vp * C + T * C + L * per_layer + 2 * C;
 }
+}  // namespace
+
+int64_t GPTConfig::num_params() const { return param_count<int64_t>(*this); }
 
 int64_t GPTConfig::num_params_non_embedding_pos() const {
   return num_params() - static_cast<int64_t>(seq_len) * n_embd;
@@ -40,9 +46,7 @@ void GPTConfig::validate() const {
            padded_vocab, vocab_size);
   // The count in floating point first: a file's header may give sizes whose
   // product overflows the 64-bit count (and every offset computed from it).
-  const double C = n_embd, L = n_layer;
-  const double params = static_cast<double>(padded_vocab) * C + static_cast<double>(seq_len) * C +
-                        L * (12 * C * C + 13 * C) + 2 * C;
+  const double params = param_count<double>(*this);
   MT_CHECK(params <= kMaxModelParams,
            "model L={} C={} T={} padded vocabulary {} would have {:.3g} parameters, more than the "
            "{:.0e} meshtrain addresses", n_layer, n_embd, seq_len, padded_vocab, params, kMaxModelParams);

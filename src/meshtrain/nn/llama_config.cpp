@@ -8,15 +8,24 @@
 
 namespace meshtrain {
 
-int64_t LlamaConfig::layer_params() const {
-  const int64_t C = n_embd, H = ffn_hidden;
-  return 2 * C + qkv_width() * C + C * C + 3 * H * C;  // 2 norms, q|k|v, o, gate|up, down
+namespace {
+// Parameter counts in int64, or in double (validate: sizes from a
+// config.json may overflow 64 bits before they are checked).
+template <class N>
+N layer_param_count(const LlamaConfig& c) {
+  const N C = c.n_embd, H = c.ffn_hidden, qkv = C + N(2) * c.kv_dim();
+  return 2 * C + qkv * C + C * C + 3 * H * C;  // 2 norms, q|k|v, o, gate|up, down
 }
+template <class N>
+N param_count(const LlamaConfig& c) {
+  const N C = c.n_embd, Vp = c.padded_vocab, L = c.n_layer;
+  return Vp * C + L * layer_param_count<N>(c) + C + Vp * C;
+}
+}  // namespace
 
-int64_t LlamaConfig::num_params() const {
-  const int64_t C = n_embd, Vp = padded_vocab;
-  return Vp * C + n_layer * layer_params() + C + Vp * C;
-}
+int64_t LlamaConfig::layer_params() const { return layer_param_count<int64_t>(*this); }
+
+int64_t LlamaConfig::num_params() const { return param_count<int64_t>(*this); }
 
 double LlamaConfig::flops_per_token(int T) const {
   const double N = static_cast<double>(num_params()) - static_cast<double>(padded_vocab) * n_embd;
@@ -49,9 +58,7 @@ void LlamaConfig::validate() const {
                      rope_scaling.original_max_positions));
   // In floating point first: a config.json may give sizes whose product
   // overflows the 64-bit count (gpt_config.h, kMaxModelParams).
-  const double C = n_embd, H = ffn_hidden, kv = static_cast<double>(n_embd) / n_head * n_kv_head;
-  const double params = 2.0 * padded_vocab * C + C +
-                        static_cast<double>(n_layer) * (2 * C + (C + 2 * kv) * C + C * C + 3 * H * C);
+  const double params = param_count<double>(*this);
   need(params <= kMaxModelParams,
        fmt::format("L={} C={} ffn_hidden={} padded vocabulary {} would have {:.3g} parameters, more "
                    "than the {:.0e} meshtrain addresses", n_layer, n_embd, ffn_hidden, padded_vocab,

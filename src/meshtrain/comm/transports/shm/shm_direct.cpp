@@ -38,18 +38,17 @@ void allreduce_small(ShmTransport& t, const OpContext& ctx, const CollArgs& a) {
     const void* local[kLocalRanks];
     std::vector<const void*> heap(n > kLocalRanks ? n : 0);
     const void** srcs = n > kLocalRanks ? heap.data() : local;
+    alignas(64) char local_data[kLocalRanks * shm::kTinyBytes];
+    std::vector<char> heap_data;
     if (a.bytes() <= shm::kTinyLineBytes) {
       for (int p = 0; p < n; ++p) srcs[p] = t.tiny_data(p);  // one line: read in place
-      reduce_many(a.recv, srcs, n, a.count, a.dtype, a.redop);
-      return;
-    }
-    // Several lines: each peer's data is copied out of its lines, contiguous.
-    alignas(64) char local_data[kLocalRanks * shm::kTinyBytes];
-    std::vector<char> heap_data(n > kLocalRanks ? n * a.bytes() : 0);
-    char* data = n > kLocalRanks ? heap_data.data() : local_data;
-    for (int p = 0; p < n; ++p) {
-      t.copy_tiny_data(p, data + p * a.bytes(), a.bytes());
-      srcs[p] = data + p * a.bytes();
+    } else {  // several lines: each peer's data copied out of its lines, contiguous
+      if (n > kLocalRanks) heap_data.resize(n * a.bytes());
+      char* data = n > kLocalRanks ? heap_data.data() : local_data;
+      for (int p = 0; p < n; ++p) {
+        t.copy_tiny_data(p, data + p * a.bytes(), a.bytes());
+        srcs[p] = data + p * a.bytes();
+      }
     }
     reduce_many(a.recv, srcs, n, a.count, a.dtype, a.redop);
     return;
