@@ -81,6 +81,11 @@ struct CommImpl {
   static std::shared_ptr<WorkState> new_work_state(const OpInfo& info);
   // Queues a send or receive on its (peer, direction) lane.
   Work enqueue_p2p(Task task);
+  // An op's sequence number, taken when it is issued; given back when issuing
+  // it fails (out of memory), so a rank's numbers never drift from its peers'.
+  void number(Task& t);
+  void give_back_number(CollOp op);
+  // An op not yet numbered; enqueue or enqueue_p2p numbers it.
   Task make_task(CollOp op, const char* kind, const CollArgs& args, std::string_view algo,
                  std::string detail = {});
   void synchronize();

@@ -122,30 +122,63 @@ std::shared_ptr<WorkState> CommImpl::new_work_state(const OpInfo& info) {
 }
 
 Work CommImpl::enqueue(Task task, size_t inline_bytes) {
+  number(task);
   // Small collectives on an idle lane run here and now; a success needs no
   // Work state, only its sequence number (the latency of small allreduces).
   if (inline_bytes <= opts.inline_bytes && engine.try_run_inline(task))
     return task.work ? Work(task.work) : Work::completed(task.info.seq, task.info.kind);
-  task.work = new_work_state(task.info);
-  Work work(task.work);
-  engine.submit(std::move(task));
-  return work;
+  const CollOp op = task.op;
+  try {
+    task.work = new_work_state(task.info);
+    Work work(task.work);
+    engine.submit(std::move(task));
+    return work;
+  } catch (...) {  // out of memory: the op was never issued
+    give_back_number(op);
+    throw;
+  }
 }
 
 Work CommImpl::enqueue_p2p(Task task) {
-  task.work = new_work_state(task.info);
-  Work work(task.work);
-  ProgressEngine<Task>* lane;
-  {
-    std::lock_guard lock(lanes_mu);
-    auto& slot = peer_lanes[{task.args.root, task.op}];
-    if (!slot) slot = std::make_unique<ProgressEngine<Task>>([this](Task& t) { run(t); });
-    lane = slot.get();
+  number(task);
+  const CollOp op = task.op;
+  try {
+    task.work = new_work_state(task.info);
+    Work work(task.work);
+    ProgressEngine<Task>* lane;
+    {
+      std::lock_guard lock(lanes_mu);
+      auto& slot = peer_lanes[{task.args.root, task.op}];
+      if (!slot) slot = std::make_unique<ProgressEngine<Task>>([this](Task& t) { run(t); });
+      lane = slot.get();
+    }
+    // Never on the caller: a blocking send must not stall the receive the
+    // caller issues next (two ranks sending to each other first would deadlock).
+    lane->submit(std::move(task));
+    return work;
+  } catch (...) {  // out of memory: the op was never issued
+    give_back_number(op);
+    throw;
   }
-  // Never on the caller: a blocking send must not stall the receive the
-  // caller issues next (two ranks sending to each other first would deadlock).
-  lane->submit(std::move(task));
-  return work;
+}
+
+namespace {
+// Collectives count apart from sends and receives, so their numbers match
+// on every rank (the debug check compares them) whatever p2p a rank did.
+bool numbered_as_p2p(CollOp op) { return op == CollOp::Send || op == CollOp::Recv; }
+}  // namespace
+
+void CommImpl::number(Task& t) {
+  t.seq = numbered_as_p2p(t.op) ? ++p2p_issued : ++issued;
+  t.info.seq = t.seq;
+}
+
+void CommImpl::give_back_number(CollOp op) {
+  // Ops are numbered in issue order by the one thread that issues them, and
+  // nothing between number() and here issues another, so the number taken
+  // last is this op's: giving it back keeps this rank's numbers in step with
+  // its peers' (the debug check and reports compare them).
+  (numbered_as_p2p(op) ? p2p_issued : issued).fetch_sub(1, std::memory_order_relaxed);
 }
 
 void CommImpl::synchronize() {
@@ -188,12 +221,7 @@ Task CommImpl::make_task(CollOp op, const char* kind, const CollArgs& args, std:
   w.reduces = op == CollOp::Allreduce || op == CollOp::ReduceScatter || op == CollOp::Reduce;
   w.root = args.root;
   w.algo = algo;
-  // Collectives count apart from sends and receives, so their numbers match
-  // on every rank (the debug check compares them) whatever p2p a rank did.
-  const bool p2p_op = op == CollOp::Send || op == CollOp::Recv;
-  t.seq = p2p_op ? ++p2p_issued : ++issued;
-  w.seq = t.seq;
-  return t;
+  return t;  // numbered when it is issued (enqueue, enqueue_p2p)
 }
 
 std::pair<Communicator*, Communicator*> CommImpl::groups(const OpContext& ctx) {

@@ -32,10 +32,13 @@ class ProgressEngine {
   }
 
   // Queues `job` for the lane's thread.
+  // Either queues `job` or throws with nothing queued (the thread is started
+  // first, and push_back leaves the queue as it was when it throws), so a
+  // caller can take back what it did to issue the job.
   void submit(Job job) {
     std::unique_lock lock(mu_);
-    queue_.push_back(std::move(job));
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    queue_.push_back(std::move(job));
     lock.unlock();
     cv_.notify_all();
   }
