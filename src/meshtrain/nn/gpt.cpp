@@ -4,7 +4,6 @@
 #include <cstring>
 #include <limits>
 
-#include "meshtrain/core/rng.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/attention.h"
 #include "meshtrain/kernels/cpu/convert.h"
@@ -16,7 +15,6 @@
 #include "meshtrain/kernels/cpu/matmul_half.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/nn/gpt_activations.h"
-#include "meshtrain/nn/shard_slicing.h"
 #include "meshtrain/nn/vocab_parallel_loss.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
@@ -46,52 +44,8 @@ GPT::GPT(const GPTConfig& cfg, Tensor param_buffer, Tensor grad_buffer, bool zer
 
 GPT::~GPT() = default;
 
-namespace {
-
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-// GPT-2 initialization of a whole model's parameters (`layout`, into p),
-// drawn in buffer order: N(0, 0.02) matrices and embeddings (the real
-// vocabulary's rows only), residual projections scaled by 1/sqrt(2L), unit
-// LayerNorm gains, zero biases.
-void init_full(const GPTConfig& cfg, const ParamLayout& layout, float* p, uint64_t seed) {
-  Rng rng(seed);
-  const float std = 0.02f;
-  const float resid_std = std / std::sqrt(2.0f * cfg.n_layer);
-  std::fill(p, p + layout.numel, 0.f);
-  for (const ParamInfo& info : layout.params) {
-    float* x = p + info.begin;
-    int64_t n = info.numel();
-    float scale = std;
-    if (info.name == "wte.weight") {
-      n = static_cast<int64_t>(cfg.vocab_size) * cfg.n_embd;
-    } else if (ends_with(info.name, "ln_1.weight") || ends_with(info.name, "ln_2.weight") ||
-               ends_with(info.name, "ln_f.weight")) {
-      std::fill(x, x + n, 1.f);
-      continue;
-    } else if (ends_with(info.name, "c_proj.weight")) {
-      scale = resid_std;
-    } else if (info.shape.size() < 2) {
-      continue;  // biases
-    }
-    for (int64_t i = 0; i < n; ++i) x[i] = scale * rng.normal();
-  }
-}
-
-}  // namespace
-
 void GPT::init_weights(uint64_t seed) {
-  if (dims_.tp_size == 1) return init_full(cfg_, spec_->layout(), param_buf_.data<float>(), seed);
-  // A shard starts as its slices of the whole model's initial weights, so
-  // any tp trains exactly like tp = 1.
-  auto full = GPTSpec::make(cfg_);
-  std::vector<float> whole(static_cast<size_t>(full->layout().numel));
-  init_full(cfg_, full->layout(), whole.data(), seed);
-  copy_logical_to_shard(full->layout(), spec_->layout(), dims_.tp_rank, whole.data(),
-                        param_buf_.data<float>());
+  spec_->initial_weights(seed, {0, spec_->num_params()}, param_buf_.data<float>());
 }
 
 int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, const Recompute& recompute,

@@ -1,11 +1,14 @@
 #include "meshtrain/nn/gpt_spec.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/nn/gpt_activations.h"
+#include "meshtrain/nn/initial_weights.h"
 #include "meshtrain/nn/kv_decoders.h"
 
 namespace meshtrain {
@@ -151,6 +154,52 @@ std::unique_ptr<Decoder> GPTSpec::make_decoder(const Tensor& params) const {
 std::unique_ptr<Model> GPTSpec::build(ModelBuffers buffers) const {
   return std::make_unique<GPT>(std::static_pointer_cast<const GPTSpec>(shared_from_this()),
                                std::move(buffers));
+}
+
+}  // namespace meshtrain
+
+namespace meshtrain {
+
+namespace {
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// GPT-2's initialization of the whole model's parameters (`full`): N(0, 0.02)
+// matrices and embeddings (the real vocabulary's rows only), residual
+// projections scaled by 1/sqrt(2L), unit LayerNorm gains, zero biases.
+std::vector<InitRule> gpt_init_rules(const GPTConfig& cfg, const ParamLayout& full) {
+  const float std = 0.02f;
+  const float resid_std = std / std::sqrt(2.0f * cfg.n_layer);
+  std::vector<InitRule> rules;
+  for (const ParamInfo& info : full.params) {
+    InitRule r{InitRule::Kind::Normal, std, -1};
+    if (info.name == "wte.weight") {
+      r.drawn = static_cast<int64_t>(cfg.vocab_size) * cfg.n_embd;
+    } else if (ends_with(info.name, "ln_1.weight") || ends_with(info.name, "ln_2.weight") ||
+               ends_with(info.name, "ln_f.weight")) {
+      r = {InitRule::Kind::Constant, 1.f, -1};
+    } else if (ends_with(info.name, "c_proj.weight")) {
+      r.value = resid_std;
+    } else if (info.shape.size() < 2) {
+      r = {InitRule::Kind::Zero, 0.f, -1};  // biases
+    }
+    rules.push_back(r);
+  }
+  return rules;
+}
+
+}  // namespace
+
+// A shard's values are its slices of the whole model's, so any tp trains
+// exactly like tp = 1.
+bool GPTSpec::initial_weights(uint64_t seed, ElemSpan range, float* buffer) const {
+  const auto full = shard_.is_full() ? nullptr : make(cfg_);
+  const ParamLayout& whole = full ? full->layout() : layout_;
+  fill_initial_weights(whole, layout_, shard_.tp_rank, gpt_init_rules(cfg_, whole), seed, range, buffer);
+  return true;
 }
 
 }  // namespace meshtrain

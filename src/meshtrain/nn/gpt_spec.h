@@ -21,6 +21,7 @@ class GPTSpec final : public DecoderSpecBase<GPTConfig, GPTDims>,
   ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,
                      Precision precision) const override;
   std::unique_ptr<Model> build(ModelBuffers buffers = {}) const override;
+  bool initial_weights(uint64_t seed, ElemSpan range, float* buffer) const override;
   std::unique_ptr<Decoder> make_decoder(const Tensor& params) const override;
 
   // The config from a description written by to_json() (or a checkpoint of

@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "meshtrain/core/error.h"
-#include "meshtrain/core/rng.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/attention.h"
 #include "meshtrain/kernels/cpu/convert.h"
@@ -15,7 +14,6 @@
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/kernels/cpu/swiglu.h"
 #include "meshtrain/nn/llama_activations.h"
-#include "meshtrain/nn/shard_slicing.h"
 #include "meshtrain/nn/vocab_parallel_loss.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
@@ -34,38 +32,8 @@ Llama::Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers b)
 
 Llama::~Llama() = default;
 
-namespace {
-
-// The whole model's initial weights into p (spec's layout).
-void init_full(const LlamaSpec& spec, float* p, uint64_t seed) {
-  const LlamaConfig& cfg = spec.config();
-  Rng rng(seed);
-  const int64_t C = cfg.n_embd;
-  for (const ParamInfo& info : spec.layout().params) {
-    int64_t n = info.numel();
-    if (info.shape.size() < 2) {  // RMSNorm gains
-      for (int64_t i = 0; i < n; ++i) p[info.begin + i] = 1.f;
-      continue;
-    }
-    // Embedding and head: only the real vocabulary's rows.
-    if (info.begin == spec.embed_offset() || info.begin == spec.head_offset())
-      n = static_cast<int64_t>(cfg.vocab_size) * C;
-    for (int64_t i = 0; i < n; ++i) p[info.begin + i] = 0.02f * rng.normal();
-  }
-}
-
-}  // namespace
-
 void Llama::init_weights(uint64_t seed) {
-  params_.zero_();
-  if (dims_.tp_size == 1) return init_full(*spec_, params_.data<float>(), seed);
-  // A shard starts as its slices of the whole model's initial weights, so
-  // any tp trains exactly like tp = 1.
-  auto full = LlamaSpec::make(cfg_);
-  std::vector<float> whole(static_cast<size_t>(full->layout().numel), 0.f);
-  init_full(*full, whole.data(), seed);
-  copy_logical_to_shard(full->layout(), spec_->layout(), dims_.tp_rank, whole.data(),
-                        params_.data<float>());
+  spec_->initial_weights(seed, {0, spec_->num_params()}, params_.data<float>());
 }
 
 void Llama::release_activations() { acts_.reset(); }

@@ -6,6 +6,7 @@
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/nn/llama.h"
 #include "meshtrain/nn/llama_activations.h"
+#include "meshtrain/nn/initial_weights.h"
 #include "meshtrain/nn/kv_decoders.h"
 
 namespace meshtrain {
@@ -155,6 +156,31 @@ std::unique_ptr<Decoder> LlamaSpec::make_decoder(const Tensor& params) const {
 std::unique_ptr<Model> LlamaSpec::build(ModelBuffers buffers) const {
   return std::make_unique<Llama>(std::static_pointer_cast<const LlamaSpec>(shared_from_this()),
                                  std::move(buffers));
+}
+
+}  // namespace meshtrain
+
+namespace meshtrain {
+
+// Llama's initialization of the whole model (`full`): N(0, 0.02) matrices,
+// embedding and head (the real vocabulary's rows only), unit RMSNorm gains.
+// A shard's values are its slices of the whole model's, so any tp trains
+// exactly like tp = 1.
+bool LlamaSpec::initial_weights(uint64_t seed, ElemSpan range, float* buffer) const {
+  const auto full = shard_.is_full() ? nullptr : make(cfg_);
+  const LlamaSpec& whole = full ? *full : *this;
+  const int64_t vocab_rows = static_cast<int64_t>(cfg_.vocab_size) * cfg_.n_embd;
+  std::vector<InitRule> rules;
+  for (const ParamInfo& info : whole.layout().params) {
+    if (info.shape.size() < 2)
+      rules.push_back({InitRule::Kind::Constant, 1.f, -1});
+    else if (info.begin == whole.embed_offset() || info.begin == whole.head_offset())
+      rules.push_back({InitRule::Kind::Normal, 0.02f, vocab_rows});
+    else
+      rules.push_back({InitRule::Kind::Normal, 0.02f, -1});
+  }
+  fill_initial_weights(whole.layout(), layout_, shard_.tp_rank, rules, seed, range, buffer);
+  return true;
 }
 
 }  // namespace meshtrain

@@ -40,6 +40,7 @@ class LlamaSpec final : public DecoderSpecBase<LlamaConfig, LlamaDims>,
   ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,
                      Precision precision) const override;
   std::unique_ptr<Model> build(ModelBuffers buffers = {}) const override;
+  bool initial_weights(uint64_t seed, ElemSpan range, float* buffer) const override;
   std::unique_ptr<Decoder> make_decoder(const Tensor& params) const override;
 
   // Offsets into the flat buffer (elements).

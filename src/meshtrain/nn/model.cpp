@@ -82,6 +82,8 @@ void ModelShard::check_tp_divides(int64_t n, const char* what) const {
 
 std::unique_ptr<Decoder> ModelSpec::make_decoder(const Tensor&) const { return nullptr; }
 
+bool ModelSpec::initial_weights(uint64_t, ElemSpan, float*) const { return false; }
+
 void Model::freeze(std::shared_ptr<LinearAdapters>) {
   fail("model family '{}' cannot be frozen under LoRA adapters (it has no adapter hooks)",
        spec().family());

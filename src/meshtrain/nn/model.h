@@ -179,6 +179,13 @@ class ModelSpec {
   virtual ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,
                              Precision precision) const = 0;
   virtual std::unique_ptr<Model> build(ModelBuffers buffers = {}) const = 0;
+  // Initial weights as a pure function of the seed (nn/initial_weights.h):
+  // writes elements [range) of a buffer in this layout with exactly what
+  // Model::init_weights(seed) gives them, so a rank initializes only the part
+  // it keeps (ZeRO) without building the whole model. False, writing
+  // nothing, for a family that initializes whole models only; an empty range
+  // only asks.
+  virtual bool initial_weights(uint64_t seed, ElemSpan range, float* buffer) const;
   // A KV-cache decoder (nn/decoder.h) over a whole model's parameters in
   // this (full) spec's layout, e.g. a tensor-parallel run's gathered
   // parameters; null when the family has none. It reads `params` at each
