@@ -91,6 +91,7 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
                                       precision);
   if (is_mixed(precision)) plan.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
   if (c.comm.grad_dtype == "bf16") plan.grad_wire = 2;
+  plan.setup_own_range = setup_from_own_range(plan.zero_stage, precision, c.init_from, *plan.model);
   check_memory_limit(plan, c.memory.limit_mb * 1e6);
 }
 

@@ -5,6 +5,8 @@
 
 namespace meshtrain::parallel {
 
+void GradientSync::init_weights(Model& model, uint64_t seed) { model.init_weights(seed); }
+
 void LocalGradients::zero_grad() {
   MT_CHECK(model_, "attach() a model first");
   model_->zero_grad();

@@ -65,6 +65,10 @@ class GradientSync {
   virtual void after_update() {}
   virtual const CommTiming& timing() const = 0;
 
+  // Initial weights from the seed (no file to start from): the model's own
+  // initialization, or only the part this rank keeps (ZeRO, when it was
+  // built with ZeroOptions::own_range_init).
+  virtual void init_weights(Model& model, uint64_t seed);
   // Setup around loading weights (init, init_from, resume), in this order:
   //   attach; model initialized; before_resume(); resume into
   //   resume_range() (the parameters this rank reads; nullopt = all);

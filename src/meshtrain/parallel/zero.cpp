@@ -40,11 +40,17 @@ void Zero::detach() {
   model_ = nullptr;
 }
 
+bool starts_from_own_range(const ZeroOptions& opts, const ModelSpec& spec) {
+  return opts.own_range_init && (opts.stage == 3 || is_mixed(opts.precision)) &&
+         spec.initial_weights(0, {}, nullptr);
+}
+
 std::unique_ptr<Model> Zero::make_model() {
   MT_CHECK(!params_, "make_model() called twice");
   const ParamLayout& lay = spec_->layout();
   const int64_t P = lay.numel;
   const bool mixed = is_mixed(opts_.precision);
+  own_start_ = starts_from_own_range(opts_, *spec_);
   std::unique_ptr<Model> model;
   // Mixed precision keeps only the own f32 range resident at every stage.
   if (mixed || opts_.stage == 3) param_res_ = std::make_unique<ReservedBuffer>(P);
@@ -78,8 +84,29 @@ std::unique_ptr<Model> Zero::make_model() {
   params_ = std::make_unique<ZeroParameters>(comm_, layout_, units, lay.order,
                                              lay.bracketed_grad_unit, params,
                                              param_res_.get(), opts_.stage == 3,
-                                             opts_.persist_threshold, mixed ? &half : nullptr);
+                                             opts_.persist_threshold, mixed ? &half : nullptr,
+                                             own_start_);
   return model;
+}
+
+void Zero::init_weights(Model& model, uint64_t seed) {
+  if (!own_start_) return model.init_weights(seed);
+  // Only the own range of the reserved buffer is written: the foreign pages
+  // are never touched, so they take no memory; start() gathers them.
+  MT_CHECK(spec_->initial_weights(seed, own(), model.param_buffer().data<float>()),
+           "model family '{}' cannot initialize a range", spec_->family());
+  initialized_own_ = true;
+}
+
+void Zero::before_resume() {
+  // Each rank's own range is what rank 0's would be (initial weights are a
+  // function of the element): nothing to broadcast.
+  if (!initialized_own_) {
+    MT_CHECK(!own_start_, "ZeRO was set up to start from each rank's own range "
+             "(own_range_init) but the weights were not initialized through it");
+    broadcast_parameters();
+  }
+  shard();
 }
 
 void Zero::attach(Model& model) {

@@ -18,9 +18,10 @@
 //
 //   Zero zero(comm, spec, {stage});
 //   auto model = zero.make_model();   // buffers as the stage needs them
-//   model->init_weights(seed);        // or load
+//   zero.init_weights(*model, seed);  // or load (without own_range_init)
 //   zero.attach(*model);
-//   zero.broadcast_parameters();      // rank 0's weights (all still full)
+//   zero.broadcast_parameters();      // rank 0's weights (unless each rank
+//                                     // initialized its own range)
 //   zero.shard();                     // stage 3: drop foreign parameters
 //   ... optimizer over own(); resume into own ranges ...
 //   zero.start();                     // gather from the owners
@@ -55,7 +56,19 @@ struct ZeroOptions {
   // Mixed precision: make_model() sets it on the model (nn/model.h) with the
   // 16-bit copy in this object's buffer.
   Precision precision = Precision::FP32;
+  // The run starts from the seed (init_weights), not from a file: where
+  // this stage keeps only its own range of the f32 parameters, each rank
+  // initializes just that range, and no foreign part is ever resident or
+  // broadcast (starts_from_own_range). Loading a file needs it false.
+  bool own_range_init = false;
 };
+
+// Whether a ZeRO run with these options initializes only each rank's own
+// range: stage 3 or mixed precision (where only that range of the f32
+// parameters stays), a start from the seed, and a family whose initial
+// weights are a function of the element (ModelSpec::initial_weights). The
+// memory prediction asks the same question.
+bool starts_from_own_range(const ZeroOptions& opts, const ModelSpec& spec);
 
 class Zero final : public GradientSync {
  public:
@@ -90,7 +103,8 @@ class Zero final : public GradientSync {
 
   std::string name() const override { return "zero-" + std::to_string(opts_.stage); }
   std::string describe() const override;
-  void before_resume() override { broadcast_parameters(), shard(); }
+  void init_weights(Model& model, uint64_t seed) override;
+  void before_resume() override;
   std::optional<ElemSpan> resume_range() const override { return own(); }
   void after_resume() override { start(); }
   void release_full_parameters() override { resume_hooks(); }
@@ -127,6 +141,8 @@ class Zero final : public GradientSync {
   std::unique_ptr<ReservedBuffer> param_res_;    // stage 3; every stage with mixed precision
   std::unique_ptr<ReservedBuffer> half_res_;     // mixed precision's 16-bit copy
   std::unique_ptr<ReservedBuffer> grad_res_;     // stages 2, 3
+  bool own_start_ = false;                       // starts_from_own_range
+  bool initialized_own_ = false;                 // init_weights wrote the own range only
   std::unique_ptr<ZeroGradients> grads_;         // stages 2, 3
   std::unique_ptr<ZeroParameters> params_;
   CommTiming timing_;

@@ -10,7 +10,8 @@ namespace meshtrain::parallel {
 ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
                                std::vector<ElemSpan> units, std::vector<ParamUse> order,
                                int exclusive_unit, float* params, ReservedBuffer* reserved,
-                               bool shard_units, int64_t persist_threshold, const HalfCopy* half)
+                               bool shard_units, int64_t persist_threshold, const HalfCopy* half,
+                               bool own_range_start)
     : comm_(std::move(comm)), layout_(layout), units_(std::move(units)), params_(params),
       reserved_(reserved), shard_units_(shard_units) {
   order_ = std::move(order);
@@ -40,16 +41,21 @@ ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
       const int64_t inside = std::max<int64_t>(0, std::min(e, own.end) - std::max(b, own.begin));
       foreign_f32_[u] += (e - b) - inside;
     });
-  resident_.assign(n, true);  // the model starts with full parameters (init, load)
-  valid_.assign(n, true);
   works_.resize(n);
-  // Until start() the whole buffer is resident (initialization, loading):
-  // own range and persistent units as parameters, the rest as gathered.
+  // Until start(), with a whole start (initialization, loading), the whole
+  // buffer is resident: own range and persistent units as parameters, the
+  // rest as gathered. With an own-range start only the own range is; the
+  // persistent units count as held already (start() gathers them to stay).
+  const bool whole = !own_range_start;
+  resident_.assign(n, true);
+  valid_.assign(n, whole);
+  for (int u = 0; u < n; ++u) resident_[u] = whole || persistent_[u];
   if (mixed()) {
     int64_t held = 2 * own.count(), gathered = 0, masters = 0;
     for (int u = 0; u < n; ++u) {
-      (persistent_[u] ? held : gathered) += foreign_bytes(u);
-      masters += 4 * (layout_.foreign_count(units_[u]) - foreign_f32_[u]);
+      if (persistent_[u]) held += foreign_bytes(u);
+      else if (whole) gathered += foreign_bytes(u);
+      if (whole) masters += 4 * (layout_.foreign_count(units_[u]) - foreign_f32_[u]);
     }
     held_params_.set(held);
     gathered_.set(gathered);
@@ -57,12 +63,14 @@ ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
     full_masters_bytes_.set(masters);
   } else if (sharded()) {
     int64_t held = own.count(), gathered = 0;
-    for (int u = 0; u < n; ++u)
-      (persistent_[u] ? held : gathered) += layout_.foreign_count(units_[u]);
+    for (int u = 0; u < n; ++u) {
+      if (persistent_[u]) held += layout_.foreign_count(units_[u]);
+      else if (whole) gathered += layout_.foreign_count(units_[u]);
+    }
     held_params_.set(held * 4);
     gathered_.set(gathered * 4);
   }
-  full_masters_ = mixed();
+  full_masters_ = mixed() && whole;
 }
 
 template <class Fn>

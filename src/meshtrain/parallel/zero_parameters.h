@@ -62,11 +62,16 @@ class ZeroParameters {
   // `order`: one micro-step's Need/Done sequence (ParamLayout::order).
   // `exclusive_unit` (-1: none): while it is gathered nothing is prefetched
   // (the bracketed unit: GPT's tied embedding, see on_event).
+  // `own_range_start`: setup writes only the own range (initial weights
+  // from the seed), so no foreign part is resident before start(), which
+  // gathers them; otherwise the whole buffer is (initialization, loading)
+  // until shard().
   ZeroParameters(comm::Communicator comm, ZeroLayout layout, std::vector<ElemSpan> units,
                  std::vector<ParamUse> order, int exclusive_unit, float* params,
                  ReservedBuffer* reserved,
                  bool shard_units,
-                 int64_t persist_threshold, const HalfCopy* half = nullptr);
+                 int64_t persist_threshold, const HalfCopy* half = nullptr,
+                 bool own_range_start = false);
   ~ZeroParameters();
 
   // The model's parameter hook.

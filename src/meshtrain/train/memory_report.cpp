@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/parallel/zero.h"
 
 namespace meshtrain {
 
@@ -200,20 +201,33 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   m.product_copy = plan.product_copy;
   m.zero_gather = zero_root_gather_bytes(plan, stage, N);
   // Setup: every rank builds its (tp shard of the) model in f32 once, whole
-  // (initialization draws one random stream over the buffer; a file loads
-  // whole), with mixed precision's 16-bit copy and the gradients beside it;
-  // ZeRO drops the foreign parts before the optimizer state is allocated.
-  // Not modelled: a LoRA base held in bf16 is read in f32 first, and a tp
-  // rank reading `init_from` reads the whole model. After that, stage 3's
-  // start() gathers the first forward's first unit beside the model states.
+  // (a file loads whole), with mixed precision's 16-bit copy and the
+  // gradients beside it; ZeRO drops the foreign parts before the optimizer
+  // state is allocated. Started from the seed, ZeRO-3 and mixed-precision
+  // ZeRO write only the own range (initial weights are a function of the
+  // element), so nothing whole is built. Not modelled: a LoRA base held in
+  // bf16 is read in f32 first, and a tp rank reading `init_from` reads the
+  // whole model. After that, stage 3's start() gathers the first forward's
+  // first unit beside the model states.
   int64_t first_unit = 0;
   if (stage == 3 && units.front() >= plan.persist_threshold) {
     const ForeignCount u0 = foreign_unit_counts(layout, own_span).front();
     first_unit = b.p_full > 0 ? mixed_foreign_bytes(u0) : b.p * u0.all;
   }
-  m.setup = std::max(m.model_states() + first_unit,
-                     (4 + b.p_full) * P + m.grads + plan.base.frozen_params);
+  m.setup = m.model_states() + first_unit;
+  if (!plan.setup_own_range)
+    m.setup = std::max(m.setup, (4 + b.p_full) * P + m.grads + plan.base.frozen_params);
   return m;
+}
+
+bool setup_from_own_range(int zero_stage, Precision precision, const std::string& init_from,
+                          const ModelSpec& model) {
+  if (zero_stage <= 0) return false;
+  parallel::ZeroOptions zo;
+  zo.stage = zero_stage;
+  zo.precision = precision;
+  zo.own_range_init = init_from.empty();
+  return parallel::starts_from_own_range(zo, model);
 }
 
 std::string end_copies_what(const MemoryPlan& plan, const RankMemory& m) {

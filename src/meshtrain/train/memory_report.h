@@ -60,7 +60,15 @@ struct MemoryPlan {
   // gather onto rank 0 is derived from the stage: RankMemory::zero_gather.)
   int64_t product_copy = 0;
   std::string product_copy_what;
+  // ZeRO initializes only each rank's own range (parallel/zero.h,
+  // starts_from_own_range): setup never holds the whole model.
+  bool setup_own_range = false;
 };
+
+// MemoryPlan::setup_own_range for a run with this ZeRO stage (0: none),
+// precision and init_from (empty: from the seed) on `model` (parallel/zero.h).
+bool setup_from_own_range(int zero_stage, Precision precision, const std::string& init_from,
+                          const ModelSpec& model);
 
 // Predicted peak bytes per category for one rank.
 struct RankMemory {
@@ -71,7 +79,8 @@ struct RankMemory {
   int64_t zero_gather = 0;
   // Before the first step: the whole f32 model built once on every rank
   // (with mixed precision's 16-bit copy) beside the gradients, or the model
-  // states, whichever is larger (predict_rank_memory says why).
+  // states, whichever is larger; only the latter when each rank initializes
+  // its own range (predict_rank_memory says why).
   int64_t setup = 0;
   int64_t model_states() const { return params + grads + optimizer; }
   int64_t total() const { return model_states() + activations + comm + workspace; }

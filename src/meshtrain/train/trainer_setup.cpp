@@ -74,6 +74,8 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   so.persist_threshold = opt.zero_persist_threshold;
   so.dp = opt.dp;
   so.precision = opt.precision;
+  // LoRA's adapters start from the seed but its frozen base is read whole.
+  so.init_from_seed = opt.init_from.empty() && !spec_.frozen_base();
   synced_ = parallel::make_synced_model(mesh_.comm(parallel::Axis::DP), shard_spec_, so);
   model_ = synced_.model.get();
   if (opt.tp > 1) {
@@ -100,7 +102,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
       say(fmt::format("LoRA: the frozen base's matrices are held in {} only (lora.base_dtype)",
                       precision_name(opt.precision)));
   } else if (opt.init_from.empty()) {
-    model_->init_weights(opt.seed);
+    sync_->init_weights(*model_, opt.seed);  // ZeRO: perhaps only this rank's own range
   } else if (opt.tp > 1) {
     // A tp shard takes its slices of the whole model's weights, read once
     // into a whole model on this rank.
@@ -171,6 +173,7 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   // (A LoRA model has none of its own; ZeRO keeps one of the adapters.)
   if (is_mixed(opt_.precision) && (plan.zero_stage > 0 || !spec_.frozen_base())) plan.bytes.p_full = 2;
   if (opt_.dp.grad_dtype == DType::BF16) plan.grad_wire = 2;  // comm.grad_dtype = bf16
+  plan.setup_own_range = setup_from_own_range(plan.zero_stage, opt_.precision, opt_.init_from, *plan.model);
   plan.base = predicted_;
   // The copy product_parameters() makes for saving and sampling.
   if (const auto base = spec_.frozen_base(); base && rank == 0) {
