@@ -85,26 +85,42 @@ TEST(zero, model_state_bytes_match_formula_2_ranks) { check_world(2); }
 TEST(zero, model_state_bytes_match_formula_3_ranks) { check_world(3); }
 TEST(zero, model_state_bytes_match_formula_4_ranks) { check_world(4); }
 
-// Started from the seed, mixed-precision ZeRO (every stage keeps only its own
-// range of the f32 weights) and stage 3 initialize only that range
+// Started from the seed, or from a file read by range (a checkpoint
+// directory here), mixed-precision ZeRO (every stage keeps only its own
+// range of the f32 weights) and stage 3 write only that range at setup
 // (parallel/zero.h, starts_from_own_range): setup never holds the whole model.
-// Started from a model file, every rank reads it whole once. bf16 on 4 ranks;
-// the measured setup peaks equal the prediction either way.
-TEST(zero, setup_from_the_seed_never_holds_the_whole_model) {
+// GPT's own model file loads whole: every rank reads it whole once. bf16 on 4
+// ranks; the measured setup peaks equal the prediction either way.
+TEST(zero, setup_from_the_seed_or_a_checkpoint_never_holds_the_whole_model) {
   const std::string args = tiny_settings(2) + kOddModel +
                            " --set train.micro_batch=1 --set zero.persist_threshold=0";
-  RunResult file = train("zsetup_file", args + " --nproc 1");
-  ASSERT_EQ(file.status, 0) << file.log;
-  const std::string model_file = (file.dir / "model.safetensors").string();
+  RunResult base = train("zsetup_base", args + " --nproc 1 --set checkpoint.every=2");
+  ASSERT_EQ(base.status, 0) << base.log;
+  const std::string model_file = (base.dir / "model.safetensors").string();
+  const std::string ckpt_dir = (base.dir / "ckpt").string();
   const double P = kParams;
+  enum Source { Seed, Checkpoint, GptFile };
+  double ckpt_loss = 0;
   for (int stage : {1, 3})
-    for (bool from_file : {false, true}) {
-      SCOPED_TRACE("stage " + std::to_string(stage) + (from_file ? " from a file" : " from the seed"));
-      RunResult r = train("zsetup_s" + std::to_string(stage) + (from_file ? "_file" : "_seed"),
+    for (Source from : {Seed, Checkpoint, GptFile}) {
+      const char* what[] = {"seed", "checkpoint", "gpt_file"};
+      SCOPED_TRACE("stage " + std::to_string(stage) + " from the " + what[from]);
+      const std::string init = from == Checkpoint ? " --set init_from=" + ckpt_dir
+                               : from == GptFile  ? " --set init_from=" + model_file
+                                                  : std::string();
+      RunResult r = train("zsetup_s" + std::to_string(stage) + "_" + what[from],
                           args + " --nproc 4 --set precision=bf16 --set zero.stage=" +
-                              std::to_string(stage) +
-                              (from_file ? " --set init_from=" + model_file : std::string()));
+                              std::to_string(stage) + init);
       ASSERT_EQ(r.status, 0) << r.log;
+      if (from == Checkpoint) {
+        EXPECT_NE(r.log.find("each rank its own range"), std::string::npos) << r.log;
+        ckpt_loss = r.metrics().at(0)["loss"].get<double>();
+      }
+      // The checkpoint and the model file hold the same weights (the base
+      // run's last step): read by range or whole, the first step agrees.
+      if (from == GptFile) {
+        EXPECT_NEAR(r.metrics().at(0)["loss"].get<double>(), ckpt_loss, 1e-6 * ckpt_loss);
+      }
       const nlohmann::json m = memory_of(r);
       ASSERT_EQ(m.size(), 4u);
       for (int rank = 0; rank < 4; ++rank) {
@@ -116,8 +132,8 @@ TEST(zero, setup_from_the_seed_never_holds_the_whole_model) {
         const double states = (stage == 1 ? 6 * P : 6 * own) + 12 * own;
         const double setup = m[rank]["setup_peak_total"].get<double>();
         const double predicted = m[rank]["predicted"]["setup_total"].get<double>();
-        if (from_file) {
-          // The file reader also stages one tensor at a time, which the
+        if (from == GptFile) {
+          // The GPT reader also stages one tensor at a time, which the
           // prediction leaves out: at most the largest, wte (256 x 35 f32).
           EXPECT_GE(setup, 0.98 * predicted) << "rank " << rank;
           EXPECT_LE(setup, predicted + 4 * 256 * 35) << "rank " << rank;

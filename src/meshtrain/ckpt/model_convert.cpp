@@ -154,7 +154,19 @@ std::string load_init_weights(const std::string& path, const GPTParams& dst, con
 }
 
 std::string load_init_weights(const std::string& path, Model& model) {
+  return load_init_weights(path, model, ElemSpan{0, model.spec().num_params()});
+}
+
+bool can_load_range(const std::string& path, const ModelSpec& spec) {
+  return is_checkpoint_path(path) || is_model_file(path) ||
+         (spec.family() == LlamaSpec::kFamily && is_hf_llama(path));
+}
+
+std::string load_init_weights(const std::string& path, Model& model, ElemSpan range) {
   const ModelSpec& spec = model.spec();
+  const bool whole = range == ElemSpan{0, spec.num_params()};
+  MT_CHECK(whole || can_load_range(path, spec), "init_from {}: this file loads whole only", path);
+  const BufferWindow window{model.param_buffer(), range};
   if (is_checkpoint_path(path)) {
     const std::string dir = resolve_step_dir(path);
     CheckpointReader reader = CheckpointReader::open(dir);
@@ -162,22 +174,21 @@ std::string load_init_weights(const std::string& path, Model& model) {
     const BufferEntry* b = reader.index().find_buffer(kParams);
     MT_CHECK(b && b->dtype == DType::F32, "checkpoint {}: no f32 '{}' buffer to start from", dir,
              kParams);
-    reader.read(kParams, {0, spec.num_params()}, model.param_buffer().raw());
+    reader.read(kParams, {range.begin, range.end}, model.param_buffer().data<float>() + range.begin);
     return dir;
   }
   if (is_model_file(path)) {
     const auto saved = read_model_file_spec(path);
     const std::string diff = model_description_difference(saved->to_json(), spec.to_json());
     MT_CHECK(diff.empty(), "init_from {} is another model: {}", path, diff);
-    load_model_file(path, spec, model.param_buffer());
+    load_model_file(path, spec, window);
     return path;
   }
   if (spec.family() == LlamaSpec::kFamily) {
     MT_CHECK(is_hf_llama(path), "init_from {}: a llama model starts from a Hugging Face Llama "
              "checkpoint (a directory with config.json and model.safetensors), a model file "
              "meshtrain wrote, or a meshtrain checkpoint directory", path);
-    load_hf_llama_weights(path, model.param_buffer(),
-                          LlamaSpec::config_from_json(spec.to_json(), path));
+    load_hf_llama_weights(path, window, LlamaSpec::config_from_json(spec.to_json(), path));
     return path;
   }
   MT_CHECK(spec.family() == GPTSpec::kFamily, "init_from {}: model files are read for the gpt "

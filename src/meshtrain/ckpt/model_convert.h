@@ -40,5 +40,12 @@ std::string load_init_weights(const std::string& path, const GPTParams& dst, con
 // The same for any model whose family has a file format here (GPT: meshtrain,
 // Hugging Face GPT-2, llm.c); a checkpoint directory works for every family.
 std::string load_init_weights(const std::string& path, Model& model);
+// Only elements [range) of the model's buffer (ZeRO's own range; the rest is
+// never written), for the files can_load_range accepts.
+std::string load_init_weights(const std::string& path, Model& model, ElemSpan range);
+// Whether `path` can be read by range for `spec`: a checkpoint directory, a
+// model file meshtrain wrote (any family but GPT's own format), a Hugging
+// Face Llama directory. GPT-2 and llm.c files load whole.
+bool can_load_range(const std::string& path, const ModelSpec& spec);
 
 }  // namespace meshtrain::ckpt

@@ -163,6 +163,11 @@ LlamaConfig parse_hf_llama_config(const json& j, const fs::path& p) {
 }  // namespace
 
 void load_hf_llama_weights(const std::string& path, const Tensor& params, const LlamaConfig& cfg) {
+  load_hf_llama_weights(path, BufferWindow::whole(params), cfg);
+}
+
+void load_hf_llama_weights(const std::string& path, const BufferWindow& window, const LlamaConfig& cfg) {
+  const Tensor& params = window.flat;
   const auto spec = LlamaSpec::make(cfg);
   MT_CHECK(params.numel() == spec->num_params() && params.dtype() == DType::F32,
            "{}: parameter buffer of {} {} for a model of {} f32", path, params.numel(),
@@ -181,19 +186,20 @@ void load_hf_llama_weights(const std::string& path, const Tensor& params, const 
   for (const ParamInfo& p : spec->layout().params) {
     const SafetensorsFile& f = file_of(p.name);
     used.insert(p.name);
-    Tensor dst = params.slice_flat(p.begin, p.numel()).reshape(p.shape);
     const bool vocab_rows = p.name == "model.embed_tokens.weight" || p.name == "lm_head.weight";
     if (vocab_rows) {
       const Shape want{V, p.shape[1]};
       MT_CHECK(f.info(p.name).shape == want, "{}: {} has shape {}, expected ({}, {})", f.path(),
                p.name, shape_str(f.info(p.name).shape), V, p.shape[1]);
-      dst.zero_();  // padding rows stay zero
-      f.read_into(p.name, dst.slice_flat(0, V * p.shape[1]).reshape(want));
+      window.put(p, [&](const Tensor& dst) {
+        Tensor(dst).zero_();  // padding rows stay zero (a view of the same storage)
+        f.read_into(p.name, dst.slice_flat(0, V * p.shape[1]).reshape(want));
+      });
       continue;
     }
     MT_CHECK(f.info(p.name).shape == p.shape, "{}: {} has shape {}, expected {}", f.path(), p.name,
              shape_str(f.info(p.name).shape), shape_str(p.shape));
-    f.read_into(p.name, dst);
+    window.put(p, [&](const Tensor& dst) { f.read_into(p.name, dst); });
   }
   for (const auto& [name, file] : files)
     MT_CHECK(used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos,

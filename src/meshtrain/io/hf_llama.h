@@ -10,6 +10,7 @@
 #include <string>
 
 #include "meshtrain/nn/llama_config.h"
+#include "meshtrain/io/buffer_window.h"
 #include "meshtrain/nn/model.h"
 
 namespace meshtrain {
@@ -25,6 +26,8 @@ LlamaConfig read_hf_llama_config(const std::string& path);
 // Fills `params`, a flat f32 buffer laid out for cfg (nn/llama_spec.h), from
 // `path` (any of F32/BF16/F16 in the files).
 void load_hf_llama_weights(const std::string& path, const Tensor& params, const LlamaConfig& cfg);
+// Only the window's range of that buffer (every tensor still checked).
+void load_hf_llama_weights(const std::string& path, const BufferWindow& window, const LlamaConfig& cfg);
 
 // Writes <dir>/config.json and <dir>/model.safetensors from a flat f32
 // parameter buffer laid out for cfg.

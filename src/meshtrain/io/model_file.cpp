@@ -55,6 +55,11 @@ std::shared_ptr<const ModelSpec> read_model_file_spec(const std::string& path) {
 }
 
 void load_model_file(const std::string& path, const ModelSpec& spec, const Tensor& params) {
+  load_model_file(path, spec, BufferWindow::whole(params));
+}
+
+void load_model_file(const std::string& path, const ModelSpec& spec, const BufferWindow& window) {
+  const Tensor& params = window.flat;
   MT_CHECK(params.numel() == spec.num_params() && params.dtype() == DType::F32,
            "{}: parameter buffer of {} {} for a model of {} f32", path, params.numel(),
            dtype_name(params.dtype()), spec.num_params());
@@ -64,7 +69,7 @@ void load_model_file(const std::string& path, const ModelSpec& spec, const Tenso
     MT_CHECK(f.contains(p.name), "{}: tensor {} is missing", path, p.name);
     MT_CHECK(f.info(p.name).shape == p.shape, "{}: {} has shape {}, expected {}", path, p.name,
              shape_str(f.info(p.name).shape), shape_str(p.shape));
-    f.read_into(p.name, params.slice_flat(p.begin, p.numel()).reshape(p.shape));
+    window.put(p, [&](const Tensor& dst) { f.read_into(p.name, dst); });
     used.insert(p.name);
   }
   for (const std::string& n : f.names())

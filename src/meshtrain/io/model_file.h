@@ -6,6 +6,7 @@
 #pragma once
 #include <string>
 
+#include "meshtrain/io/buffer_window.h"
 #include "meshtrain/nn/model.h"
 
 namespace meshtrain {
@@ -20,6 +21,8 @@ void save_model_safetensors(const std::string& path, const Model& model);
 bool is_model_file(const std::string& path);
 std::shared_ptr<const ModelSpec> read_model_file_spec(const std::string& path);
 void load_model_file(const std::string& path, const ModelSpec& spec, const Tensor& params);
+// Only the window's range of that buffer (every tensor still checked).
+void load_model_file(const std::string& path, const ModelSpec& spec, const BufferWindow& window);
 // The same from a spec and its flat f32 parameter buffer.
 void save_model_safetensors(const std::string& path, const ModelSpec& spec, const Tensor& params);
 

@@ -69,6 +69,9 @@ class GradientSync {
   // initialization, or only the part this rank keeps (ZeRO, when it was
   // built with ZeroOptions::own_range_init).
   virtual void init_weights(Model& model, uint64_t seed);
+  // The parameters a load at setup (init_from) writes on this rank: nullopt
+  // = all; ZeRO built with own_range_init: its own range.
+  virtual std::optional<ElemSpan> setup_range() const { return std::nullopt; }
   // Setup around loading weights (init, init_from, resume), in this order:
   //   attach; model initialized; before_resume(); resume into
   //   resume_range() (the parameters this rank reads; nullopt = all);

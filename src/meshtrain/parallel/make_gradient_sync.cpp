@@ -35,7 +35,7 @@ SyncedModel make_synced_model(const comm::Communicator& dp_comm,
     zo.persist_threshold = opt.persist_threshold;
     zo.dp = opt.dp;
     zo.precision = opt.precision;  // mixed precision: the 16-bit copy is what ZeRO gathers
-    zo.own_range_init = opt.init_from_seed;
+    zo.own_range_init = opt.setup_writes_ranges;
     auto zero = std::make_unique<Zero>(dp_comm, spec, zo);
     out.model = zero->make_model();
     out.sync = std::move(zero);

@@ -18,9 +18,8 @@ struct GradientSyncOptions {
   int64_t persist_threshold = 100000;   // ZeRO-3
   DataParallelOptions dp;               // buckets, wire dtype, verify
   Precision precision = Precision::FP32;  // ZeRO keeps the 16-bit copy itself
-  // The weights start from the seed (GradientSync::init_weights), not from
-  // a file: ZeRO may then initialize only each rank's own range.
-  bool init_from_seed = false;
+  // Setup can write just a range of the parameters (ZeroOptions::own_range_init).
+  bool setup_writes_ranges = false;
 };
 
 // The model and the strategy attached to it. The model lives on the

@@ -40,9 +40,8 @@ void Zero::detach() {
   model_ = nullptr;
 }
 
-bool starts_from_own_range(const ZeroOptions& opts, const ModelSpec& spec) {
-  return opts.own_range_init && (opts.stage == 3 || is_mixed(opts.precision)) &&
-         spec.initial_weights(0, {}, nullptr);
+bool starts_from_own_range(const ZeroOptions& opts) {
+  return opts.own_range_init && (opts.stage == 3 || is_mixed(opts.precision));
 }
 
 std::unique_ptr<Model> Zero::make_model() {
@@ -50,7 +49,7 @@ std::unique_ptr<Model> Zero::make_model() {
   const ParamLayout& lay = spec_->layout();
   const int64_t P = lay.numel;
   const bool mixed = is_mixed(opts_.precision);
-  own_start_ = starts_from_own_range(opts_, *spec_);
+  own_start_ = starts_from_own_range(opts_);
   std::unique_ptr<Model> model;
   // Mixed precision keeps only the own f32 range resident at every stage.
   if (mixed || opts_.stage == 3) param_res_ = std::make_unique<ReservedBuffer>(P);
@@ -94,18 +93,17 @@ void Zero::init_weights(Model& model, uint64_t seed) {
   // Only the own range of the reserved buffer is written: the foreign pages
   // are never touched, so they take no memory; start() gathers them.
   MT_CHECK(spec_->initial_weights(seed, own(), model.param_buffer().data<float>()),
-           "model family '{}' cannot initialize a range", spec_->family());
-  initialized_own_ = true;
+           "model family '{}' cannot initialize a range (own_range_init)", spec_->family());
+}
+
+std::optional<ElemSpan> Zero::setup_range() const {
+  return own_start_ ? std::optional<ElemSpan>(own()) : std::nullopt;
 }
 
 void Zero::before_resume() {
-  // Each rank's own range is what rank 0's would be (initial weights are a
-  // function of the element): nothing to broadcast.
-  if (!initialized_own_) {
-    MT_CHECK(!own_start_, "ZeRO was set up to start from each rank's own range "
-             "(own_range_init) but the weights were not initialized through it");
-    broadcast_parameters();
-  }
+  // With an own-range start each rank wrote its range with what rank 0's
+  // would hold (the same initial weights, or the same file): nothing to broadcast.
+  if (!own_start_) broadcast_parameters();
   shard();
 }
 

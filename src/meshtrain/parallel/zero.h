@@ -56,19 +56,19 @@ struct ZeroOptions {
   // Mixed precision: make_model() sets it on the model (nn/model.h) with the
   // 16-bit copy in this object's buffer.
   Precision precision = Precision::FP32;
-  // The run starts from the seed (init_weights), not from a file: where
-  // this stage keeps only its own range of the f32 parameters, each rank
-  // initializes just that range, and no foreign part is ever resident or
-  // broadcast (starts_from_own_range). Loading a file needs it false.
+  // Setup can write just a range of the parameters: the run starts from the
+  // seed with a family whose initial weights are a function of the element
+  // (ModelSpec::initial_weights), or from a file read by range
+  // (ckpt::can_load_range). Where this stage keeps only its own range of the
+  // f32 parameters, each rank then writes just that (init_weights, or a load
+  // into setup_range()), and no foreign part is ever resident or broadcast.
   bool own_range_init = false;
 };
 
-// Whether a ZeRO run with these options initializes only each rank's own
-// range: stage 3 or mixed precision (where only that range of the f32
-// parameters stays), a start from the seed, and a family whose initial
-// weights are a function of the element (ModelSpec::initial_weights). The
-// memory prediction asks the same question.
-bool starts_from_own_range(const ZeroOptions& opts, const ModelSpec& spec);
+// Whether a ZeRO run with these options writes only each rank's own range
+// at setup: own_range_init at stage 3 or with mixed precision (where only
+// that range of the f32 parameters stays). The memory prediction asks it too.
+bool starts_from_own_range(const ZeroOptions& opts);
 
 class Zero final : public GradientSync {
  public:
@@ -104,6 +104,7 @@ class Zero final : public GradientSync {
   std::string name() const override { return "zero-" + std::to_string(opts_.stage); }
   std::string describe() const override;
   void init_weights(Model& model, uint64_t seed) override;
+  std::optional<ElemSpan> setup_range() const override;
   void before_resume() override;
   std::optional<ElemSpan> resume_range() const override { return own(); }
   void after_resume() override { start(); }
@@ -142,7 +143,6 @@ class Zero final : public GradientSync {
   std::unique_ptr<ReservedBuffer> half_res_;     // mixed precision's 16-bit copy
   std::unique_ptr<ReservedBuffer> grad_res_;     // stages 2, 3
   bool own_start_ = false;                       // starts_from_own_range
-  bool initialized_own_ = false;                 // init_weights wrote the own range only
   std::unique_ptr<ZeroGradients> grads_;         // stages 2, 3
   std::unique_ptr<ZeroParameters> params_;
   CommTiming timing_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/parallel/zero.h"
 
 namespace meshtrain {
@@ -220,14 +221,20 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   return m;
 }
 
+bool setup_writes_ranges(const std::string& init_from, const ModelSpec& model) {
+  if (model.frozen_base()) return false;
+  if (init_from.empty()) return model.initial_weights(0, {}, nullptr);
+  return model.shard().tp_size == 1 && ckpt::can_load_range(init_from, model);
+}
+
 bool setup_from_own_range(int zero_stage, Precision precision, const std::string& init_from,
                           const ModelSpec& model) {
   if (zero_stage <= 0) return false;
   parallel::ZeroOptions zo;
   zo.stage = zero_stage;
   zo.precision = precision;
-  zo.own_range_init = init_from.empty();
-  return parallel::starts_from_own_range(zo, model);
+  zo.own_range_init = setup_writes_ranges(init_from, model);
+  return parallel::starts_from_own_range(zo);
 }
 
 std::string end_copies_what(const MemoryPlan& plan, const RankMemory& m) {

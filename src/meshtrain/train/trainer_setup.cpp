@@ -74,8 +74,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   so.persist_threshold = opt.zero_persist_threshold;
   so.dp = opt.dp;
   so.precision = opt.precision;
-  // LoRA's adapters start from the seed but its frozen base is read whole.
-  so.init_from_seed = opt.init_from.empty() && !spec_.frozen_base();
+  so.setup_writes_ranges = setup_writes_ranges(opt.init_from, spec_);
   synced_ = parallel::make_synced_model(mesh_.comm(parallel::Axis::DP), shard_spec_, so);
   model_ = synced_.model.get();
   if (opt.tp > 1) {
@@ -110,6 +109,10 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
     say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, *whole)));
     copy_logical_to_shard(opt.model->layout(), spec_.layout(), mesh_.rank(parallel::Axis::TP),
                           whole->param_buffer().data<float>(), model_->param_buffer().data<float>());
+  } else if (const auto range = sync_->setup_range()) {
+    // ZeRO keeping a range reads only its own part of the file.
+    say(fmt::format("loaded weights from {} (each rank its own range)",
+                    ckpt::load_init_weights(opt.init_from, *model_, *range)));
   } else {
     // A model file, or a checkpoint directory (its parameters; fresh optimizer).
     say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, *model_)));

@@ -1,0 +1,105 @@
+// init_from read by range (ckpt::load_init_weights with a range, how ZeRO
+// ranks load only their own part): for every source that can be read so (a
+// Hugging Face Llama folder, f32 or sharded bf16; a model file meshtrain
+// wrote; a checkpoint directory), any range gets exactly the values a whole
+// load puts there, and nothing outside the range is written. GPT's own file
+// formats load whole only, and asking them for a range is a clear error.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+#include <vector>
+
+#include "error_of.h"
+#include "meshtrain/ckpt/model_convert.h"
+#include "meshtrain/io/hf_llama.h"
+#include "meshtrain/io/model_file.h"
+#include "meshtrain/io/safetensors.h"
+#include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/nn/llama_spec.h"
+
+using namespace meshtrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFixtures = std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures";
+constexpr float kUnwritten = -1234.5f;
+
+fs::path scratch() {
+  const fs::path dir = fs::temp_directory_path() / ("mt_range_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The HF fixture copied with its tensors in bf16, split over two files.
+fs::path bf16_sharded_copy(const fs::path& dir) {
+  fs::create_directories(dir);
+  fs::copy_file(kFixtures + "/llama_tiny_hf/config.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  const SafetensorsFile src = SafetensorsFile::open(kFixtures + "/llama_tiny_hf/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> parts[2];
+  std::string map;
+  const auto names = src.names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    Tensor t = Tensor::zeros(src.info(names[i]).shape, DType::BF16);
+    t.copy_from(src.read(names[i]));
+    parts[i % 2].emplace_back(names[i], t);
+    map += std::string(map.empty() ? "" : ",") + "\"" + names[i] + "\":\"part" + std::to_string(i % 2) + ".safetensors\"";
+  }
+  for (int p = 0; p < 2; ++p) write_safetensors((dir / ("part" + std::to_string(p) + ".safetensors")).string(), parts[p]);
+  std::ofstream(dir / "model.safetensors.index.json") << "{\"weight_map\":{" << map << "}}";
+  return dir;
+}
+
+void expect_ranges_match_whole_load(const std::string& path, const ModelSpec& spec) {
+  SCOPED_TRACE(path);
+  ASSERT_TRUE(ckpt::can_load_range(path, spec));
+  auto whole = spec.build();
+  ckpt::load_init_weights(path, *whole);
+  const float* want = whole->param_buffer().data<float>();
+  const int64_t P = spec.num_params();
+  std::vector<ElemSpan> ranges = {{0, 0}, {0, P}, {1, P - 1}, {P / 3, P / 2}, {P - 7, P}};
+  for (const ParamInfo& p : spec.layout().params) ranges.push_back({p.begin + 1, std::min(P, p.end() + 3)});
+  for (const ElemSpan& r : ranges) {
+    auto model = spec.build();
+    float* got = model->param_buffer().data<float>();
+    std::fill(got, got + P, kUnwritten);
+    ckpt::load_init_weights(path, *model, r);
+    for (int64_t i = 0; i < P; ++i) {
+      const float w = i >= r.begin && i < r.end ? want[i] : kUnwritten;
+      ASSERT_EQ(std::memcmp(&got[i], &w, 4), 0) << "element " << i << " of [" << r.begin << ", " << r.end << ")";
+    }
+  }
+}
+
+}  // namespace
+
+TEST(init_from_range, every_range_source_gives_the_whole_loads_values) {
+  const fs::path dir = scratch();
+  const std::string hf = kFixtures + "/llama_tiny_hf";
+  const auto spec = LlamaSpec::make(read_hf_llama_config(hf));
+  expect_ranges_match_whole_load(hf, *spec);
+  expect_ranges_match_whole_load(bf16_sharded_copy(dir / "bf16").string(), *spec);
+  // A model file meshtrain wrote, and a checkpoint directory made from it.
+  auto model = spec->build();
+  ckpt::load_init_weights(hf, *model);
+  const std::string file = (dir / "llama.safetensors").string();
+  save_model_safetensors(file, *spec, model->param_buffer());
+  expect_ranges_match_whole_load(file, *spec);
+  const std::string step_dir = ckpt::import_model_file(file, (dir / "ckpt").string());
+  expect_ranges_match_whole_load(step_dir, *spec);
+  fs::remove_all(dir);
+}
+
+TEST(init_from_range, gpt_files_load_whole_and_refuse_a_range) {
+  const std::string gpt = kFixtures + "/gpt_tiny_hf.safetensors";
+  const auto spec = GPTSpec::make(ckpt::read_init_config(gpt, gpt_preset("tiny").n_head));
+  EXPECT_FALSE(ckpt::can_load_range(gpt, *spec));
+  auto model = spec->build();
+  ckpt::load_init_weights(gpt, *model);  // whole: fine
+  const std::string e = meshtrain::testing::error_of([&] { ckpt::load_init_weights(gpt, *model, {0, 10}); });
+  EXPECT_NE(e.find("loads whole only"), std::string::npos) << e;
+}
