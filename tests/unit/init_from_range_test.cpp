@@ -1,9 +1,10 @@
 // init_from read by range (ckpt::load_init_weights with a range, how ZeRO
 // ranks load only their own part): for every source that can be read so (a
 // Hugging Face Llama folder, f32 or sharded bf16; a model file meshtrain
-// wrote; a checkpoint directory), any range gets exactly the values a whole
-// load puts there, and nothing outside the range is written. GPT's own file
-// formats load whole only, and asking them for a range is a clear error.
+// wrote, Llama's or GPT's; a checkpoint directory), any range gets exactly
+// the values a whole load puts there, and nothing outside the range is
+// written. Hugging Face GPT-2 and llm.c files load whole only, and asking
+// them for a range is a clear error.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "error_of.h"
 #include "meshtrain/ckpt/model_convert.h"
+#include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/io/hf_llama.h"
 #include "meshtrain/io/model_file.h"
 #include "meshtrain/io/safetensors.h"
@@ -94,12 +96,19 @@ TEST(init_from_range, every_range_source_gives_the_whole_loads_values) {
   fs::remove_all(dir);
 }
 
-TEST(init_from_range, gpt_files_load_whole_and_refuse_a_range) {
-  const std::string gpt = kFixtures + "/gpt_tiny_hf.safetensors";
-  const auto spec = GPTSpec::make(ckpt::read_init_config(gpt, gpt_preset("tiny").n_head));
-  EXPECT_FALSE(ckpt::can_load_range(gpt, *spec));
+// GPT: our own format reads by range; Hugging Face GPT-2 (and llm.c) files
+// load whole only, and asking them for a range is a clear error.
+TEST(init_from_range, gpt_files_in_our_format_read_by_range_and_others_refuse) {
+  const std::string hf = kFixtures + "/gpt_tiny_hf.safetensors";
+  const auto spec = GPTSpec::make(ckpt::read_init_config(hf, gpt_preset("tiny").n_head));
+  EXPECT_FALSE(ckpt::can_load_range(hf, *spec));
   auto model = spec->build();
-  ckpt::load_init_weights(gpt, *model);  // whole: fine
-  const std::string e = meshtrain::testing::error_of([&] { ckpt::load_init_weights(gpt, *model, {0, 10}); });
+  ckpt::load_init_weights(hf, *model);  // whole: fine
+  const std::string e = meshtrain::testing::error_of([&] { ckpt::load_init_weights(hf, *model, {0, 10}); });
   EXPECT_NE(e.find("loads whole only"), std::string::npos) << e;
+  const fs::path dir = scratch();
+  const std::string ours = (dir / "gpt.safetensors").string();
+  save_gpt_safetensors(ours, GPTParams::view(spec->config(), model->param_buffer()), spec->config());
+  expect_ranges_match_whole_load(ours, *spec);
+  fs::remove_all(dir);
 }

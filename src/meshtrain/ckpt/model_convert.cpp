@@ -159,7 +159,8 @@ std::string load_init_weights(const std::string& path, Model& model) {
 
 bool can_load_range(const std::string& path, const ModelSpec& spec) {
   return is_checkpoint_path(path) || is_model_file(path) ||
-         (spec.family() == LlamaSpec::kFamily && is_hf_llama(path));
+         (spec.family() == LlamaSpec::kFamily && is_hf_llama(path)) ||
+         (spec.family() == GPTSpec::kFamily && gpt_file_reads_by_range(path));
 }
 
 std::string load_init_weights(const std::string& path, Model& model, ElemSpan range) {
@@ -195,7 +196,9 @@ std::string load_init_weights(const std::string& path, Model& model, ElemSpan ra
            "and llama families only; a {} model starts from a checkpoint directory", path,
            spec.family());
   const GPTConfig cfg = GPTSpec::config_from_json(spec.to_json(), "init_from");
-  return load_init_weights(path, GPTParams::view(cfg, model.param_buffer()), cfg);
+  if (whole) return load_init_weights(path, GPTParams::view(cfg, model.param_buffer()), cfg);
+  load_gpt_weights(path, window, cfg);
+  return path;
 }
 
 }  // namespace meshtrain::ckpt

@@ -7,6 +7,7 @@
 #include "meshtrain/io/llmc_model.h"
 #include "meshtrain/io/model_file_util.h"
 #include "meshtrain/io/safetensors.h"
+#include "meshtrain/nn/gpt_spec.h"
 
 namespace meshtrain {
 
@@ -42,22 +43,26 @@ GPTConfig meshtrain_config(const SafetensorsFile& f) {
   return c;
 }
 
-void load_meshtrain(const SafetensorsFile& f, const GPTParams& dst, const GPTConfig& cfg) {
+// Our format's tensors carry the layout's names (nn/gpt_spec.cpp), so the
+// window writes each parameter by its ParamInfo: all of them, or one range.
+void load_meshtrain(const SafetensorsFile& f, const BufferWindow& window, const GPTConfig& cfg) {
   // The padded vocabulary may differ (only the real rows matter); all else must agree.
   check_same_config(f.path(), meshtrain_config(f), cfg, /*check_padded_vocab=*/false);
   std::set<std::string> expected;
-  for (const auto& [name, t] : dst.named()) {
+  const auto spec = GPTSpec::make(cfg);  // alive through the loop: the layout is its member
+  for (const ParamInfo& p : spec->layout().params) {
+    const std::string& name = p.name;
     expected.insert(name);
     MT_CHECK(f.contains(name), "model file {}: tensor {} is missing", f.path(), name);
     const Shape& found = f.info(name).shape;
     if (name == "wte.weight") {
       // Any padding of at least vocab_size rows will do.
-      if (found.size() != 2 || found[0] < cfg.vocab_size) check_shape(f.path(), name, found, t.shape());
+      if (found.size() != 2 || found[0] < cfg.vocab_size) check_shape(f.path(), name, found, p.shape);
       check_shape(f.path(), name, found, {found[0], cfg.n_embd});
-      copy_vocab_rows(read_f32(f, name), t, cfg.vocab_size);
+      window.put(p, [&](const Tensor& dst) { copy_vocab_rows(read_f32(f, name), dst, cfg.vocab_size); });
     } else {
-      check_shape(f.path(), name, found, t.shape());
-      read_weight_into(f, name, t);
+      check_shape(f.path(), name, found, p.shape);
+      window.put(p, [&](const Tensor& dst) { read_weight_into(f, name, dst); });
     }
   }
   for (const auto& name : f.names())
@@ -102,8 +107,28 @@ void load_gpt_weights(const std::string& path, const GPTParams& dst, const GPTCo
            dst.flat.numel(), cfg.num_params());
   if (is_llmc_model(path)) return load_llmc_model(path, dst, cfg);
   auto f = SafetensorsFile::open(path);
-  if (is_meshtrain_file(f)) return load_meshtrain(f, dst, cfg);
+  if (is_meshtrain_file(f)) return load_meshtrain(f, BufferWindow::whole(dst.flat), cfg);
   load_hf_gpt2(f, dst, cfg);
+}
+
+bool gpt_file_reads_by_range(const std::string& path) {
+  if (is_llmc_model(path)) return false;
+  try {
+    return is_meshtrain_file(SafetensorsFile::open(path));
+  } catch (const Error&) {
+    return false;  // not a model file at all: load_gpt_weights names what is wrong
+  }
+}
+
+void load_gpt_weights(const std::string& path, const BufferWindow& window, const GPTConfig& cfg) {
+  if (window.range == ElemSpan{0, window.flat.numel()})
+    return load_gpt_weights(path, GPTParams::view(cfg, window.flat), cfg);
+  MT_CHECK(gpt_file_reads_by_range(path), "{}: a {} file loads whole only", path,
+           model_file_format_name(detect_model_file_format(path)));
+  MT_CHECK(window.flat.numel() == cfg.num_params() && window.flat.dtype() == DType::F32,
+           "loading {}: parameter buffer of {} {} for a model of {} f32", path,
+           window.flat.numel(), dtype_name(window.flat.dtype()), cfg.num_params());
+  load_meshtrain(SafetensorsFile::open(path), window, cfg);
 }
 
 void save_gpt_safetensors(const std::string& path, const GPTParams& params, const GPTConfig& cfg) {
