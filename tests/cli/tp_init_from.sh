@@ -4,7 +4,10 @@
 # safetensors file (the tiny GPT fixture, 2 heads). `init_from` at
 # parallel.tp = 2 gives every shard its slices of the checkpoint, so each
 # step's loss equals the run at tp = 1 (1e-5 relative), and the final model
-# file (assembled from the shards) holds the same tensors.
+# file (assembled from the shards) holds the same tensors. The Llama folder
+# is read by slices (each shard reads only its own); at dp 2 x tp 2 under
+# ZeRO-3 each rank reads only its slices inside its own range, and the losses
+# equal dp 2 x tp 1's.
 set -uo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 mkdir -p "$TMP/data"
@@ -20,6 +23,12 @@ for tp in 1 2; do
   grep -q "loaded weights from $FIX" "$TMP/train$tp" || { cat "$TMP/train$tp"; fail "tp $tp did not start from $FIX"; }
 done
 grep -q "mesh: dp 1 x tp 2" "$TMP/train2" || fail "tp 2 run did not report its mesh"
+# The Llama folder is read by slices; a GPT-2 file loads whole, then each shard takes its own.
+if [[ $FIX == *llama* ]]; then
+  grep -q "this tp shard's slices" "$TMP/train2" || fail "tp 2 read the whole Llama folder"
+else
+  grep -q "this tp shard's slices" "$TMP/train2" && fail "tp 2 claims to read slices of a GPT-2 file"
+fi
 python3 - "$TMP/run1" "$TMP/run2" <<'PY' || fail "tp 2 differs from tp 1 starting from $FIX"
 import json, struct, sys
 def losses(d):
@@ -48,4 +57,25 @@ for k in ta:
 print("tp 2 = tp 1:", a)
 PY
 done
+
+FIX="$SRC/tests/fixtures/llama_tiny_hf"
+for shape in "2 1 0" "4 2 3"; do
+  read -r n tp stage <<<"$shape"
+  "$BIN" train --set init_from="$FIX" --set model.preset= --set data.train="$TMP/data/train_*.bin" \
+    --set train.steps=4 --set train.micro_batch=2 --set train.eval_every=0 --set train.threads=1 \
+    --set parallel.tp=$tp --set zero.stage=$stage --set telemetry.dir="$TMP/dp$n" --nproc $n >"$TMP/dp$n.log" 2>&1 \
+    || { cat "$TMP/dp$n.log"; fail "dp 2 x tp $tp at ZeRO-$stage from $FIX failed"; }
+done
+grep -q "this tp shard's slices, each rank its own range" "$TMP/dp4.log" \
+  || { cat "$TMP/dp4.log"; fail "dp 2 x tp 2 ZeRO-3 did not read only its own slices"; }
+python3 - "$TMP/dp2" "$TMP/dp4" <<'PY' || fail "dp 2 x tp 2 ZeRO-3 differs from dp 2 x tp 1"
+import json, sys
+def losses(d):
+    return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 4, (a, b)
+for x, y in zip(a, b):
+    assert abs(x - y) <= 1e-4 * abs(x), (a, b)
+print("dp 2 x tp 2 ZeRO-3 = dp 2 x tp 1:", b)
+PY
 echo "PASS"

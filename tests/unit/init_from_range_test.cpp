@@ -21,6 +21,7 @@
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
+#include "meshtrain/nn/shard_slicing.h"
 
 using namespace meshtrain;
 namespace fs = std::filesystem;
@@ -77,7 +78,56 @@ void expect_ranges_match_whole_load(const std::string& path, const ModelSpec& sp
   }
 }
 
+// Tensor-parallel shards (BufferWindow::shard): each tp rank's buffer gets
+// exactly its slices of the whole load, and a range of it only that range.
+void expect_shards_match_whole_load(const std::string& path, const ModelSpec& spec, int tp) {
+  SCOPED_TRACE(path + " at tp " + std::to_string(tp));
+  auto whole = spec.build();
+  ckpt::load_init_weights(path, *whole);
+  for (int r = 0; r < tp; ++r) {
+    ModelShard shard;
+    shard.tp_rank = r, shard.tp_size = tp;
+    const auto sspec = spec.sharded(shard);
+    const int64_t S = sspec->num_params();
+    std::vector<float> want(static_cast<size_t>(S));
+    copy_logical_to_shard(spec.layout(), sspec->layout(), r, whole->param_buffer().data<float>(), want.data());
+    for (const ElemSpan range : {ElemSpan{0, S}, ElemSpan{S / 3, S / 2 + 5}}) {
+      Tensor buf = Tensor::zeros({S}, DType::F32);
+      float* got = buf.data<float>();
+      std::fill(got, got + S, kUnwritten);
+      ckpt::load_init_weights(path, spec, BufferWindow::shard(buf, range, spec.layout(), sspec->layout(), r));
+      for (int64_t i = 0; i < S; ++i) {
+        const float w = i >= range.begin && i < range.end ? want[i] : kUnwritten;
+        ASSERT_EQ(std::memcmp(&got[i], &w, 4), 0) << "tp rank " << r << " element " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+TEST(init_from_range, tensor_parallel_shards_read_only_their_slices) {
+  const fs::path dir = scratch();
+  const std::string hf = kFixtures + "/llama_tiny_hf";
+  const auto spec = LlamaSpec::make(read_hf_llama_config(hf));
+  expect_shards_match_whole_load(hf, *spec, 2);
+  expect_shards_match_whole_load(bf16_sharded_copy(dir / "bf16").string(), *spec, 2);
+  auto model = spec->build();
+  ckpt::load_init_weights(hf, *model);
+  const std::string file = (dir / "llama.safetensors").string();
+  save_model_safetensors(file, *spec, model->param_buffer());
+  expect_shards_match_whole_load(file, *spec, 2);
+  expect_shards_match_whole_load(ckpt::import_model_file(file, (dir / "ckpt").string()), *spec, 2);
+  // GPT in its own format: fused q|k|v and a vocabulary-parallel wte.
+  const std::string gpt_hf = kFixtures + "/gpt_tiny_hf.safetensors";
+  const auto gspec = GPTSpec::make(ckpt::read_init_config(gpt_hf, gpt_preset("tiny").n_head));
+  auto gpt = gspec->build();
+  ckpt::load_init_weights(gpt_hf, *gpt);
+  const std::string ours = (dir / "gpt.safetensors").string();
+  save_gpt_safetensors(ours, GPTParams::view(gspec->config(), gpt->param_buffer()), gspec->config());
+  expect_shards_match_whole_load(ours, *gspec, 2);
+  fs::remove_all(dir);
+}
 
 TEST(init_from_range, every_range_source_gives_the_whole_loads_values) {
   const fs::path dir = scratch();

@@ -164,10 +164,14 @@ bool can_load_range(const std::string& path, const ModelSpec& spec) {
 }
 
 std::string load_init_weights(const std::string& path, Model& model, ElemSpan range) {
-  const ModelSpec& spec = model.spec();
-  const bool whole = range == ElemSpan{0, spec.num_params()};
+  return load_init_weights(path, model.spec(), BufferWindow{model.param_buffer(), range, {}, -1});
+}
+
+std::string load_init_weights(const std::string& path, const ModelSpec& spec, const BufferWindow& window) {
+  const bool whole = window.is_whole();
   MT_CHECK(whole || can_load_range(path, spec), "init_from {}: this file loads whole only", path);
-  const BufferWindow window{model.param_buffer(), range};
+  window.check_fits(spec.num_params(), "init_from " + path);
+  const ElemSpan range = window.range;
   if (is_checkpoint_path(path)) {
     const std::string dir = resolve_step_dir(path);
     CheckpointReader reader = CheckpointReader::open(dir);
@@ -175,7 +179,12 @@ std::string load_init_weights(const std::string& path, Model& model, ElemSpan ra
     const BufferEntry* b = reader.index().find_buffer(kParams);
     MT_CHECK(b && b->dtype == DType::F32, "checkpoint {}: no f32 '{}' buffer to start from", dir,
              kParams);
-    reader.read(kParams, {range.begin, range.end}, model.param_buffer().data<float>() + range.begin);
+    if (window.runs.empty()) {  // one contiguous read
+      reader.read(kParams, {range.begin, range.end}, window.flat.data<float>() + range.begin);
+      return dir;
+    }
+    for (const ParamInfo& p : spec.layout().params)  // a tp shard: each tensor's slices
+      window.put(p, [&](const Tensor& dst) { reader.read(kParams, {p.begin, p.end()}, dst.raw()); });
     return dir;
   }
   if (is_model_file(path)) {
@@ -196,7 +205,7 @@ std::string load_init_weights(const std::string& path, Model& model, ElemSpan ra
            "and llama families only; a {} model starts from a checkpoint directory", path,
            spec.family());
   const GPTConfig cfg = GPTSpec::config_from_json(spec.to_json(), "init_from");
-  if (whole) return load_init_weights(path, GPTParams::view(cfg, model.param_buffer()), cfg);
+  if (whole) return load_init_weights(path, GPTParams::view(cfg, window.flat), cfg);
   load_gpt_weights(path, window, cfg);
   return path;
 }

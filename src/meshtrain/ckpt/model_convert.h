@@ -8,6 +8,7 @@
 
 #include "meshtrain/ckpt/checkpoint_reader.h"
 #include "meshtrain/nn/gpt_params.h"
+#include "meshtrain/io/buffer_window.h"
 #include "meshtrain/nn/model.h"
 
 namespace meshtrain::ckpt {
@@ -43,6 +44,10 @@ std::string load_init_weights(const std::string& path, Model& model);
 // Only elements [range) of the model's buffer (ZeRO's own range; the rest is
 // never written), for the files can_load_range accepts.
 std::string load_init_weights(const std::string& path, Model& model, ElemSpan range);
+// Into a window of a buffer (io/buffer_window.h): a range, and/or a
+// tensor-parallel shard's slices of each tensor; `spec` is the logical
+// (whole) model. A window that is not the whole buffer needs can_load_range.
+std::string load_init_weights(const std::string& path, const ModelSpec& spec, const BufferWindow& window);
 // Whether `path` can be read by range for `spec`: a checkpoint directory, a
 // model file meshtrain wrote (any family but GPT's own format), a Hugging
 // Face Llama directory. GPT-2 and llm.c files load whole.

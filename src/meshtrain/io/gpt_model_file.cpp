@@ -121,13 +121,10 @@ bool gpt_file_reads_by_range(const std::string& path) {
 }
 
 void load_gpt_weights(const std::string& path, const BufferWindow& window, const GPTConfig& cfg) {
-  if (window.range == ElemSpan{0, window.flat.numel()})
-    return load_gpt_weights(path, GPTParams::view(cfg, window.flat), cfg);
+  if (window.is_whole()) return load_gpt_weights(path, GPTParams::view(cfg, window.flat), cfg);
   MT_CHECK(gpt_file_reads_by_range(path), "{}: a {} file loads whole only", path,
            model_file_format_name(detect_model_file_format(path)));
-  MT_CHECK(window.flat.numel() == cfg.num_params() && window.flat.dtype() == DType::F32,
-           "loading {}: parameter buffer of {} {} for a model of {} f32", path,
-           window.flat.numel(), dtype_name(window.flat.dtype()), cfg.num_params());
+  window.check_fits(cfg.num_params(), path);
   load_meshtrain(SafetensorsFile::open(path), window, cfg);
 }
 

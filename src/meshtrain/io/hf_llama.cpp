@@ -167,11 +167,8 @@ void load_hf_llama_weights(const std::string& path, const Tensor& params, const 
 }
 
 void load_hf_llama_weights(const std::string& path, const BufferWindow& window, const LlamaConfig& cfg) {
-  const Tensor& params = window.flat;
   const auto spec = LlamaSpec::make(cfg);
-  MT_CHECK(params.numel() == spec->num_params() && params.dtype() == DType::F32,
-           "{}: parameter buffer of {} {} for a model of {} f32", path, params.numel(),
-           dtype_name(params.dtype()), spec->num_params());
+  window.check_fits(spec->num_params(), path);
   const auto files = weight_files(path);
   std::map<std::string, SafetensorsFile> open;
   auto file_of = [&](const std::string& name) -> const SafetensorsFile& {

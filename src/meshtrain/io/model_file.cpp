@@ -59,10 +59,7 @@ void load_model_file(const std::string& path, const ModelSpec& spec, const Tenso
 }
 
 void load_model_file(const std::string& path, const ModelSpec& spec, const BufferWindow& window) {
-  const Tensor& params = window.flat;
-  MT_CHECK(params.numel() == spec.num_params() && params.dtype() == DType::F32,
-           "{}: parameter buffer of {} {} for a model of {} f32", path, params.numel(),
-           dtype_name(params.dtype()), spec.num_params());
+  window.check_fits(spec.num_params(), path);
   const SafetensorsFile f = SafetensorsFile::open(path);
   std::set<std::string> used;
   for (const ParamInfo& p : spec.layout().params) {

@@ -202,14 +202,15 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   m.product_copy = plan.product_copy;
   m.zero_gather = zero_root_gather_bytes(plan, stage, N);
   // Setup: every rank builds its (tp shard of the) model in f32 once, whole
-  // (a file loads whole), with mixed precision's 16-bit copy and the
+  // (a file that loads whole), with mixed precision's 16-bit copy and the
   // gradients beside it; ZeRO drops the foreign parts before the optimizer
-  // state is allocated. Started from the seed, ZeRO-3 and mixed-precision
-  // ZeRO write only the own range (initial weights are a function of the
-  // element), so nothing whole is built. Not modelled: a LoRA base held in
-  // bf16 is read in f32 first, and a tp rank reading `init_from` reads the
-  // whole model. After that, stage 3's start() gathers the first forward's
-  // first unit beside the model states.
+  // state is allocated. Stage 3 and mixed-precision ZeRO starting from the
+  // seed or a file read by range write only the own range (initial weights
+  // are a function of the element; io/buffer_window.h), so nothing whole is
+  // built. Not modelled: a LoRA base held in bf16 is read in f32 first, a
+  // file's reader stages one tensor at a time, and a tp rank reading a file
+  // that loads whole (GPT-2, llm.c) reads the whole model. After that, stage
+  // 3's start() gathers the first forward's first unit beside the model states.
   int64_t first_unit = 0;
   if (stage == 3 && units.front() >= plan.persist_threshold) {
     const ForeignCount u0 = foreign_unit_counts(layout, own_span).front();
@@ -224,7 +225,7 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
 bool setup_writes_ranges(const std::string& init_from, const ModelSpec& model) {
   if (model.frozen_base()) return false;
   if (init_from.empty()) return model.initial_weights(0, {}, nullptr);
-  return model.shard().tp_size == 1 && ckpt::can_load_range(init_from, model);
+  return ckpt::can_load_range(init_from, model);
 }
 
 bool setup_from_own_range(int zero_stage, Precision precision, const std::string& init_from,

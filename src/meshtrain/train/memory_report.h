@@ -67,8 +67,8 @@ struct MemoryPlan {
 
 // Whether setup can write just a range of `model`'s parameters: from the
 // seed when the family's initial weights are a function of the element,
-// from init_from when the file is read by range (one tp shard reads the
-// whole model); never under LoRA (the frozen base loads whole).
+// from init_from when the file is read by range (ckpt::can_load_range, for a
+// tp shard too); never under LoRA (the frozen base loads whole).
 bool setup_writes_ranges(const std::string& init_from, const ModelSpec& model);
 // MemoryPlan::setup_own_range for a run with this ZeRO stage (0: none),
 // precision and init_from (empty: from the seed) on `model` (parallel/zero.h).

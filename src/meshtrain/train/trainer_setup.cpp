@@ -102,9 +102,19 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
                       precision_name(opt.precision)));
   } else if (opt.init_from.empty()) {
     sync_->init_weights(*model_, opt.seed);  // ZeRO: perhaps only this rank's own range
+  } else if (opt.tp > 1 && ckpt::can_load_range(opt.init_from, *opt.model)) {
+    // A tp shard reads only its slices of each tensor (one tensor staged at
+    // a time); under ZeRO keeping a range, only those inside its own range.
+    const auto own = sync_->setup_range();
+    const BufferWindow window = BufferWindow::shard(
+        model_->param_buffer(), own.value_or(ElemSpan{0, spec_.num_params()}), opt.model->layout(),
+        spec_.layout(), mesh_.rank(parallel::Axis::TP));
+    say(fmt::format("loaded weights from {} (this tp shard's slices{})",
+                    ckpt::load_init_weights(opt.init_from, *opt.model, window),
+                    own ? ", each rank its own range" : ""));
   } else if (opt.tp > 1) {
-    // A tp shard takes its slices of the whole model's weights, read once
-    // into a whole model on this rank.
+    // A file that loads whole (Hugging Face GPT-2, llm.c): read once into a
+    // whole model on this rank, then the shard takes its slices.
     auto whole = opt.model->build();
     say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, *whole)));
     copy_logical_to_shard(opt.model->layout(), spec_.layout(), mesh_.rank(parallel::Axis::TP),
