@@ -79,6 +79,7 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
   MemoryPlan plan;
   ModelShard shard{0, tp};
   shard.sequence_parallel = c.parallel.sequence_parallel;
+  plan.setup_staging = file_staging_bytes(c.init_from, *spec);
   plan.model = tp > 1 ? spec->sharded(shard) : std::move(spec);  // shards are equal
   plan.B = c.train.micro_batch;
   plan.T = T;

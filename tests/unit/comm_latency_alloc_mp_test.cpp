@@ -28,12 +28,15 @@ using namespace meshtrain::comm::testing;
 
 namespace {
 std::atomic<long> g_allocations{0};
-std::atomic<bool> g_fail_next{false};  // the next allocation throws bad_alloc
+// > 0: that many allocations from now, the last one throws bad_alloc.
+std::atomic<long> g_fail_countdown{0};
 }  // namespace
 
 void* operator new(std::size_t bytes) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (g_fail_next.exchange(false, std::memory_order_relaxed)) throw std::bad_alloc();
+  if (g_fail_countdown.load(std::memory_order_relaxed) > 0 &&
+      g_fail_countdown.fetch_sub(1, std::memory_order_relaxed) == 1)
+    throw std::bad_alloc();
   if (void* p = std::malloc(bytes ? bytes : 1)) return p;
   throw std::bad_alloc();
 }
@@ -91,29 +94,35 @@ TEST(comm_latency, small_collectives_allocate_nothing) {
 }
 
 // Rank 0 issues collectives and sends that fail for lack of memory at their
-// first allocation; the ops after them must still carry the same numbers on
-// every rank (the debug check compares them and throws if they differ).
+// first, second or third allocation (for a send: its body, its Work state after
+// it is numbered, its lane); the ops after them must still carry the same
+// numbers on every rank (the debug check compares them and throws if they
+// differ), and the counters count only what was issued.
 TEST(comm_latency, an_op_that_runs_out_of_memory_is_not_numbered) {
   CommOptions opts = CommOptions::from_env();
   opts.debug = true;
   opts.timeout_s = 30;
+  opts.inline_bytes = 64 * 1024;  // the 512 KiB allreduces below are queued, so they allocate
   auto w = run_world(2, [](Communicator& c) {
     std::string e;
     std::vector<float> big(1 << 17, 1.0f), small(8, 1.0f);  // 512 KiB: queued, never inline
     c.allreduce(big.data(), big.size(), DType::F32).wait();
     if (c.rank() == 0) {
+      const uint64_t calls_before = c.counters().calls_of(CollOp::Allreduce);
       int failed = 0;
-      for (int attempt = 0; attempt < 3; ++attempt) {
-        g_fail_next = true;
+      for (int attempt = 0; attempt < 5; ++attempt) {
+        g_fail_countdown = attempt < 2 ? 1 : attempt - 1;  // sends: allocations 1, 2, 3
         try {
           if (attempt < 2) c.allreduce(big.data(), big.size(), DType::F32).wait();
           else c.send(small.data(), small.size(), DType::F32, 1).wait();
         } catch (const std::bad_alloc&) {
           ++failed;
         }
-        g_fail_next = false;
+        g_fail_countdown = 0;
       }
-      if (failed != 3) e += fmt::format("{} of 3 injected allocation failures reached the caller; ", failed);
+      if (failed != 5) e += fmt::format("{} of 5 injected allocation failures reached the caller; ", failed);
+      if (c.counters().calls_of(CollOp::Allreduce) != calls_before || c.counters().calls_of(CollOp::Send) != 0)
+        e += "ops that were never issued were counted; ";
     }
     try {
       c.allreduce(big.data(), big.size(), DType::F32).wait();

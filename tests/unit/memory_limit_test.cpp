@@ -101,6 +101,32 @@ TEST(memory_limit, zero_counts_the_gather_onto_rank_0) {
   EXPECT_EQ(refusal(plan, static_cast<double>(lean.finish_total())), "");
 }
 
+// Started from the seed or a file read by range, ZeRO-3 writes only each
+// rank's own range (MemoryPlan::setup_own_range): on 64 ranks setup stays
+// below the whole model and below training. A file start's reader staging
+// (setup_staging) is counted, and when it is what does not fit, the refusal
+// says so.
+TEST(memory_limit, zero3_setup_from_own_range_holds_no_whole_model) {
+  MemoryPlan plan = char6l_plan();
+  plan.world = 64;
+  plan.zero_stage = 3;
+  plan.base.activations = 0;
+  plan.rank = 1;
+  plan.setup_own_range = true;
+  const int64_t P = plan.model->layout().numel;
+  const RankMemory m = predict_rank_memory(plan);
+  EXPECT_LT(m.setup, P) << "64 ranks: a quarter of the f32 model at most";
+  EXPECT_LE(m.setup, m.total());
+  EXPECT_EQ(refusal(plan, static_cast<double>(std::max(m.total(), m.finish_total()))), "");
+  plan.setup_staging = 8 * P;  // a reader staging more than training holds
+  const RankMemory f = predict_rank_memory(plan);
+  EXPECT_EQ(f.setup, f.model_states() + 8 * P);
+  ASSERT_GT(f.setup, std::max(f.total(), f.finish_total()));
+  const std::string err = refusal(plan, static_cast<double>(std::max(f.total(), f.finish_total())));
+  EXPECT_NE(err.find("what the init_from reader stages"), std::string::npos) << err;
+  EXPECT_EQ(refusal(plan, static_cast<double>(f.setup)), "");
+}
+
 // Setup builds the whole f32 model on every rank before ZeRO shards it: on
 // many ranks that, not training, is the peak, and more ranks do not lower it.
 TEST(memory_limit, zero3_setup_builds_the_whole_model_once) {

@@ -133,11 +133,12 @@ TEST(zero, setup_from_the_seed_or_a_ranged_file_never_holds_the_whole_model) {
         const double states = (stage == 1 ? 6 * P : 6 * own) + 12 * own;
         const double setup = m[rank]["setup_peak_total"].get<double>();
         const double predicted = m[rank]["predicted"]["setup_total"].get<double>();
-        // A file's reader may stage one tensor at a time, which the
-        // prediction leaves out: at most the largest, wte (256 x 35 f32).
-        const double staging = from_file ? 4 * 256 * 35 : 0;
-        EXPECT_GE(setup, 0.98 * predicted) << "rank " << rank;
-        EXPECT_LE(setup, 1.02 * predicted + staging) << "rank " << rank;
+        // A file's reader stages one tensor at a time: the prediction counts
+        // a bound, two copies of the largest, wte (256 x 35 f32), and the
+        // measured peak lies between the buffers alone and that.
+        const double staging = from_file ? 2 * 4 * 256 * 35 : 0;
+        EXPECT_GE(setup, 0.98 * (predicted - staging)) << "rank " << rank;
+        EXPECT_LE(setup, 1.02 * predicted) << "rank " << rank;
         if (whole_load) {
           EXPECT_GE(setup, 0.98 * whole) << "rank " << rank;
         } else {

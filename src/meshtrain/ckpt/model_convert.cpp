@@ -169,7 +169,6 @@ std::string load_init_weights(const std::string& path, Model& model, ElemSpan ra
 
 std::string load_init_weights(const std::string& path, const ModelSpec& spec, const BufferWindow& window) {
   const bool whole = window.is_whole();
-  MT_CHECK(whole || can_load_range(path, spec), "init_from {}: this file loads whole only", path);
   window.check_fits(spec.num_params(), "init_from " + path);
   const ElemSpan range = window.range;
   if (is_checkpoint_path(path)) {
@@ -179,6 +178,8 @@ std::string load_init_weights(const std::string& path, const ModelSpec& spec, co
     const BufferEntry* b = reader.index().find_buffer(kParams);
     MT_CHECK(b && b->dtype == DType::F32, "checkpoint {}: no f32 '{}' buffer to start from", dir,
              kParams);
+    MT_CHECK(window.flat.dtype() == DType::F32, "init_from {}: a checkpoint loads into an f32 "
+             "buffer, not {}", dir, dtype_name(window.flat.dtype()));
     if (window.runs.empty()) {  // one contiguous read
       reader.read(kParams, {range.begin, range.end}, window.flat.data<float>() + range.begin);
       return dir;

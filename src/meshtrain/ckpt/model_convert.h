@@ -49,8 +49,8 @@ std::string load_init_weights(const std::string& path, Model& model, ElemSpan ra
 // (whole) model. A window that is not the whole buffer needs can_load_range.
 std::string load_init_weights(const std::string& path, const ModelSpec& spec, const BufferWindow& window);
 // Whether `path` can be read by range for `spec`: a checkpoint directory, a
-// model file meshtrain wrote (any family but GPT's own format), a Hugging
-// Face Llama directory. GPT-2 and llm.c files load whole.
+// model file meshtrain wrote (any family, GPT's own format included), a
+// Hugging Face Llama directory. Hugging Face GPT-2 and llm.c files load whole.
 bool can_load_range(const std::string& path, const ModelSpec& spec);
 
 }  // namespace meshtrain::ckpt

@@ -302,8 +302,12 @@ Work Communicator::submit(const CollArgs& a) {
   auto bump = [](std::atomic<uint64_t>& x, uint64_t by) {
     x.store(x.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   };
-  bump(im.calls[static_cast<size_t>(a.op)], 1);
-  bump(im.bytes_issued[static_cast<size_t>(a.op)], a.bytes());
+  // Counted once issued: an op whose issue runs out of memory leaves no trace.
+  auto counted = [&](Work w) {
+    bump(im.calls[static_cast<size_t>(a.op)], 1);
+    bump(im.bytes_issued[static_cast<size_t>(a.op)], a.bytes());
+    return w;
+  };
   // Bytes this rank handles: what the cost model and the inline rule look at.
   size_t bytes = a.bytes();
   if (a.op == CollOp::Alltoall) bytes *= n;
@@ -316,12 +320,12 @@ Work Communicator::submit(const CollArgs& a) {
       if (a.op == CollOp::Send) return lane->send(a.root, a.send, a.bytes(), ctx);
       lane->recv(a.root, a.recv, a.bytes(), ctx);
     };
-    return im.p2p ? im.enqueue_p2p(std::move(t)) : im.enqueue(std::move(t), bytes);
+    return counted(im.p2p ? im.enqueue_p2p(std::move(t)) : im.enqueue(std::move(t), bytes));
   }
   const Algorithm* alg = im.selector.select(a.op, bytes);
   Task t = im.make_task(a.op, coll_op_name(a.op).data(), a, alg->name);
   t.alg = alg;
-  return im.enqueue(std::move(t), bytes);
+  return counted(im.enqueue(std::move(t), bytes));
 }
 
 Work Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {

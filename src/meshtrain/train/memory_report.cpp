@@ -207,9 +207,10 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   // state is allocated. Stage 3 and mixed-precision ZeRO starting from the
   // seed or a file read by range write only the own range (initial weights
   // are a function of the element; io/buffer_window.h), so nothing whole is
-  // built. Not modelled: a LoRA base held in bf16 is read in f32 first, a
-  // file's reader stages one tensor at a time, and a tp rank reading a file
-  // that loads whole (GPT-2, llm.c) reads the whole model. After that, stage
+  // built. A file's reader stages one tensor at a time (setup_staging, a
+  // bound). Not modelled: a LoRA base held in bf16 is read in f32 first, and
+  // a tp rank reading a file that loads whole (GPT-2, llm.c) reads the whole
+  // model. After that, stage
   // 3's start() gathers the first forward's first unit beside the model states.
   int64_t first_unit = 0;
   if (stage == 3 && units.front() >= plan.persist_threshold) {
@@ -218,7 +219,9 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   }
   m.setup = m.model_states() + first_unit;
   if (!plan.setup_own_range)
-    m.setup = std::max(m.setup, (4 + b.p_full) * P + m.grads + plan.base.frozen_params);
+    m.setup = std::max(m.setup, (4 + b.p_full) * P + m.grads + plan.base.frozen_params + plan.setup_staging);
+  else
+    m.setup = std::max(m.setup, m.model_states() + plan.setup_staging);
   return m;
 }
 
@@ -226,6 +229,14 @@ bool setup_writes_ranges(const std::string& init_from, const ModelSpec& model) {
   if (model.frozen_base()) return false;
   if (init_from.empty()) return model.initial_weights(0, {}, nullptr);
   return ckpt::can_load_range(init_from, model);
+}
+
+int64_t file_staging_bytes(const std::string& init_from, const ModelSpec& logical) {
+  if (init_from.empty()) return 0;
+  const ModelSpec& read = logical.frozen_base() ? *logical.frozen_base() : logical;
+  int64_t largest = 0;
+  for (const ParamInfo& p : read.layout().params) largest = std::max(largest, shape_numel(p.logical_shape()));
+  return 2 * 4 * largest;
 }
 
 bool setup_from_own_range(int zero_stage, Precision precision, const std::string& init_from,
@@ -250,14 +261,24 @@ void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
   if (limit_bytes <= 0) return;
   const RankMemory m = predict_rank_memory(plan);
   if (m.total() <= limit_bytes && m.finish_total() <= limit_bytes && m.setup <= limit_bytes) return;
+  if (m.total() <= limit_bytes && m.finish_total() <= limit_bytes && plan.setup_own_range)
+    fail("training fits memory.limit_mb = {} ({} MB per rank), but setup needs {} MB: the model "
+         "states ({} MB) beside what the init_from reader stages (at most two copies of the largest "
+         "tensor, {} MB); raise memory.limit_mb to at least {}",
+         limit_bytes / 1e6, mb(m.total()), mb(m.setup), mb(m.model_states()), mb(plan.setup_staging),
+         mb(m.setup));
   if (m.total() <= limit_bytes && m.finish_total() <= limit_bytes)
     fail("training fits memory.limit_mb = {} ({} MB per rank), but setup needs {} MB: every rank "
          "builds its whole model in f32 once{} ({} MB) beside its gradients ({} MB) before ZeRO "
          "keeps only its own share, and more ranks do not lower that; raise memory.limit_mb to "
-         "at least {}",
+         "at least {}{}",
          limit_bytes / 1e6, mb(m.total()), mb(m.setup),
          plan.bytes.p_full > 0 ? " with its 16-bit copy" : "",
-         mb((4 + plan.bytes.p_full) * plan.model->layout().numel), mb(m.grads), mb(m.setup));
+         mb((4 + plan.bytes.p_full) * plan.model->layout().numel), mb(m.grads), mb(m.setup),
+         plan.world > 1 ? " (at ZeRO stage 3, or any stage in bf16/fp16, a start from the seed, a "
+                          "checkpoint directory, a meshtrain model file or a Hugging Face Llama "
+                          "folder writes only each rank's own range)"
+                        : "");
   if (m.total() <= limit_bytes)
     fail("training fits memory.limit_mb = {} ({} MB per rank), but saving and sampling the "
          "trained model need {} MB more for {}: {} MB at the end of the run (model states {} + "

@@ -63,6 +63,9 @@ struct MemoryPlan {
   // ZeRO initializes only each rank's own range (parallel/zero.h,
   // starts_from_own_range): setup never holds the whole model.
   bool setup_own_range = false;
+  // A start from a file: what its reader may stage beside the buffers, a
+  // bound (file_staging_bytes).
+  int64_t setup_staging = 0;
 };
 
 // Whether setup can write just a range of `model`'s parameters: from the
@@ -70,6 +73,11 @@ struct MemoryPlan {
 // from init_from when the file is read by range (ckpt::can_load_range, for a
 // tp shard too); never under LoRA (the frozen base loads whole).
 bool setup_writes_ranges(const std::string& init_from, const ModelSpec& model);
+// MemoryPlan::setup_staging for init_from (empty: none) into `logical` (the
+// whole model; under LoRA its frozen base is what is read): the readers stage
+// at most one tensor at a time, in at most two copies (a read and a
+// conversion, transpose or slice of it), so twice the largest f32 tensor.
+int64_t file_staging_bytes(const std::string& init_from, const ModelSpec& logical);
 // MemoryPlan::setup_own_range for a run with this ZeRO stage (0: none),
 // precision and init_from (empty: from the seed) on `model` (parallel/zero.h).
 bool setup_from_own_range(int zero_stage, Precision precision, const std::string& init_from,

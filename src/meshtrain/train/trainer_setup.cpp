@@ -75,6 +75,11 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   so.dp = opt.dp;
   so.precision = opt.precision;
   so.setup_writes_ranges = setup_writes_ranges(opt.init_from, spec_);
+  // Every rank must take the same setup path (the broadcast it skips is
+  // collective): a file one rank cannot read by range makes all read it whole.
+  if (comm::Communicator* world = world_comm())
+    so.setup_writes_ranges =
+        world->allreduce_scalar(int64_t{so.setup_writes_ranges}, comm::ReduceOp::Min) == 1;
   synced_ = parallel::make_synced_model(mesh_.comm(parallel::Axis::DP), shard_spec_, so);
   model_ = synced_.model.get();
   if (opt.tp > 1) {
@@ -187,6 +192,7 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   if (is_mixed(opt_.precision) && (plan.zero_stage > 0 || !spec_.frozen_base())) plan.bytes.p_full = 2;
   if (opt_.dp.grad_dtype == DType::BF16) plan.grad_wire = 2;  // comm.grad_dtype = bf16
   plan.setup_own_range = setup_from_own_range(plan.zero_stage, opt_.precision, opt_.init_from, *plan.model);
+  plan.setup_staging = file_staging_bytes(opt_.init_from, *opt_.model);
   plan.base = predicted_;
   // The copy product_parameters() makes for saving and sampling.
   if (const auto base = spec_.frozen_base(); base && rank == 0) {

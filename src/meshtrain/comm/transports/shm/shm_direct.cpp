@@ -37,6 +37,8 @@ constexpr int kLocalRanks = 16;  // no heap allocation on the latency path up to
 class RankPointers {
  public:
   explicit RankPointers(int n) : heap_(n > kLocalRanks ? n : 0), p_(n > kLocalRanks ? heap_.data() : local_) {}
+  RankPointers(const RankPointers&) = delete;  // p_ may point into this object
+  RankPointers& operator=(const RankPointers&) = delete;
   const void*& operator[](int i) { return p_[i]; }
   const void* const* data() const { return p_; }
 
