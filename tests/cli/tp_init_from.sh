@@ -4,8 +4,8 @@
 # safetensors file (the tiny GPT fixture, 2 heads). `init_from` at
 # parallel.tp = 2 gives every shard its slices of the checkpoint, so each
 # step's loss equals the run at tp = 1 (1e-5 relative), and the final model
-# file (assembled from the shards) holds the same tensors. The Llama folder
-# is read by slices (each shard reads only its own); at dp 2 x tp 2 under
+# file (assembled from the shards) holds the same tensors. Both are read by
+# slices (each shard reads only its own); at dp 2 x tp 2 under
 # ZeRO-3 each rank reads only its slices inside its own range, and the losses
 # equal dp 2 x tp 1's.
 set -uo pipefail
@@ -23,12 +23,8 @@ for tp in 1 2; do
   grep -q "loaded weights from $FIX" "$TMP/train$tp" || { cat "$TMP/train$tp"; fail "tp $tp did not start from $FIX"; }
 done
 grep -q "mesh: dp 1 x tp 2" "$TMP/train2" || fail "tp 2 run did not report its mesh"
-# The Llama folder is read by slices; a GPT-2 file loads whole, then each shard takes its own.
-if [[ $FIX == *llama* ]]; then
-  grep -q "this tp shard's slices" "$TMP/train2" || fail "tp 2 read the whole Llama folder"
-else
-  grep -q "this tp shard's slices" "$TMP/train2" && fail "tp 2 claims to read slices of a GPT-2 file"
-fi
+# Both are read by slices: each shard reads only its own part of each tensor.
+grep -q "this tp shard's slices" "$TMP/train2" || fail "tp 2 read the whole of $FIX"
 python3 - "$TMP/run1" "$TMP/run2" <<'PY' || fail "tp 2 differs from tp 1 starting from $FIX"
 import json, struct, sys
 def losses(d):

@@ -1,10 +1,10 @@
 // init_from read by range (ckpt::load_init_weights with a range, how ZeRO
 // ranks load only their own part): for every source that can be read so (a
 // Hugging Face Llama folder, f32 or sharded bf16; a model file meshtrain
-// wrote, Llama's or GPT's; a checkpoint directory), any range gets exactly
-// the values a whole load puts there, and nothing outside the range is
-// written. Hugging Face GPT-2 and llm.c files load whole only, and asking
-// them for a range is a clear error.
+// wrote, Llama's or GPT's; a Hugging Face GPT-2 file; a checkpoint
+// directory), any range and tp shard gets exactly the values a whole load
+// puts there, and nothing outside it is written. llm.c files load whole
+// only, and asking them for a range is a clear error.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -126,6 +126,7 @@ TEST(init_from_range, tensor_parallel_shards_read_only_their_slices) {
   const std::string ours = (dir / "gpt.safetensors").string();
   save_gpt_safetensors(ours, GPTParams::view(gspec->config(), gpt->param_buffer()), gspec->config());
   expect_shards_match_whole_load(ours, *gspec, 2);
+  expect_shards_match_whole_load(gpt_hf, *gspec, 2);
   fs::remove_all(dir);
 }
 
@@ -146,19 +147,25 @@ TEST(init_from_range, every_range_source_gives_the_whole_loads_values) {
   fs::remove_all(dir);
 }
 
-// GPT: our own format reads by range; Hugging Face GPT-2 (and llm.c) files
-// load whole only, and asking them for a range is a clear error.
-TEST(init_from_range, gpt_files_in_our_format_read_by_range_and_others_refuse) {
+// GPT: safetensors files, ours and Hugging Face GPT-2's (Conv1D weights stored
+// transposed), read by range; llm.c files load whole only, and asking them
+// for a range is a clear error.
+TEST(init_from_range, gpt_safetensors_read_by_range_and_llmc_files_refuse) {
   const std::string hf = kFixtures + "/gpt_tiny_hf.safetensors";
   const auto spec = GPTSpec::make(ckpt::read_init_config(hf, gpt_preset("tiny").n_head));
-  EXPECT_FALSE(ckpt::can_load_range(hf, *spec));
+  expect_ranges_match_whole_load(hf, *spec);
   auto model = spec->build();
-  ckpt::load_init_weights(hf, *model);  // whole: fine
-  const std::string e = meshtrain::testing::error_of([&] { ckpt::load_init_weights(hf, *model, {0, 10}); });
-  EXPECT_NE(e.find("loads whole only"), std::string::npos) << e;
+  ckpt::load_init_weights(hf, *model);
   const fs::path dir = scratch();
+  const GPTParams params = GPTParams::view(spec->config(), model->param_buffer());
   const std::string ours = (dir / "gpt.safetensors").string();
-  save_gpt_safetensors(ours, GPTParams::view(spec->config(), model->param_buffer()), spec->config());
+  save_gpt_safetensors(ours, params, spec->config());
   expect_ranges_match_whole_load(ours, *spec);
+  const std::string llmc = (dir / "gpt.bin").string();
+  write_llmc_model(llmc, params, spec->config());
+  EXPECT_FALSE(ckpt::can_load_range(llmc, *spec));
+  ckpt::load_init_weights(llmc, *model);  // whole: fine
+  const std::string e = meshtrain::testing::error_of([&] { ckpt::load_init_weights(llmc, *model, {0, 10}); });
+  EXPECT_NE(e.find("loads whole only"), std::string::npos) << e;
   fs::remove_all(dir);
 }

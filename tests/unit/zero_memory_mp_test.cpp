@@ -16,6 +16,7 @@
 
 #include "dp_harness.h"
 #include "meshtrain/ckpt/shard_layout.h"
+#include "meshtrain/io/gpt_model_file.h"
 
 using namespace dp_test;
 
@@ -86,29 +87,37 @@ TEST(zero, model_state_bytes_match_formula_3_ranks) { check_world(3); }
 TEST(zero, model_state_bytes_match_formula_4_ranks) { check_world(4); }
 
 // Started from the seed, or from a file read by range (a checkpoint
-// directory, a GPT model file in meshtrain's format), mixed-precision ZeRO
-// (every stage keeps only its own range of the f32 weights) and stage 3
-// write only that range at setup (parallel/zero.h, starts_from_own_range):
-// setup never holds the whole model. A Hugging Face GPT-2 file loads whole:
-// every rank reads it whole once. bf16 on 4 ranks; the measured setup peaks
-// equal the prediction either way, and every file start trains alike.
+// directory, a GPT model file in meshtrain's format, a Hugging Face GPT-2
+// file), mixed-precision ZeRO (every stage keeps only its own range of the
+// f32 weights) and stage 3 write only that range at setup (parallel/zero.h,
+// starts_from_own_range): setup never holds the whole model. An llm.c file
+// loads whole: every rank reads it whole once. bf16 on 4 ranks; the measured
+// setup peaks equal the prediction either way, and every file start trains alike.
 TEST(zero, setup_from_the_seed_or_a_ranged_file_never_holds_the_whole_model) {
   const std::string args = tiny_settings(2) + kOddModel +
                            " --set train.micro_batch=1 --set zero.persist_threshold=0";
   RunResult base = train("zsetup_base", args + " --nproc 1 --set checkpoint.every=2");
   ASSERT_EQ(base.status, 0) << base.log;
   const std::string ckpt_dir = (base.dir / "ckpt").string();
+  const std::string model_file = (base.dir / "model.safetensors").string();
   const std::string hf_file = (base.dir / "hf.safetensors").string();
   ASSERT_EQ(std::system((binary() + " ckpt export " + ckpt_dir + " --to " + hf_file +
                          " --format hf > /dev/null").c_str()), 0);
-  const std::string sources[] = {"", ckpt_dir, (base.dir / "model.safetensors").string(), hf_file};
-  const char* names[] = {"seed", "checkpoint", "gpt_file", "hf_file"};
+  const std::string llmc_file = (base.dir / "model.bin").string();
+  {
+    const meshtrain::GPTConfig cfg = meshtrain::read_gpt_config(model_file);
+    meshtrain::GPT gpt(cfg);
+    meshtrain::load_gpt_weights(model_file, gpt.params(), cfg);
+    meshtrain::write_llmc_model(llmc_file, gpt.params(), cfg);
+  }
+  const std::string sources[] = {"", ckpt_dir, model_file, hf_file, llmc_file};
+  const char* names[] = {"seed", "checkpoint", "gpt_file", "hf_file", "llmc_file"};
   const double P = kParams;
   for (int stage : {1, 3}) {
     double first_loss = 0;
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < 5; ++k) {
       SCOPED_TRACE("stage " + std::to_string(stage) + " from the " + names[k]);
-      const bool whole_load = k == 3, from_file = k > 0;
+      const bool whole_load = k == 4, from_file = k > 0;
       RunResult r = train("zsetup_s" + std::to_string(stage) + "_" + names[k],
                           args + " --nproc 4 --set precision=bf16 --set zero.stage=" +
                               std::to_string(stage) +
@@ -116,7 +125,7 @@ TEST(zero, setup_from_the_seed_or_a_ranged_file_never_holds_the_whole_model) {
       ASSERT_EQ(r.status, 0) << r.log;
       EXPECT_EQ(r.log.find("each rank its own range") != std::string::npos, from_file && !whole_load) << r.log;
       if (from_file) {
-        // The three files hold the same weights (the base run's last step):
+        // The four files hold the same weights (the base run's last step):
         // read by range or whole, the first step agrees.
         const double loss = r.metrics().at(0)["loss"].get<double>();
         if (first_loss == 0) first_loss = loss;
@@ -134,9 +143,9 @@ TEST(zero, setup_from_the_seed_or_a_ranged_file_never_holds_the_whole_model) {
         const double setup = m[rank]["setup_peak_total"].get<double>();
         const double predicted = m[rank]["predicted"]["setup_total"].get<double>();
         // A file's reader stages one tensor at a time: the prediction counts
-        // a bound, two copies of the largest, wte (256 x 35 f32), and the
+        // a bound, three copies of the largest, wte (256 x 35 f32), and the
         // measured peak lies between the buffers alone and that.
-        const double staging = from_file ? 2 * 4 * 256 * 35 : 0;
+        const double staging = from_file ? 3 * 4 * 256 * 35 : 0;
         EXPECT_GE(setup, 0.98 * (predicted - staging)) << "rank " << rank;
         EXPECT_LE(setup, 1.02 * predicted) << "rank " << rank;
         if (whole_load) {

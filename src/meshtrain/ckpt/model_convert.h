@@ -50,7 +50,7 @@ std::string load_init_weights(const std::string& path, Model& model, ElemSpan ra
 std::string load_init_weights(const std::string& path, const ModelSpec& spec, const BufferWindow& window);
 // Whether `path` can be read by range for `spec`: a checkpoint directory, a
 // model file meshtrain wrote (any family, GPT's own format included), a
-// Hugging Face Llama directory. Hugging Face GPT-2 and llm.c files load whole.
+// Hugging Face GPT-2 file or Llama directory. llm.c files load whole.
 bool can_load_range(const std::string& path, const ModelSpec& spec);
 
 }  // namespace meshtrain::ckpt

@@ -1,5 +1,6 @@
 #include "meshtrain/io/gpt_model_file.h"
 
+#include <filesystem>
 #include <set>
 
 #include "meshtrain/core/error.h"
@@ -108,13 +109,14 @@ void load_gpt_weights(const std::string& path, const GPTParams& dst, const GPTCo
   if (is_llmc_model(path)) return load_llmc_model(path, dst, cfg);
   auto f = SafetensorsFile::open(path);
   if (is_meshtrain_file(f)) return load_meshtrain(f, BufferWindow::whole(dst.flat), cfg);
-  load_hf_gpt2(f, dst, cfg);
+  load_hf_gpt2(f, BufferWindow::whole(dst.flat), cfg);
 }
 
 bool gpt_file_reads_by_range(const std::string& path) {
-  if (is_llmc_model(path)) return false;
+  if (!std::filesystem::is_regular_file(path) || is_llmc_model(path)) return false;
   try {
-    return is_meshtrain_file(SafetensorsFile::open(path));
+    SafetensorsFile::open(path);  // ours or Hugging Face GPT-2: both by tensor
+    return true;
   } catch (const Error&) {
     return false;  // not a model file at all: load_gpt_weights names what is wrong
   }
@@ -125,7 +127,9 @@ void load_gpt_weights(const std::string& path, const BufferWindow& window, const
   MT_CHECK(gpt_file_reads_by_range(path), "{}: a {} file loads whole only", path,
            model_file_format_name(detect_model_file_format(path)));
   window.check_fits(cfg.num_params(), path);
-  load_meshtrain(SafetensorsFile::open(path), window, cfg);
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  if (is_meshtrain_file(f)) return load_meshtrain(f, window, cfg);
+  load_hf_gpt2(f, window, cfg);
 }
 
 void save_gpt_safetensors(const std::string& path, const GPTParams& params, const GPTConfig& cfg) {

@@ -38,9 +38,10 @@ GPTConfig read_gpt_config(const std::string& path, int n_head_hint = 0);
 // buffers and a tied lm_head.weight are ignored). Padded vocabulary rows of
 // wte are zeroed.
 void load_gpt_weights(const std::string& path, const GPTParams& dst, const GPTConfig& cfg);
-// Only the window's range of an f32 flat buffer laid out for cfg: our own
-// format only (gpt_file_reads_by_range); Hugging Face GPT-2 and llm.c files
-// load whole (a window of all of the buffer works for every format).
+// Only the window of an f32 flat buffer laid out for cfg (a range, a tp
+// shard's slices): safetensors files, ours or Hugging Face GPT-2
+// (gpt_file_reads_by_range); llm.c files load whole (a window of all of the
+// buffer works for every format).
 void load_gpt_weights(const std::string& path, const BufferWindow& window, const GPTConfig& cfg);
 bool gpt_file_reads_by_range(const std::string& path);
 

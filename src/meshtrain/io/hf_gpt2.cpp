@@ -12,6 +12,7 @@
 #include "meshtrain/core/json_integer.h"
 #include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/io/model_file_util.h"
+#include "meshtrain/nn/gpt_spec.h"
 
 namespace meshtrain {
 
@@ -137,14 +138,18 @@ GPTConfig hf_gpt2_config(const SafetensorsFile& f, int n_head_hint) {
   return c;
 }
 
-void load_hf_gpt2(const SafetensorsFile& f, const GPTParams& dst, const GPTConfig& cfg) {
+// Each parameter by the layout's ParamInfo (our names), so a window writes
+// all of them or one range / tp shard of them.
+void load_hf_gpt2(const SafetensorsFile& f, const BufferWindow& window, const GPTConfig& cfg) {
   const std::string& path = f.path();
   int recorded = metadata_int(path, f.metadata(), "n_head");
   MT_CHECK(recorded <= 0 || recorded == cfg.n_head,
            "model file {} records n_head={} but the config needs {}", path, recorded, cfg.n_head);
   auto names = normalized_names(f);
   std::set<std::string> used;
-  for (const auto& [name, t] : dst.named()) {
+  const auto spec = GPTSpec::make(cfg);  // alive through the loop: the layout is its member
+  for (const ParamInfo& p : spec->layout().params) {
+    const std::string& name = p.name;
     auto it = names.find(name);
     MT_CHECK(it != names.end(), "model file {}: tensor {} is missing ({} needs it)", path, name,
              cfg.describe());
@@ -153,13 +158,13 @@ void load_hf_gpt2(const SafetensorsFile& f, const GPTParams& dst, const GPTConfi
     const Shape& found = f.info(file_name).shape;
     if (name == "wte.weight") {
       check_shape(path, name, found, {cfg.vocab_size, cfg.n_embd});
-      copy_vocab_rows(read_f32(f, file_name), t, cfg.vocab_size);
-    } else if (is_conv1d_weight(name)) {
-      check_shape(path, name, found, {t.dim(1), t.dim(0)});
-      Tensor(t).copy_from(transpose2d(read_f32(f, file_name)));
+      window.put(p, [&](const Tensor& t) { copy_vocab_rows(read_f32(f, file_name), t, cfg.vocab_size); });
+    } else if (is_conv1d_weight(name)) {  // Conv1D: stored (in, out)
+      check_shape(path, name, found, {p.shape[1], p.shape[0]});
+      window.put(p, [&](const Tensor& t) { Tensor(t).copy_from(transpose2d(read_f32(f, file_name))); });
     } else {
-      check_shape(path, name, found, t.shape());
-      read_weight_into(f, file_name, t);
+      check_shape(path, name, found, p.shape);
+      window.put(p, [&](const Tensor& t) { read_weight_into(f, file_name, t); });
     }
   }
   for (const auto& [key, file_name] : names) {

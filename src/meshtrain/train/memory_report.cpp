@@ -209,7 +209,7 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   // are a function of the element; io/buffer_window.h), so nothing whole is
   // built. A file's reader stages one tensor at a time (setup_staging, a
   // bound). Not modelled: a LoRA base held in bf16 is read in f32 first, and
-  // a tp rank reading a file that loads whole (GPT-2, llm.c) reads the whole
+  // a tp rank reading a file that loads whole (llm.c) reads the whole
   // model. After that, stage
   // 3's start() gathers the first forward's first unit beside the model states.
   int64_t first_unit = 0;
@@ -236,7 +236,7 @@ int64_t file_staging_bytes(const std::string& init_from, const ModelSpec& logica
   const ModelSpec& read = logical.frozen_base() ? *logical.frozen_base() : logical;
   int64_t largest = 0;
   for (const ParamInfo& p : read.layout().params) largest = std::max(largest, shape_numel(p.logical_shape()));
-  return 2 * 4 * largest;
+  return 3 * 4 * largest;
 }
 
 bool setup_from_own_range(int zero_stage, Precision precision, const std::string& init_from,
@@ -263,7 +263,7 @@ void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
   if (m.total() <= limit_bytes && m.finish_total() <= limit_bytes && m.setup <= limit_bytes) return;
   if (m.total() <= limit_bytes && m.finish_total() <= limit_bytes && plan.setup_own_range)
     fail("training fits memory.limit_mb = {} ({} MB per rank), but setup needs {} MB: the model "
-         "states ({} MB) beside what the init_from reader stages (at most two copies of the largest "
+         "states ({} MB) beside what the init_from reader stages (at most three copies of the largest "
          "tensor, {} MB); raise memory.limit_mb to at least {}",
          limit_bytes / 1e6, mb(m.total()), mb(m.setup), mb(m.model_states()), mb(plan.setup_staging),
          mb(m.setup));

@@ -75,8 +75,9 @@ struct MemoryPlan {
 bool setup_writes_ranges(const std::string& init_from, const ModelSpec& model);
 // MemoryPlan::setup_staging for init_from (empty: none) into `logical` (the
 // whole model; under LoRA its frozen base is what is read): the readers stage
-// at most one tensor at a time, in at most two copies (a read and a
-// conversion, transpose or slice of it), so twice the largest f32 tensor.
+// one tensor at a time, in at most three f32 copies (the read, a transpose
+// of it, and the window's staging of a tensor a range cuts), so three times
+// the largest tensor.
 int64_t file_staging_bytes(const std::string& init_from, const ModelSpec& logical);
 // MemoryPlan::setup_own_range for a run with this ZeRO stage (0: none),
 // precision and init_from (empty: from the seed) on `model` (parallel/zero.h).

@@ -118,7 +118,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
                     ckpt::load_init_weights(opt.init_from, *opt.model, window),
                     own ? ", each rank its own range" : ""));
   } else if (opt.tp > 1) {
-    // A file that loads whole (Hugging Face GPT-2, llm.c): read once into a
+    // A file that loads whole (llm.c): read once into a
     // whole model on this rank, then the shard takes its slices.
     auto whole = opt.model->build();
     say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, *whole)));
