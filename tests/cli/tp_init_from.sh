@@ -10,6 +10,7 @@
 # equal dp 2 x tp 1's.
 set -uo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
+source "$(dirname "$0")/lib/losses.sh"  # same_losses
 mkdir -p "$TMP/data"
 write_token_shard "$TMP/data/train_000000.bin" 61 2
 for FIX in "$SRC/tests/fixtures/llama_tiny_hf" "$SRC/tests/fixtures/gpt_tiny_hf.safetensors"; do
@@ -64,14 +65,6 @@ for shape in "2 1 0" "4 2 3"; do
 done
 grep -q "this tp shard's slices, each rank its own range" "$TMP/dp4.log" \
   || { cat "$TMP/dp4.log"; fail "dp 2 x tp 2 ZeRO-3 did not read only its own slices"; }
-python3 - "$TMP/dp2" "$TMP/dp4" <<'PY' || fail "dp 2 x tp 2 ZeRO-3 differs from dp 2 x tp 1"
-import json, sys
-def losses(d):
-    return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == 4, (a, b)
-for x, y in zip(a, b):
-    assert abs(x - y) <= 1e-4 * abs(x), (a, b)
-print("dp 2 x tp 2 ZeRO-3 = dp 2 x tp 1:", b)
-PY
+same_losses "$TMP/dp2/metrics.jsonl" "$TMP/dp4/metrics.jsonl" 1 1e-4 4 \
+  || fail "dp 2 x tp 2 ZeRO-3 differs from dp 2 x tp 1"
 echo "PASS"
