@@ -130,6 +130,24 @@ TEST(init_from_range, tensor_parallel_shards_read_only_their_slices) {
   fs::remove_all(dir);
 }
 
+// A shard window made for another model is refused before anything is read.
+TEST(init_from_range, a_shard_window_of_another_model_is_refused) {
+  const std::string hf = kFixtures + "/llama_tiny_hf";
+  const auto spec = LlamaSpec::make(read_hf_llama_config(hf));
+  LlamaConfig other = spec->config();
+  other.n_layer += 1;
+  const auto ospec = LlamaSpec::make(other);
+  ModelShard shard;
+  shard.tp_rank = 0, shard.tp_size = 2;
+  const auto oshard = ospec->sharded(shard);
+  Tensor buf = Tensor::zeros({oshard->num_params()}, DType::F32);
+  const BufferWindow window =
+      BufferWindow::shard(buf, {0, oshard->num_params()}, ospec->layout(), oshard->layout(), 0);
+  const std::string e = meshtrain::testing::error_of([&] { ckpt::load_init_weights(hf, *spec, window); });
+  EXPECT_NE(e.find("tensor-parallel shard of a " + std::to_string(ospec->num_params()) + "-parameter model"),
+            std::string::npos) << e;
+}
+
 TEST(init_from_range, every_range_source_gives_the_whole_loads_values) {
   const fs::path dir = scratch();
   const std::string hf = kFixtures + "/llama_tiny_hf";

@@ -59,12 +59,17 @@ void Tensor::copy_from(const Tensor& src) {
   auto is_float = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
   MT_CHECK(is_float(src.dtype()) && is_float(dtype_), "no conversion from {} to {}",
            dtype_name(src.dtype()), dtype_name(dtype_));
-  // Route through f32.
+  // Route through f32: straight into an f32 destination (no temporary, so
+  // a loader widening a 16-bit tensor holds no hidden copy of it).
   const size_t n = static_cast<size_t>(numel_);
   std::vector<float> tmp;
   const float* f;
   if (src.dtype() == DType::F32) {
     f = src.data<float>();
+  } else if (dtype_ == DType::F32) {
+    if (src.dtype() == DType::BF16) bf16_to_f32(src.data<uint16_t>(), data<float>(), n);
+    else f16_to_f32(src.data<uint16_t>(), data<float>(), n);
+    return;
   } else {
     tmp.resize(n);
     if (src.dtype() == DType::BF16) bf16_to_f32(src.data<uint16_t>(), tmp.data(), n);

@@ -13,11 +13,14 @@ BufferWindow BufferWindow::shard(const Tensor& flat, ElemSpan range, const Param
   return {flat, range, shard_runs(logical, shard_layout, tp_rank), logical.numel};
 }
 
-void BufferWindow::check_fits(int64_t logical_numel, const std::string& what) const {
+void BufferWindow::check_fits(int64_t model_numel, const std::string& what) const {
+  // A shard's window covers the logical layout its runs were made from.
   const int64_t covered = runs.empty() ? flat.numel() : logical_numel;
-  MT_CHECK(covered == logical_numel && (flat.dtype() == DType::F32 || is_whole()),
+  MT_CHECK(covered == model_numel && (flat.dtype() == DType::F32 || is_whole()),
            "{}: parameter buffer of {} {}{} for a model of {} f32", what, flat.numel(),
-           dtype_name(flat.dtype()), runs.empty() ? "" : " (a tensor-parallel shard)", logical_numel);
+           dtype_name(flat.dtype()),
+           runs.empty() ? "" : fmt::format(" (a tensor-parallel shard of a {}-parameter model)", logical_numel),
+           model_numel);
   MT_CHECK(range.begin >= 0 && range.begin <= range.end && range.end <= flat.numel(),
            "{}: elements [{}, {}) of a {}-element buffer", what, range.begin, range.end, flat.numel());
 }

@@ -31,9 +31,9 @@ struct BufferWindow {
   static BufferWindow shard(const Tensor& flat, ElemSpan range, const ParamLayout& logical,
                             const ParamLayout& shard_layout, int tp_rank);
   bool is_whole() const { return runs.empty() && range == ElemSpan{0, flat.numel()}; }
-  // Throws unless the buffer fits a model of `logical_numel` parameters
+  // Throws unless the buffer fits a model of `model_numel` parameters
   // (`what` names the source for the message).
-  void check_fits(int64_t logical_numel, const std::string& what) const;
+  void check_fits(int64_t model_numel, const std::string& what) const;
   // Writes the wanted elements of logical parameter `p` (its ParamInfo in the
   // logical layout); `fill` fills a tensor of p's shape.
   void put(const ParamInfo& p, const std::function<void(const Tensor&)>& fill) const;

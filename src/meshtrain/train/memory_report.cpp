@@ -276,8 +276,8 @@ void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
          plan.bytes.p_full > 0 ? " with its 16-bit copy" : "",
          mb((4 + plan.bytes.p_full) * plan.model->layout().numel), mb(m.grads), mb(m.setup),
          plan.world > 1 ? " (at ZeRO stage 3, or any stage in bf16/fp16, a start from the seed, a "
-                          "checkpoint directory, a meshtrain model file or a Hugging Face Llama "
-                          "folder writes only each rank's own range)"
+                          "checkpoint directory, a meshtrain model file or a Hugging Face GPT-2 "
+                          "file or Llama folder writes only each rank's own range)"
                         : "");
   if (m.total() <= limit_bytes)
     fail("training fits memory.limit_mb = {} ({} MB per rank), but saving and sampling the "
