@@ -15,6 +15,7 @@
 
 #include "error_of.h"
 #include "meshtrain/ckpt/model_convert.h"
+#include "meshtrain/core/half.h"
 #include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/io/hf_llama.h"
 #include "meshtrain/io/model_file.h"
@@ -162,6 +163,42 @@ TEST(init_from_range, every_range_source_gives_the_whole_loads_values) {
   expect_ranges_match_whole_load(file, *spec);
   const std::string step_dir = ckpt::import_model_file(file, (dir / "ckpt").string());
   expect_ranges_match_whole_load(step_dir, *spec);
+  fs::remove_all(dir);
+}
+
+// A GPT-2 file as transformers publishes them: "transformer."-prefixed
+// names, bf16 tensors, the causal-mask buffers and a tied lm_head. Ranges
+// and tp shards of it equal its whole load (every 16-bit value widened).
+TEST(init_from_range, a_published_style_gpt2_file_reads_by_range_and_slices) {
+  const std::string fixture = kFixtures + "/gpt_tiny_hf.safetensors";
+  const SafetensorsFile src = SafetensorsFile::open(fixture);
+  const fs::path dir = scratch();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& name : src.names()) {
+    Tensor t = Tensor::zeros(src.info(name).shape, DType::BF16);
+    t.copy_from(src.read(name));
+    tensors.emplace_back("transformer." + name, t);
+    if (name == "wte.weight") tensors.emplace_back("lm_head.weight", t);
+  }
+  const GPTConfig cfg = ckpt::read_init_config(fixture, gpt_preset("tiny").n_head);
+  for (int l = 0; l < cfg.n_layer; ++l)
+    tensors.emplace_back("transformer.h." + std::to_string(l) + ".attn.bias",
+                         Tensor::zeros({1, 1, cfg.seq_len, cfg.seq_len}, DType::F32));
+  const std::string file = (dir / "published.safetensors").string();
+  write_safetensors(file, tensors);
+  const auto spec = GPTSpec::make(cfg);
+  ASSERT_TRUE(ckpt::can_load_range(file, *spec));
+  expect_ranges_match_whole_load(file, *spec);
+  expect_shards_match_whole_load(file, *spec, 2);
+  // The widened values are the fixture's rounded to bf16.
+  auto whole = spec->build();
+  ckpt::load_init_weights(file, *whole);
+  auto exact = spec->build();
+  ckpt::load_init_weights(fixture, *exact);
+  const float* a = whole->param_buffer().data<float>();
+  const float* b = exact->param_buffer().data<float>();
+  for (int64_t i = 0; i < spec->num_params(); ++i)
+    ASSERT_EQ(a[i], bf16_to_f32(f32_to_bf16(b[i]))) << "element " << i;
   fs::remove_all(dir);
 }
 
