@@ -149,8 +149,12 @@ TEST(precision, loss_scaler_state_survives_checkpoint_resume) {
 }
 
 // ZeRO stages 1 and 3 and the bf16 gradient reduction under mixed precision
-// track the plain data-parallel runs (bf16 rounding amplifies the f32
-// reduction-order differences; measured <= 0.3%).
+// track the plain data-parallel runs. bf16 rounding amplifies the f32
+// reduction-order differences, most at a loss spike: over seeds 1-5 at the
+// avx2 and avx512 levels, ZeRO-3 against data parallelism measured up to
+// 1.03% at one step (a spike at step 18) and at most 0.14% over the mean of
+// the last five steps. So each step is held to 2% and the last five steps'
+// mean to 0.5%.
 TEST(precision, zero_and_bf16_reduction_compose_with_mixed_precision) {
   const std::string s = settings(30, 4) + " --set train.eval_every=0 --nproc 2";
   const RunResult dp = train("mix_dp", s + " --set precision=bf16");
@@ -160,15 +164,20 @@ TEST(precision, zero_and_bf16_reduction_compose_with_mixed_precision) {
   const RunResult f32 = train("mix_f32", s);
   const RunResult red = train("mix_bf16_reduce", s + " --set comm.grad_dtype=bf16");
   for (const RunResult* r : {&dp, &z1, &z3, &f32, &red}) ASSERT_EQ(r->status, 0) << r->log;
-  auto close = [](const RunResult& a, const RunResult& b, double tol) {
+  auto close = [](const RunResult& a, const RunResult& b, double step_tol, double tail_tol) {
     const auto x = a.metrics(), y = b.metrics();
     ASSERT_EQ(x.size(), y.size());
-    for (size_t i = 0; i < x.size(); ++i)
-      EXPECT_NEAR(x[i]["loss"].get<double>(), y[i]["loss"].get<double>(),
-                  tol * y[i]["loss"].get<double>()) << a.dir << " step " << i + 1;
+    ASSERT_GE(x.size(), 5u);
+    double tail_x = 0, tail_y = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double lx = x[i]["loss"].get<double>(), ly = y[i]["loss"].get<double>();
+      EXPECT_NEAR(lx, ly, step_tol * ly) << a.dir << " step " << i + 1;
+      if (i + 5 >= x.size()) tail_x += lx, tail_y += ly;
+    }
+    EXPECT_NEAR(tail_x, tail_y, tail_tol * tail_y) << a.dir << " mean of the last five steps";
   };
-  close(z1, dp, 1e-2);
-  close(z3, dp, 1e-2);
+  close(z1, dp, 2e-2, 5e-3);
+  close(z3, dp, 2e-2, 5e-3);
   // Model-state bytes per rank equal the formulas: stage 0 the f32
   // parameters and the 16-bit copy whole; ZeRO the f32 master shard in the
   // optimizer state and the 16-bit copy whole (stage 1) or sharded (stage 3).
@@ -180,7 +189,7 @@ TEST(precision, zero_and_bf16_reduction_compose_with_mixed_precision) {
         EXPECT_EQ(rank["peak"][cat].get<double>(), rank["predicted"][cat].get<double>())
             << r->dir << " rank " << rank["rank"] << " " << cat;
   }
-  close(red, f32, 1e-2);
+  close(red, f32, 1e-2, 5e-3);
   // The bf16 reduction really ran in bf16: not bit-identical to f32.
   EXPECT_NE(red.metrics().back()["loss"].get<double>(), f32.metrics().back()["loss"].get<double>());
 }
