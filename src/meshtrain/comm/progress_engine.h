@@ -31,8 +31,7 @@ class ProgressEngine {
     if (thread_.joinable()) thread_.join();
   }
 
-  // Queues `job` for the lane's thread.
-  // Either queues `job` or throws with nothing queued (the thread is started
+  // Queues `job` for the lane's thread, or throws with nothing queued (the thread is started
   // first, and push_back leaves the queue as it was when it throws), so a
   // caller can take back what it did to issue the job.
   void submit(Job job) {

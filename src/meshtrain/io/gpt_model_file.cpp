@@ -124,10 +124,10 @@ bool gpt_file_reads_by_range(const std::string& path) {
 
 void load_gpt_weights(const std::string& path, const BufferWindow& window, const GPTConfig& cfg) {
   if (window.is_whole()) return load_gpt_weights(path, GPTParams::view(cfg, window.flat), cfg);
-  MT_CHECK(gpt_file_reads_by_range(path), "{}: a {} file loads whole only", path,
-           model_file_format_name(detect_model_file_format(path)));
+  MT_CHECK(!is_llmc_model(path), "{}: an {} file loads whole only", path,
+           model_file_format_name(ModelFileFormat::LlmC));
   window.check_fits(cfg.num_params(), path);
-  const SafetensorsFile f = SafetensorsFile::open(path);
+  const SafetensorsFile f = SafetensorsFile::open(path);  // names what is wrong with a bad file
   if (is_meshtrain_file(f)) return load_meshtrain(f, window, cfg);
   load_hf_gpt2(f, window, cfg);
 }

@@ -47,8 +47,8 @@ ZeroParameters::ZeroParameters(comm::Communicator comm, ZeroLayout layout,
   // rest as gathered. With an own-range start only the own range is; the
   // persistent units count as held already (start() gathers them to stay).
   const bool whole = !own_range_start;
-  resident_.assign(n, true);
   valid_.assign(n, whole);
+  resident_.resize(n);
   for (int u = 0; u < n; ++u) resident_[u] = whole || persistent_[u];
   if (mixed()) {
     int64_t held = 2 * own.count(), gathered = 0, masters = 0;

@@ -63,7 +63,7 @@ class ZeroParameters {
   // `exclusive_unit` (-1: none): while it is gathered nothing is prefetched
   // (the bracketed unit: GPT's tied embedding, see on_event).
   // `own_range_start`: setup writes only the own range (initial weights
-  // from the seed), so no foreign part is resident before start(), which
+  // from the seed, or a load by range), so no foreign part is resident before start(), which
   // gathers them; otherwise the whole buffer is (initialization, loading)
   // until shard().
   ZeroParameters(comm::Communicator comm, ZeroLayout layout, std::vector<ElemSpan> units,

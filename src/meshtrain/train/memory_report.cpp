@@ -209,19 +209,18 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
   // are a function of the element; io/buffer_window.h), so nothing whole is
   // built. A file's reader stages one tensor at a time (setup_staging, a
   // bound). Not modelled: a LoRA base held in bf16 is read in f32 first, and
-  // a tp rank reading a file that loads whole (llm.c) reads the whole
-  // model. After that, stage
-  // 3's start() gathers the first forward's first unit beside the model states.
+  // a tp rank reading a file that loads whole (llm.c) reads the whole model.
+  // After that, stage 3's start() gathers the first forward's first unit
+  // beside the model states.
   int64_t first_unit = 0;
   if (stage == 3 && units.front() >= plan.persist_threshold) {
     const ForeignCount u0 = foreign_unit_counts(layout, own_span).front();
     first_unit = b.p_full > 0 ? mixed_foreign_bytes(u0) : b.p * u0.all;
   }
-  m.setup = m.model_states() + first_unit;
-  if (!plan.setup_own_range)
-    m.setup = std::max(m.setup, (4 + b.p_full) * P + m.grads + plan.base.frozen_params + plan.setup_staging);
-  else
-    m.setup = std::max(m.setup, m.model_states() + plan.setup_staging);
+  const int64_t written = plan.setup_own_range
+                              ? m.model_states()  // the own range, beside the other states
+                              : (4 + b.p_full) * P + m.grads + plan.base.frozen_params;
+  m.setup = std::max(m.model_states() + first_unit, written + plan.setup_staging);
   return m;
 }
 

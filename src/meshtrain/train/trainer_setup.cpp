@@ -132,9 +132,10 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
     // A model file, or a checkpoint directory (its parameters; fresh optimizer).
     say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, *model_)));
   }
-  // ZeRO: every rank starts from rank 0's weights; stage 3 then keeps only
-  // its own range before the optimizer state is allocated (parallel/zero.h),
-  // so setup never holds both in full.
+  // ZeRO: every rank starts from rank 0's weights (broadcast, unless each
+  // wrote its own range above); stage 3 then keeps only its own range before
+  // the optimizer state is allocated (parallel/zero.h), so setup never holds
+  // both in full.
   sync_->before_resume();
   // Token ids are checked against the vocabulary by the model's forward on every batch.
   stepper_ = std::make_unique<TrainStep>(*model_, *sync_, opt.adam, opt.schedule, opt.clip);
