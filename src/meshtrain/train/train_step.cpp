@@ -7,6 +7,7 @@
 
 #include "meshtrain/kernels/cpu/reduce.h"
 #include "meshtrain/optim/grad_clip.h"
+#include "meshtrain/parallel/zero_layout.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain {
@@ -35,19 +36,46 @@ GradientCheck check_gradients(double loss, const float* grads, int64_t begin, in
   return check_gradients(loss, grads, begin, end, comm, sharded, {});
 }
 
+namespace {
+// Squares of grads[b, e) that this rank contributes: under tensor
+// parallelism the replicated parameters are counted by tp rank 0 only.
+double own_squares(const float* grads, int64_t b, int64_t e, const TensorParallelNorm& tp) {
+  double sq = cpu::sum_squares(grads + b, e - b);
+  // Non-finite values must reach every rank's decision, so they are kept
+  // out of the subtraction below (inf - inf would hide them as NaN anyway).
+  if (tp.tp && tp.tp->rank() != 0 && std::isfinite(sq))
+    for (const ElemSpan& r : tp.replicated) {
+      const int64_t rb = std::max(r.begin, b), re = std::min(r.end, e);
+      if (rb < re) sq -= cpu::sum_squares(grads + rb, re - rb);
+    }
+  return sq;
+}
+}  // namespace
+
 GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
                               comm::Communicator* comm, bool sharded, const TensorParallelNorm& tp) {
   GradientCheck c;
-  double sq = cpu::sum_squares(grads + begin, end - begin);
-  // Non-finite values must reach every rank's decision, so they are kept
-  // out of the subtraction below (inf - inf would hide them as NaN anyway).
-  bool finite = std::isfinite(sq);
-  if (tp.tp && tp.tp->rank() != 0 && finite)
-    for (const ElemSpan& r : tp.replicated) {
-      const int64_t b = std::max(r.begin, begin), e = std::min(r.end, end);
-      if (b < e) sq -= cpu::sum_squares(grads + b, e - b);
+  // The norm is summed the same way whatever the strategy, so that data
+  // parallelism and ZeRO clip by the bit-identical coefficient: one partial
+  // sum per ZeRO range of the data-parallel group (sum_squares' f32 chunks
+  // start at each range), added in rank order. Sharded, each rank computes
+  // its own slot and the slots are gathered by a sum in which every slot
+  // has one non-zero term (exact in any order); replicated, each rank
+  // computes every slot itself.
+  const int n = comm ? comm->size() : 1;
+  std::vector<double> partial(static_cast<size_t>(n), 0.0);
+  if (sharded && comm) {
+    partial[static_cast<size_t>(comm->rank())] = own_squares(grads, begin, end, tp);
+    comm->allreduce(partial.data(), partial.size(), DType::F64, comm::ReduceOp::Sum).wait();
+  } else {
+    for (int r = 0; r < n; ++r) {
+      const ElemSpan s = parallel::ZeroLayout(end - begin, n, r).own();
+      partial[static_cast<size_t>(r)] = own_squares(grads, begin + s.begin, begin + s.end, tp);
     }
-  if (sharded && comm) sq = comm->allreduce_scalar(sq, comm::ReduceOp::Sum);
+  }
+  double sq = 0.0;
+  for (double p : partial) sq += p;
+  const bool finite = std::isfinite(sq);
   if (tp.tp) sq = tp.tp->allreduce_scalar(sq, comm::ReduceOp::Sum);
   c.norm = std::sqrt(std::max(0.0, sq));
   c.finite = std::isfinite(loss) && finite && std::isfinite(sq);
