@@ -2,9 +2,10 @@
 // LoRA under every gradient-sync strategy on real processes: adapters on a
 // frozen llama-tiny or GPT tiny base train replicated and with ZeRO 1-3 on 2
 // ranks (ZeRO-3 also on 3 ranks with accumulation, and in bf16) and
-// reproduce the single-process run: every step's loss within 1e-5 (bf16: 1e-3)
-// and the final adapters within 5x that, and every rank's frozen base is
-// bit-identical to the one it started from.
+// reproduce the single-process run: every step's loss within 1e-5 and the
+// final adapters within 5x that (bf16: the first loss within 1e-6, then
+// bit-identical to another strategy on the same ranks), and every rank's
+// frozen base is bit-identical to the one it started from.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -119,16 +120,28 @@ std::string compare(const TrainRun& got, const TrainRun& want, double tol) {
                                                    part, tol, "adapter value", 5 * tol);
 }
 
+// Bit-identical losses and adapters over the range both runs hold on this
+// rank (a ZeRO rank other than 0 keeps only its own range current).
+std::string compare_exactly(const TrainRun& got, const TrainRun& partner) {
+  std::string why = got.base_unchanged ? "" : got.strategy + ": the frozen base changed; ";
+  if (got.losses != partner.losses) why += got.strategy + " and " + partner.strategy + ": losses differ; ";
+  const int64_t b = std::max(got.first, partner.first);
+  const int64_t e = std::min(got.first + static_cast<int64_t>(got.params.size()),
+                             partner.first + static_cast<int64_t>(partner.params.size()));
+  for (int64_t i = b; i < e; ++i)
+    if (got.params[i - got.first] != partner.params[i - partner.first])
+      return why + got.strategy + " and " + partner.strategy + ": parameter " + std::to_string(i) +
+             " differs";
+  return why;
+}
+
 void expect_matches_single_process(const Setup& setup, int ranks, int stage, int accum) {
-  // bf16: a 1e-7 difference in how the two runs sum the adapters' gradients
-  // flips a few bf16 roundings of activations a step later, and Adam turns
-  // those into adapter differences that depend on the draw: on GPT tiny,
-  // replicated, init seeds 5-9 differ from the single process by 4e-7 to
-  // 3.7e-4 (2.4e-4 before this GELU), so 1e-4 passed or failed by seed.
-  // Adapters are compared at 5x the loss tolerance, as dp_harness.h compares
-  // parameters: over seeds 1-6 at every ISA level the losses agreed to 1.2e-7
-  // (bf16: 2.6e-5) and the adapters to 1.8e-5 (bf16: 1.7e-3).
-  const double tol = setup.precision == Precision::FP32 ? 1e-5 : 1e-3;
+  // f32: the ranks add the batch's gradients in another order than the
+  // single process (halves of the batch, then the average), rounding noise
+  // that stays at that size: over seeds 1-6 at every ISA level the losses
+  // agreed to 1.2e-7 and the adapters to 1.8e-5, so 1e-5 for losses and 5x
+  // that for adapters, as dp_harness.h compares parameters.
+  constexpr double kTol = 1e-5;
   // Each rank computes the single-process reference itself: the parent must
   // not start OpenMP's threads before it forks the ranks.
   const auto w = run_world(ranks, [&](Communicator& c) {
@@ -137,7 +150,24 @@ void expect_matches_single_process(const Setup& setup, int ranks, int stage, int
     if (!(want.losses.back() < want.losses.front()))
       return "the single-process LoRA run did not learn: " + std::to_string(want.losses.front()) +
              " -> " + std::to_string(want.losses.back());
-    return compare(train(c, setup, stage, accum), want, tol);
+    const TrainRun got = train(c, setup, stage, accum);
+    if (setup.precision == Precision::FP32) return compare(got, want, kTol);
+    // bf16: the same f32 reassociation flips bf16 roundings of activations
+    // from step 2 on, and Adam turns each flip into an lr-sized adapter
+    // step, so the runs drift apart chaotically (seeds 5-9: 4e-7 to 3.7e-4);
+    // no bound follows from the numerics. What does hold: step 1 computes
+    // the single process's loss from the same 16-bit weights (per-rank
+    // means averaged instead of one mean: a few f32 roundings, 1e-6), and
+    // the strategies add the ranks' gradients in the same order, so another
+    // strategy on the same ranks trains bit-identically (stage 1 beside
+    // replicated; replicated beside ZeRO-2/3 without accumulation, since the
+    // adapters are each reduced once).
+    std::string why;
+    if (std::abs(got.losses[0] - want.losses[0]) > 1e-6 * std::abs(want.losses[0]))
+      why += got.strategy + " first loss " + std::to_string(got.losses[0]) + " vs single process " +
+             std::to_string(want.losses[0]) + "; ";
+    const TrainRun partner = train(c, setup, stage == 0 ? 1 : 0, accum);
+    return why + compare_exactly(got, partner);
   });
   EXPECT_TRUE(w.ok()) << w.report();
 }
