@@ -3,8 +3,8 @@
 # into a cluster file (GEMM curve, memory, shm collectives over 2 real
 # ranks, the reference step's memory-bound traffic), the planner plans with
 # that file, and a 2-rank `train` then prints its predicted step time next to
-# the measured one (a unit slip, ms for s, would put it 1000x off: the check
-# is loose, timing is not what this test is about); without a calibration
+# the measured one (checked against the calibration's own FLOP bound, not
+# against the measured time: timing is not what this test is about); without a calibration
 # train says how to make one; a bad --ranks, --reference-batch or
 # --reference-model, or a reference too big for the machine, fails at once.
 # The reference steps run char-2L (the default, char-6L, takes a minute more
@@ -39,14 +39,28 @@ MESHTRAIN_MACHINE_FILE="$M" "$BIN" train --nproc 2 --set model.preset=char-2L --
   --set data.train="$TMP/data/train_*.bin" --set train.steps=5 --set train.micro_batch=4 \
   --set telemetry.dir="$TMP/run" --set train.threads=1 >"$TMP/log" 2>&1 || { cat "$TMP/log"; fail "train failed"; }
 grep "^step time: predicted" "$TMP/log" || { cat "$TMP/log"; fail "no predicted step time"; }
-python3 - "$TMP/run/step_time.json" <<'PY' || fail "step_time.json is wrong"
+params=$(sed -n 's/^model: GPT .* T=\([0-9]*\) .*, \([0-9.]*\)M parameters$/\1 \2/p' "$TMP/log")
+[ -n "$params" ] || { cat "$TMP/log"; fail "no model line"; }
+python3 - "$TMP/run/step_time.json" "$M" $params <<'PY' || fail "step_time.json is wrong"
 import json, sys
 j = json.load(open(sys.argv[1]))
+m = json.load(open(sys.argv[2]))
+T, n_params = int(sys.argv[3]), float(sys.argv[4]) * 1e6
 assert j["predicted_s"] > 0 and j["measured_median_s"] > 0, j
 assert abs(j["predicted_s"] / j["measured_median_s"] - 1 - j["error"]) < 1e-9, j
-# Within 10x: a unit slip is 1000x; a loaded machine (another build, or
-# ctest -j2 beside this test's 2 ranks) has put an honest prediction 3.5x low.
-assert 1 / 10 < j["predicted_s"] / j["measured_median_s"] < 10, j
+# The prediction is a function of the calibration file, not of this run's
+# timing, so it is checked against that file alone: never below the step's
+# model FLOPs (6 N per token, 4 x T tokens per rank) at the calibrated f32
+# GEMM peak, and not far above it (char-2L at this batch predicts 5-8x that
+# bound: memory-bound traffic, the update, the allreduce). A unit slip (ms
+# read as s, or s as ms) is 1000x either way. How close the prediction comes
+# to the measured step is the planner's accuracy, a benchmark's business
+# (docs/PLANNER.md), printed here only.
+bound = 6 * n_params * 4 * T / (m["fp32_tflops"] * 1e12)
+ratio = j["predicted_s"] / bound
+print(f"predicted {j['predicted_s']:.4f} s = {ratio:.1f}x the FLOP bound {bound:.4f} s; "
+      f"measured {j['measured_median_s']:.4f} s")
+assert 1 <= ratio < 100, (ratio, j, bound)
 PY
 MESHTRAIN_MACHINE_FILE="$TMP/none.json" "$BIN" train --set model.preset=tiny --set model.vocab_size=256 \
   --set data.train="$TMP/data/train_*.bin" --set train.steps=3 --set telemetry.dir="$TMP/run2" \
