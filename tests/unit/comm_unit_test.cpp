@@ -118,6 +118,26 @@ TEST(comm, every_algorithm_is_selectable_by_name) {
   EXPECT_EQ(c.allreduce_scalar(2.5), 2.5);
 }
 
+// Work::started(): an operation handed to the progress engine is marked as
+// begun by the engine's thread; one run inline on the caller never is (it
+// returns complete). DataParallel counts started buckets to show overlap.
+TEST(comm, work_started_marks_operations_run_by_the_engine_thread) {
+  float x[3] = {1, 2, 3}, y[3] = {};
+  CommOptions queued = CommOptions::from_env();
+  queued.inline_bytes = 0;  // never on the caller
+  Communicator q = Communicator::create_local(0, 1, "unit-started-q", queued);
+  Work w = q.allreduce(x, y, 3, DType::F32, ReduceOp::Sum);
+  w.wait();
+  EXPECT_TRUE(w.started());
+  CommOptions inline_ok = CommOptions::from_env();
+  inline_ok.inline_bytes = 1 << 20;
+  Communicator c = Communicator::create_local(0, 1, "unit-started-i", inline_ok);
+  Work v = c.allreduce(x, y, 3, DType::F32, ReduceOp::Sum);  // an idle engine: runs here
+  EXPECT_TRUE(v.test());
+  EXPECT_FALSE(v.started());
+  EXPECT_FALSE(Work().started());
+}
+
 TEST(comm, world_from_environment) {
   setenv("MESHTRAIN_RANK", "2", 1);
   setenv("MESHTRAIN_WORLD_SIZE", "4", 1);

@@ -1,25 +1,26 @@
-// Gradient reduction overlaps backward. With a deliberately slow transport
+// Gradient reduction overlaps backward, checked by the order of events rather
+// than by their durations (which a loaded machine stretches at will). Per step
+// the trainer records (metrics.jsonl, DataParallel's CommTiming):
+//   comm_launched_ahead       buckets launched before backward's last
+//                             grad-ready report, i.e. while the backward of
+//                             the layers below them still had to run;
+//   comm_started_in_backward  buckets the progress engine's thread had begun
+//                             when backward returned.
+// The first is fixed by the bucket plan and the model's report order; the
+// second shows the reduction really runs beside backward, on another thread
+// (a bucket run inline on the backward thread, or launched only after
+// backward, never counts). A slow transport
 // (MESHTRAIN_COMM_TEST_DELAY_US sleeps before every allreduce on the progress
-// thread), the time a step waits for its buckets after backward (exposed) must
-// be smaller than the time the bucket allreduces took in total, the first
-// bucket must be launched before the last backward ends, and most of the
-// backward left after that launch must have communication hidden behind it.
-#include <algorithm>
-
+// thread) keeps each bucket on the engine for a while.
 #include "dp_harness.h"
+#include "meshtrain/nn/gpt.h"
+#include "meshtrain/parallel/bucket_plan.h"
 
 using namespace dp_test;
 
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-}  // namespace
-
 TEST(dp, communication_overlaps_backward) {
   // char-2L in 64 KiB buckets: layer 1's buckets are reduced while layer 0's
-  // backward runs; only the embeddings' buckets can be fully exposed.
+  // backward runs; only the embeddings' buckets come with the last report.
   const std::string data = (workdir() / "data").string();
   RunResult r = train("overlap",
                       " --nproc 2 --set model.preset=char-2L --set data.train='" + data +
@@ -28,30 +29,36 @@ TEST(dp, communication_overlaps_backward) {
                           " --set parallel.first_bucket_mb=0.0625 --set parallel.bucket_mb=0.0625",
                       "env MESHTRAIN_COMM_TEST_DELAY_US=2000");
   ASSERT_EQ(r.status, 0) << r.log;
+
+  // What the bucket plan and GPT's report order imply: GPT reports ln_f,
+  // layer 1, layer 0, then the embeddings [0, layer 0's begin); every bucket
+  // lying wholly at or above layer 0's begin goes out before that last report.
+  const meshtrain::GPTConfig cfg = meshtrain::gpt_preset("char-2L");
+  const meshtrain::GPT model(cfg);
+  const int64_t layer0_begin = model.params().layer_range(0).first;
+  const int64_t bucket = (64 << 10) / sizeof(float);
+  const auto plan = meshtrain::parallel::plan_buckets(cfg.num_params(), bucket, bucket);
+  int ahead = 0;
+  for (const auto& b : plan) ahead += b.begin >= layer0_begin ? 1 : 0;
+  ASSERT_GT(ahead, 20);
+  ASSERT_LT(ahead, static_cast<int>(plan.size()));
+
   const auto rows = r.metrics();
   ASSERT_EQ(rows.size(), 6u);
-  std::vector<double> exposed, total, hidden, window;
-  for (size_t i = 1; i < rows.size(); ++i) {  // step 1 warms up
-    const auto& m = rows[i];
-    ASSERT_TRUE(m.contains("comm_total_ms")) << m.dump();
-    EXPECT_GT(m["comm_buckets"].get<int>(), 20);
-    // Launched during backward, not after it.
-    EXPECT_LT(m["comm_first_launch_ms"].get<double>(), m["last_backward_ms"].get<double>()) << m.dump();
-    const double e = m["comm_exposed_ms"], t = m["comm_total_ms"];
-    // Every bucket sleeps 2 ms, so the total cannot be less than that.
-    EXPECT_GE(t, 2.0 * m["comm_buckets"].get<int>()) << m.dump();
-    exposed.push_back(e);
-    total.push_back(t);
-    hidden.push_back(t - e);
-    // Communication can hide only behind the backward that is left once the
-    // first bucket is launched.
-    window.push_back(m["last_backward_ms"].get<double>() - m["comm_first_launch_ms"].get<double>());
+  int steps_with_overlap = 0;
+  for (const auto& m : rows) {
+    ASSERT_TRUE(m.contains("comm_launched_ahead") && m.contains("comm_started_in_backward")) << m.dump();
+    EXPECT_EQ(m["comm_buckets"].get<int>(), static_cast<int>(plan.size())) << m.dump();
+    // Launched from the grad-ready hook as backward finished them, not after it.
+    EXPECT_EQ(m["comm_launched_ahead"].get<int>(), ahead) << m.dump();
+    const int started = m["comm_started_in_backward"].get<int>();
+    EXPECT_LE(started, m["comm_buckets"].get<int>()) << m.dump();
+    steps_with_overlap += started > 0 ? 1 : 0;
   }
-  EXPECT_LT(median(exposed), median(total));
-  // The progress engine is busy from the first launch on (every bucket sleeps
-  // 2 ms), so most of that window is hidden communication. Measured against
-  // the window, not the total: a faster CPU shortens backward, not the sleeps.
-  EXPECT_GT(median(hidden), 0.5 * median(window))
-      << "hidden " << median(hidden) << " ms (exposed " << median(exposed) << " of " << median(total)
-      << " ms) behind a backward window of " << median(window) << " ms";
+  // Whether the progress thread got a core before this rank's backward ended
+  // is up to the scheduler in any one step (two ranks share two cores with
+  // their progress threads); across six steps of a 2-layer backward it does
+  // unless the reductions never run beside backward at all.
+  EXPECT_GT(steps_with_overlap, 0)
+      << "no bucket had begun on the progress engine by the end of backward in any step";
 }

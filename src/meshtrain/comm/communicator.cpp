@@ -88,6 +88,9 @@ void CommImpl::run(Task& t) {
   // on their own lanes only enter the flight record.
   const bool marks = t.collective || !p2p;
   if (marks) transport->note_op(t.op, t.seq);
+  // Only a queued operation has its Work state already (an inline one gets
+  // none unless it fails): this marks it as begun on the engine's thread.
+  if (t.work) t.work->started.store(true, std::memory_order_release);
   // Recording copies the op's description, which may allocate: inside the
   // try, so a failure there still finishes the Work.
   uint64_t entry = FlightRecorder::kNoEntry;

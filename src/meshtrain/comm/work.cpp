@@ -33,6 +33,8 @@ void Work::wait(std::chrono::milliseconds timeout) const {
 
 bool Work::test() const { return !state_ || state_->done.load(std::memory_order_acquire); }
 
+bool Work::started() const { return state_ && state_->started.load(std::memory_order_acquire); }
+
 bool Work::failed() const {
   return state_ && state_->done.load(std::memory_order_acquire) && state_->error;
 }

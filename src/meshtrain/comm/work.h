@@ -33,6 +33,10 @@ struct WorkState {
   // lock; the mutex and condition variable serve only a waiter that has to
   // sleep (`waiters` tells finish() whether one may).
   std::atomic<bool> done{false};
+  // Set by the progress engine's thread as it begins the operation (before
+  // it waits for any peer): lets a caller tell "already running beside me"
+  // from "still queued" without a clock.
+  std::atomic<bool> started{false};
   std::atomic<int> waiters{0};
   std::mutex mu;
   std::condition_variable cv;
@@ -63,6 +67,11 @@ class Work {
   bool test() const;
   // True when finished with an error (the error itself comes from wait()).
   bool failed() const;
+  // True once a progress engine's thread has begun running the operation
+  // (it may still be running). False while it is queued, and for an
+  // operation that ran inline on the caller's thread (CommOptions::
+  // inline_bytes; it returned already complete: see test()). Never blocks.
+  bool started() const;
   uint64_t sequence_number() const { return state_ ? state_->seq() : seq_; }
   std::string description() const;
 

@@ -125,6 +125,7 @@ void DataParallel::begin_backward(bool last_micro_batch) {
   if (!armed_) return;
   MT_CHECK(works_.empty(), "begin_backward(last) twice without finish_gradients()");
   next_bucket_ = 0;
+  before_last_report_ = 0;
   frontier_ = num_params_;
   launched_at_.clear();
   clock_->reset();
@@ -140,6 +141,9 @@ void DataParallel::on_grad_ready(int64_t begin, int64_t end) {
            "grad-ready range [{}, {}) does not continue the finished range from {}", begin, end,
            frontier_);
   frontier_ = begin;
+  // Whatever was launched before this report overlaps the backward that
+  // produced it; only the step's last report has nothing left behind it.
+  before_last_report_ = next_bucket_;
   launch_through(frontier_);
 }
 
@@ -172,6 +176,10 @@ void DataParallel::finish_gradients() {
   MT_CHECK(model_, "attach() a model before finish_gradients()");
   MT_CHECK(armed_, "finish_gradients() without begin_backward(last_micro_batch = true)");
   const double t0 = steady_now_s();
+  // Backward has returned: which reductions are already running beside it.
+  int started = 0;
+  for (const comm::Work& w : works_) started += w.started() ? 1 : 0;
+  const int ahead = static_cast<int>(before_last_report_);
   launch_through(0);  // a model that reports nothing still gets reduced
   armed_ = false;
   std::vector<comm::Work> works = std::move(works_);
@@ -189,6 +197,8 @@ void DataParallel::finish_gradients() {
   timing_.exposed_s = t1 - t0;
   timing_.backward_s = t0 - backward_start_;
   timing_.first_launch_s = launched_at_.empty() ? 0 : launched_at_[0] - backward_start_;
+  timing_.launched_ahead = ahead;
+  timing_.started_in_backward = started;
   double prev = 0;
   for (size_t i = 0; i < done.size(); ++i) {
     const double start = std::max(launched_at_[i], prev);

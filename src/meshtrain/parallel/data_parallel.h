@@ -109,6 +109,7 @@ class DataParallel final : public GradientSync {
   std::vector<comm::Work> works_;
   std::vector<double> launched_at_;
   size_t next_bucket_ = 0;
+  size_t before_last_report_ = 0;  // next_bucket_ when the latest grad-ready report came
   int64_t frontier_ = 0;  // [frontier_, num_params) is final for this step
   bool armed_ = false;
   double backward_start_ = 0;

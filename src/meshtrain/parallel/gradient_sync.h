@@ -25,13 +25,21 @@ class Model;
 
 namespace meshtrain::parallel {
 
-// Communication of the last step's gradient reduction (seconds).
+// Communication of the last step's gradient reduction (seconds), and the
+// order of its events relative to backward (counts, no clock: what a test of
+// the overlap can rely on; -1 = not recorded by this strategy).
 struct CommTiming {
   int buckets = 0;            // reductions launched
   double exposed_s = 0;       // waiting for reductions after backward(s)
   double total_s = 0;         // time the progress engine spent on the reductions
   double first_launch_s = 0;  // first reduction launched, after the last backward began
   double backward_s = 0;      // the last backward, from begin_backward to end_backward
+  // Reductions launched while backward still had gradients to report (before
+  // its last grad-ready report): each overlaps the backward of what remains.
+  int launched_ahead = -1;
+  // Reductions the progress engine's thread had begun (comm::Work::started)
+  // when backward returned, i.e. at end_backward(last).
+  int started_in_backward = -1;
 };
 
 class GradientSync {

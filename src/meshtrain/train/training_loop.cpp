@@ -260,6 +260,12 @@ void TrainingRun::loop() {
         rec["comm_buckets"] = st.comm.buckets;
         rec["comm_first_launch_ms"] = st.comm.first_launch_s * 1e3;
         rec["last_backward_ms"] = st.comm.backward_s * 1e3;
+        // The same in event order (counts, no clock; replicated and ZeRO-1):
+        // buckets launched before backward's last grad-ready report, and
+        // buckets already running on the progress engine when backward returned.
+        if (st.comm.launched_ahead >= 0) rec["comm_launched_ahead"] = st.comm.launched_ahead;
+        if (st.comm.started_in_backward >= 0)
+          rec["comm_started_in_backward"] = st.comm.started_in_backward;
       }
       if (st.update_wait_s > 0) rec["ckpt_snapshot_wait_ms"] = st.update_wait_s * 1e3;
       metrics->write(rec);
