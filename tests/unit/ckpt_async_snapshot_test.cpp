@@ -2,17 +2,25 @@
 // Asynchronous checkpoints whose snapshot is copied on a background thread
 // (ckpt::WriterOptions::snapshot_in_background, the trainer's mode): save()
 // returns before the copy, the caller's wait_for_snapshot() (the optimizer
-// update's fence) waits for it, and a checkpoint saved at step k holds the
-// step-k state bit for bit although training went on. The copy is delayed by
-// a test hook so that an update racing it would be caught.
+// update's fence) waits for it, the write follows the copy, and a checkpoint
+// saved at step k holds the step-k state bit for bit although training went
+// on. The tests assert the order of events, not how long anything took: the
+// writer reports each stage of a save (WriterOptions::on_stage_for_testing),
+// and the test holds the copy back at its start until the caller blocks in
+// wait_for_snapshot() (or the test lets it go), so an update racing the copy
+// is caught whatever the machine's load.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,9 +40,73 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+// Events from any thread, in the order they happened ("save returned 1",
+// "copy done 1", "write begin 1", "update 4", ...).
+class EventLog {
+ public:
+  void add(const std::string& e) {
+    std::lock_guard lock(mu_);
+    events_.push_back(e);
+  }
+  void add(ckpt::SaveStage s, int64_t step) {
+    static const char* const names[] = {"copy begin", "copy done", "write begin", "write done",
+                                        "snapshot wait"};
+    add(std::string(names[static_cast<int>(s)]) + " " + std::to_string(step));
+  }
+  // Position of `e` in the log; the log's size (after everything) when absent.
+  size_t at(const std::string& e) const {
+    std::lock_guard lock(mu_);
+    return static_cast<size_t>(std::find(events_.begin(), events_.end(), e) - events_.begin());
+  }
+  bool has(const std::string& e) const {
+    std::lock_guard lock(mu_);
+    return std::find(events_.begin(), events_.end(), e) != events_.end();
+  }
+  std::string dump() const {
+    std::lock_guard lock(mu_);
+    std::string s;
+    for (const auto& e : events_) s += "\n  " + e;
+    return s;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> events_;
+};
+
+// Holds the snapshot thread at a copy's start until the test opens it. The
+// 60 s limit is only a hang guard (a save() that waited for the copy itself
+// would otherwise block for good); passing it is a failure.
+class Gate {
+ public:
+  void open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  void pass() {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return open_; })) {
+      hung_ = true;  // hang guard: let the save finish so the test can report it
+      open_ = true;
+    }
+  }
+  bool hung() const {
+    std::lock_guard lock(mu_);
+    return hung_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false, hung_ = false;
+};
 
 GPTConfig small_model() {
   GPTConfig cfg = gpt_preset("tiny");
@@ -83,15 +155,20 @@ struct State {
 };
 
 // Trains a tiny GPT as the trainer does, with an async checkpoint at step
-// `save_at` whose snapshot copy starts `delay_s` late; `fence` decides whether
-// the update waits for it (the trainer's wiring) or not (the control).
+// `save_at` whose snapshot copy is held back until someone waits for it
+// (wait_for_snapshot() blocking: SaveStage::SnapshotWait) or the last step is
+// done. With `fence` (the trainer's wiring) the update after the save waits
+// for the copy, so the copy goes on then; without (the control), or with a
+// fence that did not wait, it goes on only after the last step.
 struct SaveRun {
   State at_save, saved, final_state;
   std::vector<double> update_wait_s;  // per step after the save
+  EventLog events;
+  bool hung = false;
 };
 
-SaveRun train_with_async_save(const std::string& root, int64_t save_at, int64_t steps, double delay_s,
-                          bool fence) {
+void train_with_async_save(SaveRun& run, const std::string& root, int64_t save_at, int64_t steps,
+                           bool fence) {
   const GPTConfig cfg = small_model();
   GPT model(cfg);
   model.init_weights(5);
@@ -101,19 +178,29 @@ SaveRun train_with_async_save(const std::string& root, int64_t save_at, int64_t 
   parallel::LocalGradients sync;
   sync.attach(model);
   TrainStep stepper(model, sync, AdamWConfig{}, schedule, 1.0f);
+  Gate copy_gate;
   CheckpointOptions co;
   co.dir = root;
   co.every = save_at;
   co.async = true;
-  co.snapshot_delay_s_for_testing = delay_s;
+  co.on_save_stage_for_testing = [&](ckpt::SaveStage s, int64_t step) {
+    run.events.add(s, step);
+    if (s == ckpt::SaveStage::CopyBegin) copy_gate.pass();
+    if (s == ckpt::SaveStage::SnapshotWait) copy_gate.open();
+  };
   TrainingCheckpointer checkpoints(co, nullptr, nlohmann::json::object(), ckpt::MeshShape{1, 1, 1}, 2);
-  if (fence) stepper.set_before_update([&] { return checkpoints.wait_for_snapshot(); });
+  int64_t step = 0;
+  if (fence)
+    stepper.set_before_update([&] {
+      const double waited = checkpoints.wait_for_snapshot();
+      run.events.add("update " + std::to_string(step + 1));
+      return waited;
+    });
 
   const int B = 2, T = cfg.seq_len;
   std::vector<int32_t> in(B * T), tg(B * T);
   Rng rng(9);
-  SaveRun run;
-  for (int64_t step = 0; step < steps; ++step) {
+  for (; step < steps; ++step) {
     for (int i = 0; i < B * T; ++i) {
       in[i] = static_cast<int32_t>(rng.next_u64() % 256);
       tg[i] = static_cast<int32_t>(rng.next_u64() % 256);
@@ -124,40 +211,55 @@ SaveRun train_with_async_save(const std::string& root, int64_t save_at, int64_t 
       EXPECT_EQ(step + 1, save_at) << "one save per run";
       run.at_save = State::of(model, stepper.optimizer());
       checkpoints.save(step + 1, model, stepper.optimizer(), {0, step + 1});
+      run.events.add("save returned " + std::to_string(step + 1));
     }
   }
+  copy_gate.open();
   checkpoints.wait();
+  run.hung = copy_gate.hung();
   run.final_state = State::of(model, stepper.optimizer());
   run.saved = State::load(ckpt::step_dir(root, save_at), cfg);
-  return run;
 }
 
 }  // namespace
 
-// The trainer's wiring: the update after the save waits for the delayed copy,
-// and the checkpoint holds exactly the step-k state, not a later one.
+// The trainer's wiring: the update after the save waits for the held-back
+// copy, and the checkpoint holds exactly the step-k state, not a later one.
 TEST_F(ckpt_async, snapshot_equals_state_at_save_while_training_continues) {
-  const double delay = 0.4;
-  const SaveRun r = train_with_async_save(root_, /*save_at=*/3, /*steps=*/5, delay, /*fence=*/true);
+  SaveRun r;
+  train_with_async_save(r, root_, /*save_at=*/3, /*steps=*/5, /*fence=*/true);
+  ASSERT_FALSE(r.hung) << "hang guard: the copy was held 60 s (a save() that copied itself?)"
+                       << r.events.dump();
   EXPECT_FALSE(r.final_state == r.at_save) << "training did not change the state after the save";
   EXPECT_TRUE(r.saved == r.at_save) << "the async checkpoint differs from the step-3 state";
+  // save() returned with the copy still held; step 4's fence waited for the
+  // copy and its update began only once the copy was done; the write came
+  // after the copy.
+  EXPECT_LT(r.events.at("save returned 3"), r.events.at("copy done 3")) << r.events.dump();
+  EXPECT_LT(r.events.at("snapshot wait 3"), r.events.at("copy done 3")) << r.events.dump();
+  EXPECT_LT(r.events.at("copy done 3"), r.events.at("update 4")) << r.events.dump();
+  EXPECT_LT(r.events.at("copy done 3"), r.events.at("write begin 3")) << r.events.dump();
+  EXPECT_TRUE(r.events.has("write done 3")) << r.events.dump();
   ASSERT_EQ(r.update_wait_s.size(), 2u);
-  // Step 4's update waited for the copy (most of the delay); step 5's did not.
-  EXPECT_GT(r.update_wait_s[0], 0.5 * delay);
+  // Step 5's fence found nothing pending (its early return reports exactly 0).
   EXPECT_EQ(r.update_wait_s[1], 0.0);
 }
 
-// The control: without the fence, the delayed copy sees the updates made after
-// the save, so the test above would catch an update racing the copy.
+// The control: without the update fence, the copy (let go after the last
+// step) sees the updates made after the save, so the test above would catch
+// an update racing the copy.
 TEST_F(ckpt_async, without_the_update_fence_the_delayed_copy_sees_later_steps) {
-  const SaveRun r = train_with_async_save(root_, /*save_at=*/2, /*steps=*/3, 0.4, /*fence=*/false);
+  SaveRun r;
+  train_with_async_save(r, root_, /*save_at=*/2, /*steps=*/3, /*fence=*/false);
+  ASSERT_FALSE(r.hung) << r.events.dump();
   EXPECT_FALSE(r.saved == r.at_save);
   EXPECT_TRUE(r.saved == r.final_state);  // the copy ran after the last step
 }
 
-// The writer's contract: save() returns before the copy; buffers changed
-// after wait_for_snapshot() leave the checkpoint alone, buffers changed before
-// it end up in it.
+// The writer's contract: save() returns before the copy; wait_for_snapshot()
+// returns after it; the write follows the copy; buffers changed after
+// wait_for_snapshot() leave the checkpoint alone, buffers changed before it
+// (while the copy is held back) end up in it.
 TEST_F(ckpt_async, writer_copies_after_save_returns_and_until_wait_for_snapshot) {
   const GPTConfig cfg = small_model();
   const int64_t n = cfg.num_params();
@@ -170,38 +272,56 @@ TEST_F(ckpt_async, writer_copies_after_save_returns_and_until_wait_for_snapshot)
   req.buffers = {{ckpt::kParams, DType::F32, n, p.data(), {0, n}},
                  {ckpt::kExpAvg, DType::F32, n, m.data(), {0, n}},
                  {ckpt::kExpAvgSq, DType::F32, n, v.data(), {0, n}}};
+  EventLog events;
+  Gate copy_gate;
   ckpt::WriterOptions o;
   o.root = root_;
   o.keep_last = 0;
   o.snapshot_in_background = true;
-  o.snapshot_delay_s_for_testing = 0.3;
+  // The copy is held at its start until wait_for_snapshot() blocks for it.
+  o.on_stage_for_testing = [&](ckpt::SaveStage s, int64_t step) {
+    events.add(s, step);
+    if (s == ckpt::SaveStage::CopyBegin) copy_gate.pass();
+    if (s == ckpt::SaveStage::SnapshotWait) copy_gate.open();
+  };
   ckpt::CheckpointWriter w(o, nullptr);
 
   req.step = 1;
-  const double t0 = now_s();
-  w.save(req);
-  const double stall = now_s() - t0;
-  EXPECT_LT(stall, 0.15) << "save() waited for the copy";
-  EXPECT_GT(w.wait_for_snapshot(), 0.1);  // it waits for the delayed copy
+  w.save(req);  // returns with the copy held back (a save() that copied itself would hang here)
+  events.add("save returned 1");
+  w.wait_for_snapshot();  // waits for the copy
+  events.add("snapshot waited 1");
   EXPECT_EQ(w.wait_for_snapshot(), 0.0);  // nothing pending any more
   const std::vector<float> p1 = p;
   for (float& x : p) x = -x;  // free to change now
+  copy_gate.open();  // (already open unless wait_for_snapshot() failed to wait)
   w.wait();
+  events.add("wait returned 1");
   State s1 = State::load(ckpt::step_dir(root_, 1), cfg);
   EXPECT_EQ(s1.p, p1);
   EXPECT_EQ(s1.v, v);
+  ASSERT_FALSE(copy_gate.hung()) << "hang guard: save() waited for the copy" << events.dump();
+  EXPECT_LT(events.at("save returned 1"), events.at("snapshot wait 1")) << events.dump();
+  EXPECT_LT(events.at("snapshot wait 1"), events.at("copy done 1")) << events.dump();
+  EXPECT_LT(events.at("copy done 1"), events.at("snapshot waited 1")) << events.dump();
+  EXPECT_LT(events.at("copy done 1"), events.at("write begin 1")) << events.dump();
+  EXPECT_LT(events.at("write begin 1"), events.at("write done 1")) << events.dump();
+  EXPECT_LT(events.at("write done 1"), events.at("wait returned 1")) << events.dump();
 
+  copy_gate.close();
   req.step = 2;
   w.save(req);
-  for (float& x : m) x += 1000.f;  // before wait_for_snapshot(): lands in the checkpoint
+  for (float& x : m) x += 1000.f;  // before the copy is let go: lands in the checkpoint
+  w.wait_for_snapshot();
+  copy_gate.open();
   w.wait();
   const State s2 = State::load(ckpt::step_dir(root_, 2), cfg);
   EXPECT_EQ(s2.m, m);
   EXPECT_EQ(s2.p, p);
+  EXPECT_FALSE(copy_gate.hung()) << events.dump();
   const auto stats = w.stats();
   ASSERT_EQ(stats.size(), 2u);
-  EXPECT_GT(stats[0].copy_s, 0.0);
-  EXPECT_LT(stats[0].stall_s, 0.15);
+  EXPECT_GT(stats[0].copy_s, 0.0);  // the copy was timed (on the snapshot thread)
 
   // snapshot_in_background without async saves is refused.
   ckpt::WriterOptions bad = o;

@@ -172,6 +172,7 @@ struct CheckpointWriter::Impl {
   std::condition_variable cv;
   std::deque<Job> copy_queue;  // snapshot_in_background: saves whose copy is not taken yet
   bool copying = false;        // the snapshot thread is inside a copy
+  int64_t newest_copy_step = 0;  // the step of the latest save queued for a copy
   std::deque<Job> queue;       // snapshots ready to write
   int in_flight = 0;
   std::vector<std::shared_ptr<SnapshotBuffer>> pool;  // free snapshot buffers
@@ -201,6 +202,9 @@ struct CheckpointWriter::Impl {
   void run_snapshotter();
   // A job that will not be written (its copy failed): frees its slot.
   void drop_locked(Job& job);
+  void stage(SaveStage s, int64_t step) const {
+    if (opt.on_stage_for_testing) opt.on_stage_for_testing(s, step);
+  }
 };
 
 CheckpointWriter::Impl::Job CheckpointWriter::Impl::plan(const SaveRequest& r, bool copy) {
@@ -226,6 +230,7 @@ CheckpointWriter::Impl::Job CheckpointWriter::Impl::plan(const SaveRequest& r, b
 }
 
 void CheckpointWriter::Impl::take_snapshot(Job& job, bool parallel) {
+  stage(SaveStage::CopyBegin, job.meta.step);
   const double t0 = now_s();
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -244,6 +249,7 @@ void CheckpointWriter::Impl::take_snapshot(Job& job, bool parallel) {
   }
   job.sources.clear();  // the caller's buffers are free to change from here on
   job.copy_s = now_s() - t0;
+  stage(SaveStage::CopyDone, job.meta.step);
 }
 
 void CheckpointWriter::Impl::drop_locked(Job& job) {
@@ -281,6 +287,7 @@ void CheckpointWriter::Impl::write_index_rank0(const Job& job, const std::string
 }
 
 SaveStats CheckpointWriter::Impl::write(const Job& job) {
+  stage(SaveStage::WriteBegin, job.meta.step);
   const double t0 = now_s();
   const std::string dir = step_dir(opt.root, job.meta.step);
   std::string err;
@@ -335,6 +342,7 @@ SaveStats CheckpointWriter::Impl::write(const Job& job) {
   s.write_s = now_s() - t0;
   s.bytes = res.bytes;
   s.dir = dir;
+  stage(SaveStage::WriteDone, job.meta.step);
   return s;
 }
 
@@ -461,6 +469,7 @@ void CheckpointWriter::save(const SaveRequest& request) {
   }
   job.stall_s = now_s() - t0;
   std::lock_guard<std::mutex> lock(m.mu);
+  if (m.opt.snapshot_in_background) m.newest_copy_step = request.step;
   (m.opt.snapshot_in_background ? m.copy_queue : m.queue).push_back(std::move(job));
   m.cv.notify_all();
 }
@@ -470,6 +479,12 @@ double CheckpointWriter::wait_for_snapshot() {
   const double t0 = now_s();
   std::unique_lock<std::mutex> lock(m.mu);
   if (m.copy_queue.empty() && !m.copying) return 0;
+  if (m.opt.on_stage_for_testing) {
+    const int64_t step = m.newest_copy_step;
+    lock.unlock();
+    m.stage(SaveStage::SnapshotWait, step);
+    lock.lock();
+  }
   m.cv.wait(lock, [&] { return m.copy_queue.empty() && !m.copying; });
   return now_s() - t0;
 }

@@ -21,6 +21,7 @@
 // training collectives of the caller's communicator.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,14 @@ struct SaveRequest {
   nlohmann::json loss_scaler;                // null = none
 };
 
+// The stages of one save, in the order they happen on this rank: the
+// snapshot copy (inside save(), or on the snapshot thread with
+// snapshot_in_background), then the write (shard, barrier, index) on the
+// writer thread (inside save() when synchronous, where there is no copy).
+// SnapshotWait: the caller's wait_for_snapshot() found a copy pending and is
+// about to block for it (step: the newest save queued).
+enum class SaveStage { CopyBegin, CopyDone, WriteBegin, WriteDone, SnapshotWait };
+
 struct WriterOptions {
   std::string root;             // checkpoint root directory
   bool async = true;
@@ -71,6 +80,13 @@ struct WriterOptions {
   // Test hook: the snapshot thread sleeps this long before each copy (so a
   // test can check that the caller's next update waits for it).
   double snapshot_delay_s_for_testing = 0;
+  // Test hook: called with each stage of a save and its step, on the thread
+  // the stage runs on, as it happens (CopyDone before wait_for_snapshot() can
+  // return, WriteDone before wait() can), with no lock of the writer held. It
+  // may block: a test can hold the copy back at CopyBegin until the caller
+  // waits for it (SnapshotWait), and so decide the order of events itself.
+  // Unset in production (one branch per stage).
+  std::function<void(SaveStage, int64_t step)> on_stage_for_testing;
 };
 
 // What one save cost this rank.

@@ -111,6 +111,7 @@ TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::C
   wo.async = opt.async;
   wo.snapshot_in_background = opt.async;
   wo.snapshot_delay_s_for_testing = opt.snapshot_delay_s_for_testing;
+  wo.on_stage_for_testing = opt.on_save_stage_for_testing;
   // Test hook for whole training runs: MESHTRAIN_TEST_SNAPSHOT_DELAY_MS.
   if (const char* d = std::getenv("MESHTRAIN_TEST_SNAPSHOT_DELAY_MS"); d && *d)
     wo.snapshot_delay_s_for_testing = std::atof(d) / 1e3;

@@ -4,6 +4,7 @@
 // saves are collective (docs/FAULT_TOLERANCE.md).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -26,6 +27,7 @@ struct CheckpointOptions {
   int64_t milestone_every = 0;  // also keep multiples of this; 0 = none
   bool async = true;              // async saves also take their snapshot in the background
   double snapshot_delay_s_for_testing = 0;  // test hook (ckpt::WriterOptions)
+  std::function<void(ckpt::SaveStage, int64_t)> on_save_stage_for_testing;  // test hook (the same)
   std::string resume = "never";  // "auto" | "never" | a checkpoint directory
 };
 
