@@ -93,7 +93,7 @@ TEST(comm, exited_peer_after_final_ring_allgather_is_not_dead) {
 }
 
 // The other side of the rule: a rank that dies before arriving is still named
-// as dead well within the timeout, with the stall in place too.
+// as dead by the liveness check (not the timeout), with the stall in place too.
 TEST(comm, peer_killed_before_final_allgather_is_still_reported_dead) {
   StallBeforeLivenessCheck stall(150000);
   for (const char* algo : {"direct", "ring"}) {
@@ -105,8 +105,11 @@ TEST(comm, peer_killed_before_final_allgather_is_still_reported_dead) {
     EXPECT_EQ(w.ranks[1].status, 128 + SIGKILL) << algo;
     EXPECT_EQ(w.ranks[0].status, 3) << algo << "\n" << w.report();
     EXPECT_TRUE(contains(w.ranks[0].output, "rank 1")) << w.report();
+    // Found by the liveness check of the dead peer, not by the timeout.
     EXPECT_TRUE(contains(w.ranks[0].output, "died")) << w.report();
-    EXPECT_LT(w.seconds, 10.0) << "a dead peer must be noticed well before the 20 s timeout";
+    EXPECT_FALSE(contains(w.ranks[0].output, "timed out")) << w.report();
+    // Hang guard only (normally well under a second): below the 20 s comm timeout.
+    EXPECT_LT(w.seconds, 20.0);
   }
 }
 
