@@ -290,18 +290,20 @@ TEST(plan_simulate, the_trace_is_json_with_every_ranks_streams) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(plan_simulate, a_thousand_gpus_simulate_in_well_under_ten_seconds) {
+TEST(plan_simulate, a_thousand_gpus_simulate_the_analytic_step_and_a_straggler) {
   // gpt-1t (128 layers) on 1,024 H100s: tp 8 x pp 64 x dp 2, 1,024 micro-batches per pipeline.
+  // How long the simulation took is printed, not asserted: wall time on a
+  // shared machine is for benchmarks (`meshtrain plan simulate` reports it).
   const PlanRequest req = plan_request("gpt-1t", "h100-sxm", 1024, 2048);
   for (int64_t chunks : {1, 2}) {
     const Layout l = layout(2, 8, 64, 1, 1024, 1, RecomputePolicy::Selective, true, chunks);
     const SimResult r = simulate_step(req, l);
-    EXPECT_LT(r.seconds, 10.0);
+    EXPECT_EQ(static_cast<int64_t>(r.ranks.size()), 1024);
     EXPECT_NEAR(r.step, r.analytic.time.step(), 0.05 * r.analytic.time.step()) << l.describe();
     SimOptions o;
     o.stragglers[700] = 1.5;
     const SimResult slow = simulate_step(req, l, o);
-    EXPECT_LT(slow.seconds, 10.0);
+    EXPECT_EQ(slow.tasks, r.tasks);  // the same ops, one rank's slower
     EXPECT_GT(slow.step, r.step);
     std::printf("%s: analytic %.3f s, simulated %.3f s, with a 1.5x straggler %.3f s; %lld ops simulated in %.2f s\n",
                 l.describe().c_str(), r.analytic.time.step(), r.step, slow.step, static_cast<long long>(r.tasks),
