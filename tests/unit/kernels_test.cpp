@@ -26,6 +26,10 @@ using meshtrain::testing::expect_gradient;
 using meshtrain::testing::randn;
 
 TEST(kernels, fast_exp_is_accurate) {
+  // 3e-7 relative: expf_in_range is the degree-6 Taylor polynomial on
+  // |r| <= ln2/2, truncation r^7/7! = 1.2e-7 of exp(r) (1.7e-7 at r = -ln2/2),
+  // plus the Horner, scaling and f32 reference (std::exp(float)) roundings,
+  // ~2 x 2^-24. Measured: 2.5e-7 (x = 7.28, 3 ulp), the same at every ISA level.
   for (float x = -20.f; x <= 20.f; x += 0.01f)
     ASSERT_NEAR(fast_expf(x), std::exp(x), 3e-7 * std::exp(x)) << x;
   EXPECT_EQ(fast_expf(-200.f) < 1e-37f, true);
@@ -48,6 +52,9 @@ TEST(kernels, matmul_backward_matches_finite_differences) {
   std::vector<float> acc(N * OC, 1.0f), plain(N * OC);
   matmul_forward(acc.data(), x.data(), w.data(), b.data(), N, C, OC, true);
   matmul_forward(plain.data(), x.data(), w.data(), b.data(), N, C, OC);
+  // The accumulating GEMM may add the existing 1 and the bias in another
+  // order: reassociating C + 2 = 9 terms of size ~1 is within
+  // 9 * 2^-24 * sum|terms| (~10) = 5e-6. Measured 4.8e-7 (1 ulp of 4.7).
   for (int i = 0; i < N * OC; ++i) EXPECT_NEAR(acc[i], plain[i] + 1.0f, 1e-5);
 }
 
@@ -63,11 +70,16 @@ TEST(kernels, layernorm_backward_matches_finite_differences) {
   for (int i = 0; i < N; ++i) {  // normalized rows have mean b-ish; check stats directly
     double m = 0;
     for (int c = 0; c < C; ++c) m += x[i * C + c];
+    // f32 mean of C = 10 unit normals: (C - 1) 2^-24 sum|x| / C ~ 5e-7 worst
+    // case (sum|x| ~ 8). Measured 5.4e-8; 1e-5 = 20x the worst case.
     EXPECT_NEAR(mean[i], m / C, 1e-5);
   }
   std::vector<float> dx(N * C, 0.f), dw(C, 0.f), db(C, 0.f);
   layernorm_backward(dx.data(), dw.data(), db.data(), probe.data(), x.data(), w.data(), mean.data(),
                      rstd.data(), N, C);
+  // x reaches all C outputs of its row through the mean and rstd (sqrt(C)
+  // more rounding noise, and a nonzero f''' where matmul's is 0): 2x the
+  // default atol, 1.5x its rtol. Measured |a-n| <= 2.2e-5 (< 1% of it).
   expect_gradient("dx", x, dx, loss, 1e-2f, 3e-2, 2e-3);
   expect_gradient("dw", w, dw, loss);
   expect_gradient("db", b, db, loss);
@@ -81,6 +93,10 @@ TEST(kernels, gelu_matches_reference_and_finite_differences) {
   for (int i = 0; i < n; ++i) {
     double v = x[i];
     double ref = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    // GELU = x (1 - s): as x -> -inf, s -> 1 and 1 - s loses |x| 2^-24
+    // absolutely (2.4e-7 at x = -4; the floor 1e-6 covers |x| up to 16);
+    // relative 1e-6 = 17 x 2^-24 for the exp (<= 3 ulp), the division and
+    // two products. Measured 1.9e-7 absolute at x ~ -4.1, 19% of the bound.
     EXPECT_NEAR(out[i], ref, 1e-6 + 1e-6 * std::fabs(ref));
   }
   auto loss = [&] {
@@ -89,7 +105,7 @@ TEST(kernels, gelu_matches_reference_and_finite_differences) {
   };
   std::vector<float> dx(n);
   gelu_backward(dx.data(), x.data(), probe.data(), n);
-  expect_gradient("dx", x, dx, loss, 1e-2f, 2e-2, 1e-3, n);
+  expect_gradient("dx", x, dx, loss, 1e-2f, 2e-2, 1e-3, n);  // defaults (gradcheck.h), all n
   // And against the analytic derivative (in double) over a wide range.
   const auto wide = randn(4096, 11, 3.0f);
   std::vector<float> ones(wide.size(), 1.f), g(wide.size());
@@ -98,6 +114,13 @@ TEST(kernels, gelu_matches_reference_and_finite_differences) {
     const double v = wide[i], k = std::sqrt(2 / M_PI);
     const double t = std::tanh(k * (v + 0.044715 * v * v * v));
     const double ref = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * 0.044715 * v * v);
+    // GELU' = (1 - s)(1 + x s 2u'): below x ~ -5, exp(2u) < 2^-24, so
+    // exp(2u) + 1 rounds to 1, s = 1, and the kernel's 0 misses the true
+    // ~2^-24 |1 + x s 2u'| (~33): 2e-6 absolute, under the 5e-6 floor. The
+    // relative 5e-6 (80 x 2^-24) is slack over the exp, division and products
+    // (a few ulp); where 1 + x s 2u' cancels (GELU' = 0 at x = -0.75) the
+    // error is a few 2^-24 absolute. Measured 1.94e-6 (x = -4.96: 0 vs
+    // -1.94e-6), 39% of the bound, at every ISA level.
     ASSERT_NEAR(g[i], ref, 5e-6 * (1 + std::fabs(ref))) << "x = " << v;
   }
 }
@@ -113,6 +136,8 @@ TEST(kernels, encoder_backward_matches_finite_differences) {
   };
   std::vector<float> dwte(V * C, 0.f), dwpe(T * C, 0.f);
   encoder_backward(dwte.data(), dwpe.data(), probe.data(), tok.data(), B, T, C);
+  // The encoder is linear in wte and wpe (no truncation term), so rtol is
+  // half the default; measured |a-n| <= 5.1e-6 (under 0.1% of the tolerance).
   expect_gradient("dwte", wte, dwte, loss, 1e-2f, 1e-2, 1e-3, V * C);
   expect_gradient("dwpe", wpe, dwpe, loss, 1e-2f, 1e-2, 1e-3, T * C);
 }
@@ -132,6 +157,9 @@ TEST(kernels, softmax_cross_entropy_matches_reference_and_gradient) {
     double mx = -1e30, s = 0;
     for (int j = 0; j < V; ++j) mx = std::max<double>(mx, logits[i * Vp + j]);
     for (int j = 0; j < V; ++j) s += std::exp(logits[i * Vp + j] - mx);
+    // A loss of ~3-6 (V = 7 logits of sd 2): 1e-5 is ~20 ulp of it, for the
+    // fast exp (<= 2.5e-7 relative), the 7-term f32 sum and the log, a few
+    // ulp in all. Measured 2.5e-7 (1 ulp of 2.97).
     EXPECT_NEAR(losses[i], std::log(s) + mx - logits[i * Vp + tgt[i]], 1e-5);
   }
   auto loss = [&] {
@@ -143,7 +171,7 @@ TEST(kernels, softmax_cross_entropy_matches_reference_and_gradient) {
   std::vector<float> grad = logits;
   softmax_cross_entropy_backward(grad.data(), tgt.data(), 1.0f, N, V, Vp);
   for (int i = 0; i < N; ++i) EXPECT_EQ(grad[i * Vp + V], 0.f);  // padded column
-  expect_gradient("dlogits", logits, grad, loss, 1e-2f, 2e-2, 1e-3, N * Vp);
+  expect_gradient("dlogits", logits, grad, loss, 1e-2f, 2e-2, 1e-3, N * Vp);  // defaults, all N * Vp
 }
 
 namespace {
@@ -181,6 +209,10 @@ TEST(kernels, attention_forward_matches_naive_reference_across_row_blocks) {
   std::vector<float> ws(2 * attention_workspace_floats(T, C / NH));
   attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, ws.data(), 2);
   auto ref = naive_attention(qkv, B, T, C, NH);
+  // Each output is a sum over up to T = 150 keys of p_j v_j (sum p_j = 1,
+  // |v| <= ~3): the f32 worst case is T 2^-24 max|v| ~ 2.7e-5, which 2e-5
+  // nearly reaches; the blocked sums' rounding is a random walk far below
+  // it. Measured 3.6e-7 (avx2), 3.0e-7 (avx512), 3.3e-7 (scalar).
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << i;
 }
 
@@ -197,6 +229,9 @@ TEST(kernels, attention_backward_matches_finite_differences) {
   std::vector<float> dqkv(B * T * 3 * C);
   attention_backward(dqkv.data(), probe.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
                      ws.data(), 2);
+  // One key or value element feeds up to T x hd = 280 outputs through the
+  // softmax (rounding noise ~sqrt(280) 2^-24 / 0.02 ~ 5e-5, and a nonzero
+  // f'''): atol 2x the default. Measured |a-n| <= 1.2e-4 (scalar), 4.6% of it.
   expect_gradient("dqkv", qkv, dqkv, loss, 1e-2f, 2e-2, 2e-3, 200);
 }
 
@@ -215,6 +250,12 @@ TEST(kernels, fused_attention_matches_gemm_path_and_naive_reference) {
     attention_forward_fused(out_f.data(), lse_f.data(), qkv.data(), s.B, s.T, s.C, s.NH, ws.data(), 2);
     attention_forward_gemm(out_g.data(), lse_g.data(), qkv.data(), s.B, s.T, s.C, s.NH, ws.data(), 2);
     auto ref = naive_attention(qkv, s.B, s.T, s.C, s.NH);
+    // As in the test above: the f32 worst case over T <= 150 keys is
+    // T 2^-24 max|v| ~ 2.7e-5 against the exact reference; the two f32 paths
+    // differ by two such roundings in another order, bounded at 1e-5. lse
+    // (max + log-sum over <= 150 scores, |lse| < 6) to 1e-5 = 20 ulp.
+    // Measured: 6.2e-7 vs the reference, 4.8e-7 (1 ulp) between the paths,
+    // 4.8e-7 on lse; under 5% of each bound at avx2, avx512 and avx512bf16.
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_NEAR(out_f[i], ref[i], 2e-5) << i;
       ASSERT_NEAR(out_f[i], out_g[i], 1e-5) << i;
@@ -226,6 +267,9 @@ TEST(kernels, fused_attention_matches_gemm_path_and_naive_reference) {
                              s.T, s.C, s.NH, ws.data(), 2);
     attention_backward_gemm(dq_g.data(), dout.data(), qkv.data(), out_g.data(), lse_g.data(), s.B,
                             s.T, s.C, s.NH, ws.data(), 2);
+    // dQ, dK, dV sum over up to T = 150 rows or keys in each path's own
+    // order: as for the forward, T 2^-24 times the terms' size (1 + |value|).
+    // Measured 1.5e-6 (avx2), 6.8% of the bound.
     for (int64_t i = 0; i < n3; ++i)
       ASSERT_NEAR(dq_f[i], dq_g[i], 2e-5 * (1 + std::fabs(dq_g[i]))) << i;
   }
@@ -268,6 +312,8 @@ TEST(kernels, fused_attention_backward_matches_finite_differences_with_whole_vec
   std::vector<float> dqkv(B * T * 3 * C);
   attention_backward(dqkv.data(), probe.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
                      ws.data(), 2);
+  // As attention_backward_matches_finite_differences (T x hd = 640 outputs
+  // per key element). Measured |a-n| <= 1.9e-4 (scalar), 4.3% of the bound.
   expect_gradient("dqkv", qkv, dqkv, loss, 1e-2f, 2e-2, 2e-3, 200);
 }
 
@@ -279,6 +325,11 @@ TEST(kernels, adamw_matches_formula) {
   h.step = 1;
   adamw_step(&p, &g, &m, &v, 1, h);
   // First step: mhat = g, vhat = g^2 -> update = g/|g| = 1 (plus decay).
+  // Each value is a few f32 roundings from the formula (the kernel's
+  // 1 - 0.9f and 1 - 0.95f are 0.1f + 2.2e-8 and 0.05f + 1.1e-8): measured 0
+  // on p, 3.7e-9 on m (2 ulp of 0.02), 4.7e-10 on v (2 ulp of 0.002). The
+  // bounds are ~30 (p), 50 (m) and 400 (v) ulp; a wrong beta, decay or bias
+  // correction is off by >= 1e-3.
   EXPECT_NEAR(p, 0.5f - 0.1f * (1.0f + 0.1f * 0.5f), 1e-6);
   EXPECT_NEAR(m, 0.1f * 0.2f, 1e-7);
   EXPECT_NEAR(v, 0.05f * 0.04f, 1e-7);
@@ -289,6 +340,11 @@ TEST(kernels, sum_squares_is_exact_enough_and_thread_independent) {
   double ref = 0;
   for (float v : x) ref += double(v) * v;
   double s = sum_squares(x.data(), x.size());
+  // f32 lanes within 2^16-element chunks, chunks added in double: each lane
+  // sums m positive terms whose roundings random-walk to ~2^-24 sqrt(m/3)
+  // relative (4e-6 for SSE's m = 2^14), averaging down over the 20 lanes x
+  // chunks. Measured 5.0e-7 (scalar build, SSE lanes), 2.4e-7 (avx2),
+  // 1.1e-7 (avx512): 1e-5 is 20x the largest.
   EXPECT_NEAR(s, ref, 1e-5 * ref);
   x[1234] = NAN;
   EXPECT_FALSE(all_finite(x.data(), x.size()));
