@@ -31,9 +31,16 @@ std::vector<HalfGemmPath> bf16_paths() {
 
 // Runs one problem and checks every element of C two ways:
 //  - against the exact product of the 16-bit-rounded inputs (what the kernel
-//    is given): only f32 accumulation error, |err| <= 1e-5 * sum |a||b|;
+//    is given): only f32 accumulation error, |err| <= 1e-5 * sum |a||b|
+//    (K <= 257: worst case K 2^-24 = 1.5e-5, a blocked sum's actual rounding
+//    near sqrt(K) 2^-24 = 1e-6; measured at most 2.7% of the bound; the
+//    1e-6 floor only matters for a near-zero scale);
 //  - against the product of the original f32 inputs: the 16-bit rounding of
-//    both operands, |err| <= 2u * sum |a||b| with u = 2^-8 (bf16) or 2^-11 (f16).
+//    both operands, |err| <= 2u * sum |a||b| with u = 2^-8 (bf16) or 2^-11 (f16),
+//    both operands of each product rounded by up to u. A worst-case bound
+//    (to first order in u), which a few elements come close to: measured 86%
+//    (bf16, oneDNN path), 82% (bf16 fallback), 73% (f16), at the scalar, avx2
+//    and avx512bf16 levels.
 void check(Half fmt, bool ta, bool tb, Shape s, int pad, float alpha, float beta, uint64_t seed) {
   const int64_t M = s.M, N = s.N, K = s.K;
   const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
