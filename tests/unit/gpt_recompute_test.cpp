@@ -249,6 +249,9 @@ TEST(gpt_recompute, whole_model_gradient_matches_finite_differences_with_full_re
           std::copy(x.begin(), x.end(), p.data<float>());
           return static_cast<double>(m.forward(in.data(), tg.data(), B, T));
         },
+        // As gpt_test's whole-model check: an f32 loss of ~4 differenced over
+        // 2 eps moves in steps of 2.4e-5; atol is ~8 of them. Measured
+        // |a-n| <= 1.8e-5, at most 9% of the tolerance at every ISA level.
         1e-2f, 3e-2, 2e-4, 6);
     std::copy(x.begin(), x.end(), p.data<float>());
   }

@@ -177,6 +177,9 @@ TEST(llama, grouped_query_attention_equals_repeated_kv_heads) {
   const auto in = tokens(2 * 16, gqa.vocab_size, 3), tg = tokens(2 * 16, gqa.vocab_size, 4);
   const float la_loss = a.forward({in.data(), tg.data(), 2, 16});
   const float lb_loss = b.forward({in.data(), tg.data(), 2, 16});
+  // The same arithmetic per head; only the wider K/V GEMMs may block their
+  // sums differently: a few ulp of the loss (~4.1, ulp 4.8e-7) and of the
+  // logits (|z| < 1, C 2^-24 of unit terms ~ 2e-6). Measured: bitwise equal.
   EXPECT_NEAR(la_loss, lb_loss, 1e-6);
   const int64_t n = int64_t{2} * 16 * gqa.padded_vocab;
   for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(a.logits()[i], b.logits()[i], 1e-5) << i;
@@ -246,6 +249,13 @@ TEST(llama_hf, missing_or_misshapen_tensors_are_errors_naming_them) {
 // masters) track the f32 model on the same weights and batch: loss within 1%,
 // every gradient tensor's direction within cos > 0.99 of f32's. The
 // activation buffer the allocator counts is what the spec predicts.
+// Why those values: bf16 rounds each GEMM operand by up to u = 2^-8, so a
+// logit (|z| <~ 1 at init) is up to 2u off and the loss moves by at most
+// ~2 max|dz| = 1.6e-2, 0.4% of ~4.1; 1% is 2.5x that. cos > 0.99 allows a
+// relative L2 error of sqrt(2 x 0.01) = 14% per tensor, a direction check
+// (bf16's per-element error through ~10 GEMMs is ~2u sqrt(10) = 2.5%).
+// Measured: loss 3e-5 apart (0.07% of the bound), smallest cos 0.999977,
+// at the scalar, avx2 and avx512bf16 levels.
 TEST(llama_precision, bf16_and_fp16_track_fp32_and_memory_is_predicted) {
   const LlamaConfig cfg = odd_shape();
   const auto spec = LlamaSpec::make(cfg);
