@@ -102,6 +102,10 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The targets are accuracy goals, not numerics: the papers' own repeated
+// measurement (530B, pp 35) differs by 10%. Measured: Narayanan worst +6.4%
+// (76B), median 2.8%; Korthikanti worst +8.4% (530B, full recompute),
+// median 4.45%, close to its 5% target.
 void expect_within_targets(const std::vector<double>& errors, const std::string& table) {
   double worst = 0;
   for (double e : errors) worst = std::max(worst, std::fabs(e));

@@ -67,6 +67,8 @@ TEST(plan_formulas, narayanan_table_1_parameter_counts) {
                       {160, 25600, 128, 1008.0}};
   for (const Row& r : rows) {
     const double p = narayanan_params(r.layers, r.hidden, 51200, 2048) / 1e9;
+    // Both sides are one-decimal numbers held in double: equal up to their
+    // representation (~1e-13); a wrong formula misses by >= 0.1.
     EXPECT_NEAR(std::round(p * 10) / 10, r.billions, 1e-9) << r.hidden << " x " << r.layers << ": " << p;
   }
   // The planner's GPT count is Eq. 2 plus the final LayerNorm (2h).
@@ -84,6 +86,8 @@ TEST(plan_formulas, korthikanti_table_2_from_the_per_tensor_account) {
     const double split_scores = scores / static_cast<double>(t);
     const double tp_none = (2 + 1 + 2 + 1 + 4) * sbh + (8 + 16) * sbh / t + split_scores;
     const double tp_sp = 34 * sbh / t + split_scores;
+    // Whole byte counts below 2^53 in double; 1 byte absorbs the order of
+    // the formula's terms (measured 2.4e-7).
     EXPECT_NEAR(activation_bytes_per_layer(s, b, h, a, t, false, RecomputePolicy::None),
                 t == 1 ? 34 * sbh + scores : tp_none, 1) << "t " << t;
     if (t > 1) {
@@ -119,6 +123,8 @@ TEST(plan_search, returns_only_valid_fitting_layouts_fastest_first) {
     EXPECT_LE(l.tp, r.cluster.gpus_per_node);
     EXPECT_LE(res.rows[i].memory.total(), limit);
     if (i > 0) {
+      // The planner sorts by speed in 0.1% buckets (then by traffic and
+      // memory): a later row may be faster by less than 0.1%.
       EXPECT_LE(res.rows[i].tokens_per_s, res.rows[i - 1].tokens_per_s * 1.001);
     }
   }
