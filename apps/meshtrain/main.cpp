@@ -18,10 +18,13 @@ namespace {
 // their caps from the environment when they load, which happened before main,
 // so the binary sets the variables and re-executes itself once (children the
 // launcher starts inherit them). Variables the user set are left as they are.
+// The same path gives OpenBLAS the dispatch level's kernels on a CPU it does
+// not know (it would run its generic SSE3 ones; cpu_libraries.h).
 void cap_libraries_to_isa(char** argv) {
   if (std::getenv("MESHTRAIN_ISA_LIBS_CAPPED")) return;
   const meshtrain::Isa level = meshtrain::active_isa();  // validates MESHTRAIN_ISA
-  if (!meshtrain::isa_capped()) return;
+  const bool capped = meshtrain::isa_capped();
+  if (!capped && !meshtrain::cpu::openblas_fell_back_to_generic(level)) return;
   bool changed = false;
   auto set = [&](const char* name, const char* value) {
     if (value && !std::getenv(name)) {
@@ -30,13 +33,13 @@ void cap_libraries_to_isa(char** argv) {
     }
   };
   set("OPENBLAS_CORETYPE", meshtrain::cpu::openblas_coretype_for(level));
-  set("ONEDNN_MAX_CPU_ISA", meshtrain::cpu::onednn_max_isa_for(level));
+  if (capped) set("ONEDNN_MAX_CPU_ISA", meshtrain::cpu::onednn_max_isa_for(level));
   setenv("MESHTRAIN_ISA_LIBS_CAPPED", "1", 1);
   if (changed) {
     std::fflush(nullptr);
     execv("/proc/self/exe", argv);
     // Could not re-execute (no /proc): run on, with the libraries uncapped.
-    std::fprintf(stderr, "warning: MESHTRAIN_ISA: could not re-execute to cap OpenBLAS/oneDNN\n");
+    std::fprintf(stderr, "warning: could not re-execute to set OpenBLAS/oneDNN's CPU level\n");
   }
 }
 

@@ -16,6 +16,14 @@ grep -q "dispatch level:" "$TMP/v" || fail "--version does not name the dispatch
 grep -q "attention:" "$TMP/v" || fail "--version does not name the attention path"
 grep -q "f32 GEMM: OpenBLAS" "$TMP/v" || fail "--version does not name the GEMM library"
 cpu_level=$(sed -n 's/^  dispatch level: \([a-z0-9]*\).*/\1/p' "$TMP/v")
+# OpenBLAS runs its catch-all SSE3 (Prescott) kernels on a CPU it does not
+# know (0.3.21 on Emerald Rapids); meshtrain then gives it the dispatch
+# level's kernels, unless the user set OPENBLAS_CORETYPE.
+if [ "$cpu_level" != scalar ] && grep -q "f32 GEMM: OpenBLAS [0-9.]* (Prescott kernels)" "$TMP/v"; then
+  fail "OpenBLAS runs its generic kernels on a $cpu_level CPU"
+fi
+OPENBLAS_CORETYPE=Nehalem "$BIN" --version | grep -q "(Nehalem kernels)" \
+  || fail "a user's OPENBLAS_CORETYPE was not kept"
 
 if MESHTRAIN_ISA=sse9 "$BIN" --version >"$TMP/bad" 2>&1; then fail "MESHTRAIN_ISA=sse9 accepted"; fi
 grep -q "MESHTRAIN_ISA=sse9: unknown level" "$TMP/bad" || { cat "$TMP/bad"; fail "unclear error for a bad level"; }

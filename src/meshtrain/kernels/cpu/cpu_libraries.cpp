@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <string_view>
 
 #if defined(MESHTRAIN_HAVE_DNNL)
 #include <oneapi/dnnl/dnnl.h>
@@ -33,6 +34,15 @@ const char* onednn_max_isa_for(Isa isa) {
   }
 #endif
   return nullptr;
+}
+
+bool openblas_fell_back_to_generic(Isa cpu_level) {
+#if defined(__x86_64__)
+  return cpu_level >= Isa::Avx2 && std::string_view(openblas_get_corename()) == "Prescott";
+#else
+  (void)cpu_level;
+  return false;
+#endif
 }
 
 std::string openblas_summary() {
