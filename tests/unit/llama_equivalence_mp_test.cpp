@@ -4,9 +4,10 @@
 // step's loss and validation loss within 1e-5, final parameter tensors within
 // 5e-5, dp_harness.h); a
 // checkpoint written on 4 ranks (ZeRO-3) resumes on 2 (ZeRO-1) and continues
-// the same run. Under bf16, ZeRO-3 trains what bf16 replicated data
-// parallelism trains (losses within 1e-4, tensors 5e-4, without clipping;
-// sgemm pinned, as in zero_mixed_precision_mp_test.cpp).
+// the same run. Under bf16, ZeRO-3 trains exactly what bf16 replicated data
+// parallelism trains (without clipping; sgemm pinned, as in
+// zero_mixed_precision_mp_test.cpp): Llama's parameters are each reduced
+// once, so both sum the same bf16 values in the same order.
 #include <map>
 
 #include "dp_harness.h"
@@ -16,7 +17,7 @@ using namespace dp_test;
 namespace {
 
 constexpr int kSteps = 16;
-constexpr double kTol = 1e-5;
+constexpr double kTol = 1e-5;  // why 1e-5, and what it measures: dp_harness.h
 
 // llama-tiny (GQA 4/2) on bytes, with an odd SwiGLU width.
 std::string llama_settings(int steps) {
@@ -99,5 +100,7 @@ TEST(llama_dp, bf16_zero3_2_ranks_matches_bf16_replicated) {
   RunResult ref = run("lb16_0", 0, 2, 2, 1, bf16);
   RunResult z3 = run("lb16_3", 3, 2, 2, 1, bf16);
   EXPECT_NE(z3.log.find("bf16"), std::string::npos) << z3.log;
-  expect_same_training(z3, ref, 1e-4);
+  // Bit for bit (was 1e-4 on losses, 5e-4 on tensors): measured equal at the
+  // avx2 and avx512bf16 levels.
+  expect_same_training(z3, ref, 0);
 }

@@ -45,6 +45,6 @@ TEST(llama_tp_mpi, dp2_tp2_over_mpi_matches_one_rank_and_resumes_at_tp1) {
   for (const auto& row : got) {
     const int step = row["step"];
     const double a = row["loss"], b = want.at(step - 1)["loss"];
-    EXPECT_LE(std::abs(a - b), 1e-5 * std::abs(b)) << "step " << step;
+    EXPECT_LE(std::abs(a - b), 1e-5 * std::abs(b)) << "step " << step;  // dp_harness.h
   }
 }

@@ -30,6 +30,9 @@ namespace {
 
 constexpr int kSteps = 6;
 constexpr int kGlobalBatch = 6;  // sequences per step, split over ranks and micro-batches
+// Losses and parameters (relative to max(1, |value|)): the runs differ only
+// in the order of the f32 gradient sums, as in dp_harness.h; measured at
+// most 6.9e-8 (losses) and 2.4e-7 (parameters), 2.4% of the bound.
 constexpr double kTol = 1e-5;
 
 struct TrainRun {
@@ -141,6 +144,7 @@ void expect_matches_single_process(int ranks, int stage, int accum) {
 
 TEST(model_interface, tiny_mlp_local_run_learns) {
   const TrainRun& r = reference(1);
+  // Learning, not precision: measured 3.59 -> 3.42 over 6 steps (fixed seed).
   EXPECT_LT(r.losses.back(), r.losses.front() - 0.1f);
   const TrainRun& acc = reference(3);  // 3 micro-batches of 2: the same step up to rounding
   EXPECT_EQ(compare(acc, r), "");

@@ -16,7 +16,7 @@ using namespace dp_test;
 namespace {
 
 constexpr int kSteps = 20;
-constexpr double kTol = 1e-5;
+constexpr double kTol = 1e-5;  // why 1e-5, and what it measures: dp_harness.h
 
 // A model of 39,865 parameters (odd, not a multiple of 3): C = 35, 5 heads,
 // context 15, so shards and units never line up with the world size.
@@ -93,6 +93,7 @@ TEST(zero, clipping_across_shards) {
     expect_same_training(r, reference(6, 1, clip), kTol);
     const auto m = r.metrics();
     ASSERT_FALSE(m.empty());
+    // Not a tolerance: the clip itself. Measured 1.28 at the last step.
     EXPECT_GT(m.back()["grad_norm"].get<double>(), 0.05) << "clipping was not active";
   }
 }
