@@ -5,7 +5,7 @@
 // (parallel/zero_gradients.h). Every stage must train what stage 0 with the
 // same wire format trains on the same ranks (real processes, shm transport).
 //
-// Tolerance, from bf16's 8 significant bits (unit roundoff u = 2^-9): both
+// Tolerance, from bf16's 8 significant bits (unit roundoff u = 2^-8): both
 // runs round each rank's gradient to bf16 identically; they differ only in
 // how the bf16 sums are rounded (the reduce and the allreduce algorithms
 // group the partial sums differently, and with gradient accumulation stages
@@ -13,10 +13,13 @@
 // once): a few u per element per step. Adam's update is scale-free in the
 // gradient, so an element's relative gradient error moves its update by as
 // much, and over the run the relative difference of losses, gradient norms
-// and parameters stays a small multiple of u: allowed 8u = 2^-6 ~ 1.6e-2
-// (measured: see the printed figures). What this catches:
+// and parameters stays a small multiple of u: allowed 4u = 2^-6 ~ 1.6e-2.
+// Measured (the printed figures; 2 and 3 ranks, bf16 compute too): the
+// parameters up to 4.8e-3 (30% of the bound; Adam turns the sums' rounding
+// into lr-sized steps), gradient norms 5.5e-4, losses 2.7e-5, the bf16 wire
+// against the f32 one 3.4e-3 (22%). What this catches:
 //   - a gradient not averaged (summed): the gradient norm doubles (3x on 3
-//     ranks), and the first step's norm is held to 2u;
+//     ranks), and the first step's norm is held to u (measured 2.5e-4, 6.5%);
 //   - a piece dropped or reduced to the wrong owner: its parameters do not
 //     move (biases start at zero: relative difference ~1) or move wrongly;
 //   - a range reduced in f32 by mistake: checked by comparing with the f32
@@ -33,9 +36,9 @@ namespace {
 
 constexpr int kSteps = 10;
 constexpr int64_t kParams = 39865;
-constexpr double kU = 1.0 / 512;         // bf16 unit roundoff, 2^-9
-constexpr double kTol = 8 * kU;          // over the whole run (see above)
-constexpr double kFirstNormTol = 2 * kU; // step 1: same parameters, only the sums' rounding
+constexpr double kU = 1.0 / 256;     // bf16 unit roundoff, 2^-8
+constexpr double kTol = 4 * kU;      // over the whole run (see above)
+constexpr double kFirstNormTol = kU; // step 1: same parameters, only the sums' rounding
 
 // 39,865 parameters (no world size divides it): owner pieces split units.
 const std::string kOddModel =

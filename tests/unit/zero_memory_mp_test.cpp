@@ -1,6 +1,7 @@
 // ZeRO memory: each rank's measured model-state bytes (the allocator's
 // per-category peaks during training, memory.json written by `meshtrain
-// train`) are within 5% of the ZeRO formula for every stage and world size:
+// train`) equal the ZeRO formula to the byte for every stage and world size
+// (they were held to 5%; measured equal at the avx2 and avx512 levels):
 //   stage 0 (p+g+o)Ψ, 1 (p+g)Ψ + oΨ/N, 2 pΨ + (g+o)Ψ/N, 3 (p+g+o)Ψ/N
 // with p = g = 4, o = 8 (fp32 AdamW) and Ψ/N the rank's own checkpoint shard
 // (ckpt::shard_range). The odd-sized model (39,865 parameters) makes the
@@ -51,15 +52,18 @@ void check_world(int n) {
       const double formula = params + grads + optim;
       const double measured = peak["parameters"].get<double>() + peak["gradients"].get<double>() +
                               peak["optimizer"].get<double>();
-      EXPECT_NEAR(measured, formula, 0.05 * formula) << "rank " << rank;
-      EXPECT_NEAR(peak["optimizer"].get<double>(), optim, 0.05 * optim) << "rank " << rank;
-      EXPECT_NEAR(peak["parameters"].get<double>(), params, 0.05 * params) << "rank " << rank;
-      EXPECT_NEAR(peak["gradients"].get<double>(), grads, 0.05 * grads) << "rank " << rank;
+      EXPECT_EQ(measured, formula) << "rank " << rank;
+      EXPECT_EQ(peak["optimizer"].get<double>(), optim) << "rank " << rank;
+      EXPECT_EQ(peak["parameters"].get<double>(), params) << "rank " << rank;
+      EXPECT_EQ(peak["gradients"].get<double>(), grads) << "rank " << rank;
       // Setup: stages 0-2 build the whole model once beside the gradients
       // (or hold the model states, whichever is larger); stage 3, started
       // from the seed, initializes only its own range, so it holds its model
       // states and the first unit it gathers before the first step (the
       // embeddings, ~1/4 of this small model), never the whole model.
+      // The setup peak also holds small buffers outside the model states
+      // (measured 240 bytes over the prediction, under 0.1%): the setup
+      // bounds allow 2%.
       const double setup = m[rank]["setup_peak_total"].get<double>();
       const double setup_predicted = m[rank]["predicted"]["setup_total"].get<double>();
       EXPECT_NEAR(setup, setup_predicted, 0.02 * setup_predicted) << "rank " << rank << " setup";
@@ -129,6 +133,8 @@ TEST(zero, setup_from_the_seed_or_a_ranged_file_never_holds_the_whole_model) {
         // read by range or whole, the first step agrees.
         const double loss = r.metrics().at(0)["loss"].get<double>();
         if (first_loss == 0) first_loss = loss;
+        // The same f32 weights, rounded to the same bf16 copy: measured equal;
+        // 1e-6 relative is ~11 ulp of the loss (5.4).
         EXPECT_NEAR(loss, first_loss, 1e-6 * first_loss);
       }
       const nlohmann::json m = memory_of(r);
@@ -145,6 +151,9 @@ TEST(zero, setup_from_the_seed_or_a_ranged_file_never_holds_the_whole_model) {
         // A file's reader stages one tensor at a time: the prediction counts
         // a bound, three copies of the largest, wte (256 x 35 f32), and the
         // measured peak lies between the buffers alone and that.
+        // The 2% and 3% slacks: small buffers outside the formula, as above;
+        // measured within 0.2% of the prediction, at most 98.5% of the
+        // 1.03 bound.
         const double staging = from_file ? 3 * 4 * 256 * 35 : 0;
         EXPECT_GE(setup, 0.98 * (predicted - staging)) << "rank " << rank;
         EXPECT_LE(setup, 1.02 * predicted) << "rank " << rank;
