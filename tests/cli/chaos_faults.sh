@@ -66,6 +66,9 @@ grep -Eq "resumed from .*step_000000(04|08) at step|no checkpoint to resume from
   { cat "$d.log"; fail "2-rank attempt neither resumed nor started over"; }
 grep -q "batch: 3 x 16 tokens x 2 rank(s)" "$d.log" || fail "no 2-rank attempt"
 grep -q "global batch changed" "$d.log" && fail "same global batch reported as changed"
-same_losses_30 "$d/metrics.jsonl" "$TMP/ref/metrics.jsonl" 1 1e-4 || fail "shrunk run diverged"
+# 2 ranks x 3 sequences against 3 x 2: the same global batch, reduced in
+# another f32 order, so the data-parallel equivalence bound 1e-5
+# (tests/unit/dp_harness.h; was 1e-4). Measured 1.1e-7.
+same_losses_30 "$d/metrics.jsonl" "$TMP/ref/metrics.jsonl" 1 1e-5 || fail "shrunk run diverged"
 no_leaks "$d/restarts.jsonl"
 echo ok

@@ -33,6 +33,9 @@ def losses(p):
 ref, got = losses(f"{tmp}/r4/metrics.jsonl"), losses(f"{tmp}/r{n}/metrics.jsonl")
 assert sorted(got) == list(range(9, 17)), sorted(got)
 worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in got)
+# Another rank count sums the same gradients in another f32 order
+# (tests/unit/dp_harness.h): measured 1.0e-7 on 1, 2 and 3 ranks (one ulp
+# of the loss), so 1e-6 is 10x.
 assert worst <= 1e-6, f"steps 9-16: worst relative loss difference {worst:.2e} > 1e-6"
 # The position the resumed run starts from is the one saved at step 8 ...
 saved = json.load(open(f"{tmp}/r4/ckpt/step_00000008/index.json"))["ranks"][0]["data_position"]

@@ -53,7 +53,10 @@ for l in "${supported[@]}"; do
     >"$TMP/log_$l" 2>&1 || { cat "$TMP/log_$l"; fail "train at $l"; }
   grep -q "dispatch $l" "$TMP/log_$l" || { head -5 "$TMP/log_$l"; fail "train at $l does not report its level"; }
 done
-# fp32 at every level: only the order of a few vector reductions differs.
+# fp32 at every level: only the order of a few vector reductions (and
+# OpenBLAS's blocking) differs, an ulp or so of the loss after 3 steps: held
+# to the data-parallel equivalence bound, 1e-5 (tests/unit/dp_harness.h; was
+# 1e-4). Measured 1.4e-7 (scalar and avx2 against avx512bf16).
 python3 - "$TMP" "${supported[@]}" <<'PY'
 import json, sys
 tmp, levels = sys.argv[1], sys.argv[2:]
@@ -64,7 +67,7 @@ assert len(top) == 3, top
 for l in levels[:-1]:
     got = losses(l)
     for a, b in zip(got, top):
-        assert abs(a - b) <= 1e-4 * abs(b), f"{l}: {got} vs {levels[-1]}: {top}"
+        assert abs(a - b) <= 1e-5 * abs(b), f"{l}: {got} vs {levels[-1]}: {top}"
     print(f"{l}: losses {got} match {levels[-1]} {top}")
 PY
 echo "levels run: ${supported[*]} (this CPU: $cpu_level)"

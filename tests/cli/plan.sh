@@ -20,9 +20,11 @@ rows = j["layouts"]
 assert rows and j["fitting"] >= len(rows), j
 for r in rows:
     assert r["dp"] * r["tp"] * r["pp"] == 64, r
-    assert r["memory_gb"]["total"] <= 80 * 0.9 + 1e-9, r
+    assert r["memory_gb"]["total"] <= 80 * 0.9 + 1e-9, r  # usable 90% of 80 GB; 1e-9 for bytes -> GB
 tps = [r["tokens_per_s"] for r in rows]
-assert all(b <= a * 1.001 for a, b in zip(tps, tps[1:])), tps  # fastest first (ties within 0.1%)
+# Fastest first: the planner sorts in 0.1% speed buckets (plan/planner.cpp),
+# so a later row may be faster by less than 0.1%.
+assert all(b <= a * 1.001 for a, b in zip(tps, tps[1:])), tps
 PY
 "$BIN" plan --model gpt-1t --cluster a100-40gb --gpus 8 --global-batch 64 >"$TMP/err" 2>&1 \
   && fail "a 1T model on 8 GPUs was planned"

@@ -24,6 +24,8 @@ done
 python3 - "$TMP/bt_auto" "$TMP/bt_openblas" <<'PY' || fail "bench train's sgemm report is wrong"
 import json, sys
 auto, blas = (json.loads([l for l in open(p) if l.startswith("{")][-1]) for p in sys.argv[1:3])
+# The JSON's doubles round-trip exactly: the identities below hold to a
+# division's rounding (~1e-16 relative); 1e-9 is slack.
 for j in (auto, blas):
     peak = max(j["sgemm_peak_openblas_gflops"], j["sgemm_peak_onednn_gflops"])
     assert abs(j["sgemm_peak_gflops"] - peak) < 1e-9, ("MFU peak is not the faster backend's", j)

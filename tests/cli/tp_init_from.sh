@@ -32,6 +32,9 @@ def losses(d):
     return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 assert len(a) == len(b) == 4, (a, b)
+# tp 2 sums its split GEMMs in parts: another f32 order, the bound of
+# tests/unit/dp_harness.h. Measured equal losses; every tensor within 0.6%
+# of its bound (1e-5 of its largest value, plus 1e-7 for all-zero ones).
 for x, y in zip(a, b):
     assert abs(x - y) <= 1e-5 * abs(x), (a, b)
 def tensors(path):
@@ -65,6 +68,8 @@ for shape in "2 1 0" "4 2 3"; do
 done
 grep -q "this tp shard's slices, each rank its own range" "$TMP/dp4.log" \
   || { cat "$TMP/dp4.log"; fail "dp 2 x tp 2 ZeRO-3 did not read only its own slices"; }
-same_losses "$TMP/dp2/metrics.jsonl" "$TMP/dp4/metrics.jsonl" 1 1e-4 4 \
+# Another layout of the same global batch: the data-parallel equivalence
+# bound, 1e-5 (tests/unit/dp_harness.h; was 1e-4). Measured equal.
+same_losses "$TMP/dp2/metrics.jsonl" "$TMP/dp4/metrics.jsonl" 1 1e-5 4 \
   || fail "dp 2 x tp 2 ZeRO-3 differs from dp 2 x tp 1"
 echo "PASS"

@@ -35,6 +35,8 @@ for r in recs:
     parts = r["data_ms"] + r["forward_ms"] + r["backward_ms"] + r["optimizer_ms"] + r["comm_exposed_ms"]
     tol = 0.01 * r["step_ms"] + 0.05  # kBreakdownRelTol, kBreakdownAbsTolS (ms)
     assert parts <= r["step_ms"] + tol, ("parts exceed the step", parts, r)
+    # other_ms is step_ms minus the parts, in double: equal to a few
+    # roundings (~1e-16 relative); 1e-6 is slack.
     assert abs(r["step_ms"] - parts - r["other_ms"]) < 1e-6 * max(1, r["step_ms"]), r
     assert r["straggler"]["ranks"] == 2, r
     assert r["usd_per_million_tokens"] > 0 and 0 < r["mfu"] < 1, r
