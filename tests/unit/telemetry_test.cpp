@@ -409,6 +409,9 @@ TEST(telemetry, breakdown_parts_sum_to_step) {
     const StepBreakdown b = t.finish();
     EXPECT_GE(b.forward_s, 0.003);
     EXPECT_GE(b.backward_s, 0.004);
+    // other_s() is step_s minus the parts: the identity holds to a few
+    // roundings of values under 0.1 s (~1e-17); 1e-12 is slack, as for
+    // comm_overlap() = 1 - exposed / total below.
     EXPECT_NEAR(b.parts_s() + b.other_s(), b.step_s, 1e-12);
     EXPECT_GE(b.other_s(), 0.0);
     EXPECT_NEAR(b.comm_overlap(), 1.0 - b.comm_exposed_s / 0.005, 1e-12);
@@ -462,6 +465,8 @@ TEST(telemetry, cost_flops_and_mfu) {
   EXPECT_DOUBLE_EQ(t.mfu(), 65536e9 / 4e14);
   // $2/device-hour × 4 devices × 0.5 s = $0.001111…; per 32768 tokens.
   const double usd = 2.0 * 4 * 0.5 / 3600.0;
+  // Products and quotients of the same doubles in another order: a few ulp
+  // of values up to ~35 (~1e-14); 1e-12 is slack.
   EXPECT_NEAR(t.usd_per_million_tokens(), usd / 32768 * 1e6, 1e-12);
   EXPECT_NEAR(t.usd_per_million_samples(), usd / 32 * 1e6, 1e-12);
   // A million tokens at 65536 tokens/s take 15.26 s on 4 devices at $8/h.
@@ -480,6 +485,8 @@ TEST(telemetry, straggler_names_slowest_rank) {
   EXPECT_EQ(r.slowest_rank, 2);
   EXPECT_EQ(r.fastest_rank, 3);
   EXPECT_DOUBLE_EQ(r.median_s, 0.101);
+  // 0.131 - 0.101 in double is 0.030 to an ulp (~1e-17), and the
+  // percentage (~30) to a few ulp (~1e-14): 1e-12 and 1e-9 are slack.
   EXPECT_NEAR(r.lag_s, 0.030, 1e-12);
   EXPECT_NEAR(r.lag_pct, 100.0 * 0.030 / 0.101, 1e-9);
   EXPECT_NE(r.describe().find("rank 2 slowest"), std::string::npos);
@@ -505,6 +512,8 @@ TEST(telemetry, step_record_json_and_scalars_agree) {
   const double parts = j["data_ms"].get<double>() + j["forward_ms"].get<double>() +
                        j["backward_ms"].get<double>() + j["optimizer_ms"].get<double>() +
                        j["comm_exposed_ms"].get<double>() + j["other_ms"].get<double>();
+  // Six millisecond values (~1-40) summed in another order than other_ms
+  // was formed: a few ulp (~1e-14); 1e-9 is slack.
   EXPECT_NEAR(parts, j["step_ms"].get<double>(), 1e-9);
   EXPECT_EQ(j["step"], 7);
   EXPECT_DOUBLE_EQ(j["val_loss"].get<double>(), 2.7);
@@ -542,6 +551,8 @@ TEST(telemetry, run_summary_table) {
     EXPECT_NE(text.find(k), std::string::npos) << k << "\n" << text;
   const BreakdownStats b = s.breakdown();
   EXPECT_EQ(b.steps, 9);  // the warm-up step is left out
+  // Means of 9 equal doubles and a difference of them: a few ulp (~1e-17 s,
+  // ~1e-15 ms); 1e-12 and 1e-9 are slack.
   EXPECT_NEAR(b.mean.step_s, 0.040, 1e-12);
   EXPECT_NEAR(s.to_json()["mean"]["other_ms"].get<double>(), 3.0, 1e-9);
 }
