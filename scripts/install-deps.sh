@@ -22,6 +22,7 @@ PACKAGES=(
 if [ "${1:-}" = --tests ]; then
   PACKAGES+=(
     qemu-user                     # runs the binary as other x86-64 CPUs (cli.isa_emulated_cpus) and the aarch64 build (scripts/aarch64-emulated.sh)
+    python3-venv                  # scripts/python-env.sh: the venv with torch, transformers, tensorboard for the export checks
   )
 fi
 

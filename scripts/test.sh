@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command of the README: install dependencies, build, run every test.
+# The test command of the README: install dependencies, make the Python
+# environment (scripts/python-env.sh), build, run every test.
 # Pass ctest arguments to narrow it, e.g. `scripts/test.sh -L unit`. A full
 # run (no arguments) first runs the comm tests under ThreadSanitizer too
 # (scripts/tsan-comm.sh, about a minute; MESHTRAIN_SKIP_TSAN=1 skips it).
@@ -14,6 +15,25 @@ step_done() {
 }
 bash scripts/install-deps.sh --tests
 step_done dependencies
+# The virtual environment with torch, transformers, safetensors and tensorboard
+# in which the tests check our exports (scripts/python-env.sh; reused when
+# made before). Its python reaches the tests as MESHTRAIN_PYTHON; only an
+# unreachable package index leaves it out, and then those tests skip with
+# MESHTRAIN_PYTHON_UNAVAILABLE's reason. A MESHTRAIN_PYTHON set by the caller
+# is used as it is.
+if [ -n "${MESHTRAIN_PYTHON:-}" ]; then
+  echo "test: the export checks run in MESHTRAIN_PYTHON=$MESHTRAIN_PYTHON"
+else
+  py_status=0
+  py=$(bash scripts/python-env.sh) || py_status=$?
+  case $py_status in
+    0) export MESHTRAIN_PYTHON=$py ;;
+    3) export MESHTRAIN_PYTHON_UNAVAILABLE=$py
+       echo "test: $py; the tests that need it are skipped" ;;
+    *) echo "test: scripts/python-env.sh failed (status $py_status)"; exit "$py_status" ;;
+  esac
+fi
+step_done "Python environment"
 bash scripts/build.sh
 step_done build
 if [ $# -eq 0 ] && [ "${MESHTRAIN_SKIP_TSAN:-0}" != 1 ]; then

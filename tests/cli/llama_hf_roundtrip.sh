@@ -5,9 +5,10 @@
 # export gives the same checkpoint bytes, the run's own model file is
 # init_from and importable too, and transformers loads the
 # export and reproduces the reference logits (tools/check_llama_export.py;
-# that part is skipped, with exit 77, without torch and transformers).
+# that part runs in PYTHON, lib/common.sh, and is skipped, with exit 77,
+# without torch and transformers there).
 set -uo pipefail
-source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail, PYTHON
 FIX="$SRC/tests/fixtures/llama_tiny_hf"
 
 "$BIN" ckpt import "$FIX" --out "$TMP/ck" >"$TMP/log" 2>&1 || { cat "$TMP/log"; fail "import failed"; }
@@ -42,10 +43,7 @@ cmp -s "$TMP/hf/model.safetensors" "$TMP/ft_hf/model.safetensors" && fail "fine-
   || { cat "$TMP/train2"; fail "init_from the run's model file failed"; }
 grep -q "model: Llama" "$TMP/train2" || fail "init_from the model file did not build the llama"
 
-if ! python3 -c "import torch, transformers, safetensors" 2>/dev/null; then
-  echo "skipped: python3 cannot import torch, transformers and safetensors (the transformers check)"
-  exit 77
-fi
-python3 "$SRC/tools/check_llama_export.py" "$TMP/hf" "$SRC/tests/fixtures/llama_tiny_reference.safetensors" \
+need_python_packages torch transformers safetensors
+"$PYTHON" "$SRC/tools/check_llama_export.py" "$TMP/hf" "$SRC/tests/fixtures/llama_tiny_reference.safetensors" \
   || fail "transformers could not load the export or reproduce the logits"
 echo "ok"

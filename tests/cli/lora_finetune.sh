@@ -5,11 +5,11 @@
 # merged model file equals the merged export of its last checkpoint; the
 # export differs from the base (training changed the function) while the
 # base on disk is untouched; bad LoRA settings and a moved base are clear
-# errors. With torch and transformers, transformers loads the exported
-# folder and its tensors are the merged weights
-# (tools/check_lora_export.py; skipped with exit 77 otherwise).
+# errors. transformers loads the exported folder and its tensors are the
+# merged weights (tools/check_lora_export.py, in PYTHON: lib/common.sh; without
+# torch and transformers there, skipped with exit 77).
 set -uo pipefail
-source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
+source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail, PYTHON
 FIX="$SRC/tests/fixtures/llama_tiny_hf"
 cp -r "$FIX" "$TMP/base"
 BASE="$TMP/base"
@@ -88,10 +88,7 @@ grep -q "pass the base's current place with --base" "$TMP/err" || { cat "$TMP/er
   || fail "export with --base failed"
 cmp -s "$TMP/merged.safetensors" "$TMP/merged2.safetensors" || fail "--base gave another merge"
 
-if ! python3 -c "import torch, transformers, safetensors" 2>/dev/null; then
-  echo "skipped: python3 cannot import torch, transformers and safetensors (the transformers check)"
-  exit 77
-fi
-python3 "$SRC/tools/check_lora_export.py" "$TMP/hf" "$TMP/merged.safetensors" \
+need_python_packages torch transformers safetensors
+"$PYTHON" "$SRC/tools/check_lora_export.py" "$TMP/hf" "$TMP/merged.safetensors" \
   || fail "transformers could not load the LoRA export or its weights are not the merged ones"
 echo "ok"
