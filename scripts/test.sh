@@ -47,10 +47,19 @@ set +e
 ctest --output-on-failure -j"${CTEST_JOBS:-2}" --timeout 900 "$@" | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
-# Skipped tests (e.g. an ISA level this CPU lacks) are not passes: count them.
+# Skipped tests (e.g. an ISA level this CPU lacks) are not passes: count them,
+# and list each with the reason its output gave (ctest keeps the output of
+# tests that did not fail only in Testing/Temporary/LastTest.log): a script's
+# "skipped: ..." line, or the line after GoogleTest's "file:line: Skipped".
 skipped=$(grep -c '\*\*\*Skipped' "$log" || true)
-echo "skipped: ${skipped} test(s) (not counted as passed; ctest prints each with its reason above)"
-grep '\*\*\*Skipped' "$log" | sed 's/^ */  /' || true
+echo "skipped: ${skipped} test(s) (not counted as passed)"
+reasons=$(awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3; after_skip = 0; next }
+  name != "" && !(name in seen) && (/^skipped: / || after_skip) { seen[name]; print name "\t" $0 }
+  { after_skip = /: Skipped$/ }' Testing/Temporary/LastTest.log 2>/dev/null || true)
+grep '\*\*\*Skipped' "$log" | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .*/\1/' | while read -r name; do
+  reason=$(printf '%s\n' "$reasons" | awk -F'\t' -v n="$name" '$1 == n { print $2; exit }')
+  echo "  ${name}: ${reason:-(see build/Testing/Temporary/LastTest.log)}"
+done || true
 step_done ctest
 echo "time per step:"
 printf '%s' "$timings"
