@@ -8,6 +8,7 @@
 //   sequence numbers stay in step with its peers'.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -49,13 +50,23 @@ void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 namespace {
 
 // Allocations made by `ops` calls of `op`, after a warm-up that lets every
-// lazily built structure (algorithm cache, recorder ring) settle.
+// lazily built structure (algorithm cache, recorder ring) settle: the fewest
+// of three rounds. An op whose peer is late (a loaded machine) leaves the
+// inline path for the progress engine, which may allocate its Work state;
+// the property tested is that the inline path allocates nothing, and a
+// per-call allocation shows in every round. Every rank runs all three rounds
+// (collectives: the op count must agree).
 template <typename Op>
 long allocations_of(Op&& op, int ops = 1000) {
   for (int i = 0; i < 200; ++i) op();
-  const long before = g_allocations.load();
-  for (int i = 0; i < ops; ++i) op();
-  return g_allocations.load() - before;
+  long fewest = -1;
+  for (int round = 0; round < 3; ++round) {
+    const long before = g_allocations.load();
+    for (int i = 0; i < ops; ++i) op();
+    const long made = g_allocations.load() - before;
+    fewest = fewest < 0 ? made : std::min(fewest, made);
+  }
+  return fewest;
 }
 
 }  // namespace
