@@ -10,6 +10,10 @@
 
 namespace meshtrain {
 
+// The 16-bit floating formats: GEMM operands, the mixed-precision model's
+// compute copies of parameters and activations, gradients on the wire.
+enum class HalfFormat : uint8_t { BF16, F16 };
+
 inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 

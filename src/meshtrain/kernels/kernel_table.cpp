@@ -1,46 +1,86 @@
 #include "meshtrain/kernels/kernel_table.h"
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cpu/adamw.h"
+#include "meshtrain/kernels/cpu/attention.h"
+#include "meshtrain/kernels/cpu/convert.h"
+#include "meshtrain/kernels/cpu/elementwise.h"
+#include "meshtrain/kernels/cpu/encoder.h"
+#include "meshtrain/kernels/cpu/gelu.h"
+#include "meshtrain/kernels/cpu/layernorm.h"
+#include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/kernels/cpu/matmul_half.h"
+#include "meshtrain/kernels/cpu/reduce.h"
+#include "meshtrain/kernels/cpu/rmsnorm.h"
+#include "meshtrain/kernels/cpu/rope.h"
+#include "meshtrain/kernels/cpu/rows.h"
+#include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
+#include "meshtrain/kernels/cpu/swiglu.h"
+#if MESHTRAIN_HAVE_CUDA
+#include "meshtrain/kernels/cuda/cuda_kernel_table.h"
+#endif
 
 namespace meshtrain {
 
 namespace {
+// A CPU op has finished when its call returns, so its table entry is the CPU
+// function behind a stream it ignores (inlined: one indirect call per op).
+template <auto F>
+struct OnCpu;
+template <typename R, typename... A, R (*F)(A...)>
+struct OnCpu<F> {
+  static R call(Stream, A... a) { return F(a...); }
+};
+template <auto F>
+constexpr auto cpu_op = &OnCpu<F>::call;
+
 const KernelTable kCpu{
     Device::cpu(),
-    &cpu::matmul_forward,
-    &cpu::matmul_backward,
-    &cpu::matmul_forward_half,
-    &cpu::matmul_backward_half,
-    &cpu::matmul_backward_weight_half,
-    &cpu::sgemm,
-    &cpu::layernorm_forward,
-    &cpu::layernorm_backward,
-    &cpu::rmsnorm_forward,
-    &cpu::rmsnorm_backward,
-    &cpu::gelu_forward,
-    &cpu::gelu_backward,
-    &cpu::swiglu_forward,
-    &cpu::swiglu_backward,
-    &cpu::attention_forward,
-    &cpu::attention_backward,
-    &cpu::rope_forward,
-    &cpu::rope_backward,
-    &cpu::encoder_forward,
-    &cpu::encoder_backward,
-    &cpu::softmax_cross_entropy_forward,
-    &cpu::softmax_cross_entropy_backward,
-    &cpu::copy,
-    &cpu::add_inplace,
-    &cpu::to_half,
-    &cpu::from_half,
-    &cpu::adamw_step,
+    cpu_op<&cpu::matmul_forward>,
+    cpu_op<&cpu::matmul_backward>,
+    cpu_op<&cpu::matmul_forward_half>,
+    cpu_op<&cpu::matmul_backward_half>,
+    cpu_op<&cpu::matmul_backward_weight_half>,
+    cpu_op<&cpu::sgemm>,
+    cpu_op<&cpu::layernorm_forward>,
+    cpu_op<&cpu::layernorm_backward>,
+    cpu_op<&cpu::rmsnorm_forward>,
+    cpu_op<&cpu::rmsnorm_backward>,
+    cpu_op<&cpu::gelu_forward>,
+    cpu_op<&cpu::gelu_backward>,
+    cpu_op<&cpu::swiglu_forward>,
+    cpu_op<&cpu::swiglu_backward>,
+    cpu_op<&cpu::attention_forward>,
+    cpu_op<&cpu::attention_backward>,
+    cpu_op<&cpu::rope_forward>,
+    cpu_op<&cpu::rope_backward>,
+    cpu_op<&cpu::encoder_forward>,
+    cpu_op<&cpu::encoder_backward>,
+    cpu_op<&cpu::embedding_lookup>,
+    cpu_op<&cpu::embedding_accumulate>,
+    cpu_op<&cpu::add_periodic_rows>,
+    cpu_op<&cpu::sum_periodic_rows>,
+    cpu_op<&cpu::softmax_cross_entropy_forward>,
+    cpu_op<&cpu::softmax_cross_entropy_backward>,
+    cpu_op<&cpu::copy>,
+    cpu_op<&cpu::add_inplace>,
+    cpu_op<&cpu::sum_squares>,
+    cpu_op<&cpu::to_half>,
+    cpu_op<&cpu::from_half>,
+    cpu_op<&cpu::adamw_step>,
 };
 }  // namespace
 
 const KernelTable& kernels_for(Device device) {
-  MT_CHECK(device.is_cpu(), "no kernels for device {} in this build (CPU only; the CUDA backend "
-           "adds its table in kernels/cuda/)", device.str());
-  return kCpu;
+  if (device.is_cpu()) return kCpu;
+#if MESHTRAIN_HAVE_CUDA
+  MT_CHECK(device.index == 0, "kernels for {}: one GPU per process (cuda:0 after "
+           "CUDA_VISIBLE_DEVICES picks it)", device.str());
+  return cuda_kernel_table();
+#else
+  fail("no kernels for device {} in this build (CPU only; configure with "
+          "-DMESHTRAIN_CUDA=ON for the CUDA backend)", device.str());
+#endif
 }
 
 }  // namespace meshtrain

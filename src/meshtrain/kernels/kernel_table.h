@@ -1,64 +1,112 @@
-// The kernel seam: the ops a model, the optimizer and the precision
-// conversions call, as one table per device. A model takes the table of the
-// device its buffers live on (`kernels_for(tensor.device())`) and calls
-// `k.matmul_forward(...)`; a CUDA backend adds a second table
-// (kernels/cuda/, same signatures, device pointers) instead of editing the
-// models. The CPU table points at kernels/cpu/ directly: no wrapper, no
-// slowdown (one indirect call per op). Signatures follow llm.c's launchers:
-// outputs first, shapes last; parameter gradients accumulate (+=),
-// activation gradients are overwritten unless the op says otherwise.
+// The kernel seam: the ops a model, the optimizer, the gradient strategies
+// and the precision conversions call, as one table per device. Callers take
+// the table of the device their buffers live on (`kernels_for(device)`) and
+// call `k.matmul_forward(stream, ...)`; pointers are in that device's memory
+// and the op is queued on `stream` (on the CPU it has finished when the call
+// returns). Nothing here names a device API: a backend fills a table with
+// these signatures (kernels/cpu/ through a stream-ignoring adapter,
+// kernels/cuda/ with its own kernels), and no layer above kernels/ changes.
+// Signatures follow llm.c's launchers: outputs first, shapes last; parameter
+// gradients accumulate (+=), activation gradients are overwritten unless the
+// op says otherwise. The semantics of each op are those of the CPU function
+// of the same name (kernels/cpu/*.h), which the tests hold every backend to.
 #pragma once
+#include <cstdint>
+
 #include "meshtrain/core/device.h"
-#include "meshtrain/kernels/cpu/adamw.h"
-#include "meshtrain/kernels/cpu/attention.h"
-#include "meshtrain/kernels/cpu/convert.h"
-#include "meshtrain/kernels/cpu/elementwise.h"
-#include "meshtrain/kernels/cpu/encoder.h"
-#include "meshtrain/kernels/cpu/gelu.h"
-#include "meshtrain/kernels/cpu/layernorm.h"
-#include "meshtrain/kernels/cpu/matmul.h"
-#include "meshtrain/kernels/cpu/matmul_half.h"
-#include "meshtrain/kernels/cpu/rmsnorm.h"
-#include "meshtrain/kernels/cpu/rope.h"
-#include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
-#include "meshtrain/kernels/cpu/swiglu.h"
+#include "meshtrain/core/half.h"
+#include "meshtrain/core/stream.h"
+#include "meshtrain/kernels/adamw_hyper.h"
+#include "meshtrain/kernels/rope_view.h"
 
 namespace meshtrain {
 
 struct KernelTable {
   Device device;
   // Linear layers: f32, and 16-bit operands with f32 accumulation.
-  decltype(&cpu::matmul_forward) matmul_forward;
-  decltype(&cpu::matmul_backward) matmul_backward;
-  decltype(&cpu::matmul_forward_half) matmul_forward_half;
-  decltype(&cpu::matmul_backward_half) matmul_backward_half;
-  decltype(&cpu::matmul_backward_weight_half) matmul_backward_weight_half;
-  // A general strided GEMM (small products: LoRA's adapters).
-  decltype(&cpu::sgemm) sgemm;
+  void (*matmul_forward)(Stream, float* out, const float* inp, const float* weight,
+                         const float* bias, int64_t N, int64_t C, int64_t OC, bool accumulate);
+  void (*matmul_backward)(Stream, float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC,
+                          bool accumulate_dinp);
+  void (*matmul_forward_half)(Stream, HalfFormat fmt, float* out, const uint16_t* inp,
+                              const uint16_t* weight, const float* bias, int64_t N, int64_t C,
+                              int64_t OC, bool accumulate);
+  void (*matmul_backward_half)(Stream, HalfFormat fmt, float* dinp, float* dweight, float* dbias,
+                               const float* dout, uint16_t* dout_half, const uint16_t* inp,
+                               const uint16_t* weight, int64_t N, int64_t C, int64_t OC,
+                               bool accumulate_dinp);
+  void (*matmul_backward_weight_half)(Stream, HalfFormat fmt, float* dweight,
+                                      const uint16_t* dout_half, const uint16_t* inp, int64_t N,
+                                      int64_t C, int64_t OC);
+  // A general strided GEMM on row-major matrices, C = alpha op(A) op(B) + beta C
+  // (small products: LoRA's adapters).
+  void (*sgemm)(Stream, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* Cm,
+                int64_t ldc);
   // Normalization and activations.
-  decltype(&cpu::layernorm_forward) layernorm_forward;
-  decltype(&cpu::layernorm_backward) layernorm_backward;
-  decltype(&cpu::rmsnorm_forward) rmsnorm_forward;
-  decltype(&cpu::rmsnorm_backward) rmsnorm_backward;
-  decltype(&cpu::gelu_forward) gelu_forward;
-  decltype(&cpu::gelu_backward) gelu_backward;
-  decltype(&cpu::swiglu_forward) swiglu_forward;
-  decltype(&cpu::swiglu_backward) swiglu_backward;
-  // Attention, positions, embeddings, loss.
-  decltype(&cpu::attention_forward) attention_forward;
-  decltype(&cpu::attention_backward) attention_backward;
-  decltype(&cpu::rope_forward) rope_forward;
-  decltype(&cpu::rope_backward) rope_backward;
-  decltype(&cpu::encoder_forward) encoder_forward;
-  decltype(&cpu::encoder_backward) encoder_backward;
-  decltype(&cpu::softmax_cross_entropy_forward) softmax_cross_entropy_forward;
-  decltype(&cpu::softmax_cross_entropy_backward) softmax_cross_entropy_backward;
-  // Elementwise, precision conversions, the optimizer step.
-  decltype(&cpu::copy) copy;
-  decltype(&cpu::add_inplace) add_inplace;
-  decltype(&cpu::to_half) to_half;
-  decltype(&cpu::from_half) from_half;
-  decltype(&cpu::adamw_step) adamw_step;
+  void (*layernorm_forward)(Stream, float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int64_t N, int64_t C);
+  void (*layernorm_backward)(Stream, float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, const float* mean,
+                             const float* rstd, int64_t N, int64_t C);
+  void (*rmsnorm_forward)(Stream, float* out, float* rstd, const float* inp, const float* weight,
+                          int64_t N, int64_t C, float eps);
+  void (*rmsnorm_backward)(Stream, float* dinp, float* dweight, const float* dout,
+                           const float* inp, const float* weight, const float* rstd, int64_t N,
+                           int64_t C);
+  void (*gelu_forward)(Stream, float* out, const float* inp, int64_t n);
+  void (*gelu_backward)(Stream, float* dinp, const float* inp, const float* dout, int64_t n);
+  void (*swiglu_forward)(Stream, float* out, const float* gate_up, int64_t N, int64_t H);
+  void (*swiglu_backward)(Stream, float* dgate_up, const float* dout, const float* gate_up,
+                          int64_t N, int64_t H);
+  // Attention (causal, packed qkv), rotary positions, embeddings, the loss.
+  // `workspace` holds the backend's scratch (attention_workspace_floats per
+  // thread on the CPU); `nthreads` is the CPU's, other backends ignore it.
+  void (*attention_forward)(Stream, float* out, float* lse, const float* qkv, int64_t B,
+                            int64_t T, int64_t C, int64_t NH, float* workspace, int nthreads);
+  void (*attention_backward)(Stream, float* dqkv, const float* dout, const float* qkv,
+                             const float* out, const float* lse, int64_t B, int64_t T, int64_t C,
+                             int64_t NH, float* workspace, int nthreads);
+  void (*rope_forward)(Stream, float* x, int64_t B, int64_t T, int64_t nheads, int64_t hd,
+                       int64_t row_stride, const RopeView& table);
+  void (*rope_backward)(Stream, float* dx, int64_t B, int64_t T, int64_t nheads, int64_t hd,
+                        int64_t row_stride, const RopeView& table);
+  void (*encoder_forward)(Stream, float* out, const int32_t* inp, const float* wte,
+                          const float* wpe, int64_t B, int64_t T, int64_t C);
+  void (*encoder_backward)(Stream, float* dwte, float* dwpe, const float* dout,
+                           const int32_t* inp, int64_t B, int64_t T, int64_t C);
+  // Rows [v_begin, v_begin + v_rows) of an embedding table (f32, or its
+  // 16-bit copy when `table_half` is set); an id outside them gives a zero
+  // row (another vocabulary shard's).
+  void (*embedding_lookup)(Stream, float* out, const int32_t* ids, const float* table,
+                           const uint16_t* table_half, HalfFormat fmt, int64_t v_begin,
+                           int64_t v_rows, int64_t N, int64_t C);
+  // dtable[id - v_begin] += dout[i] for the ids in range, in row order i.
+  void (*embedding_accumulate)(Stream, float* dtable, const float* dout, const int32_t* ids,
+                               int64_t v_begin, int64_t v_rows, int64_t N, int64_t C);
+  // out[i] += rows[(first + i) % period] over N rows of C (biases: period 1;
+  // positions: period T).
+  void (*add_periodic_rows)(Stream, float* out, const float* rows, int64_t N, int64_t C,
+                            int64_t period, int64_t first);
+  // drows[t] += sum of d[i] over i % period == t, i ascending.
+  void (*sum_periodic_rows)(Stream, float* drows, const float* d, int64_t N, int64_t C,
+                            int64_t period);
+  // Returns the number of counted rows (targets >= 0); waits for the device.
+  int64_t (*softmax_cross_entropy_forward)(Stream, float* losses, const float* logits,
+                                           const int32_t* targets, int64_t N, int64_t V,
+                                           int64_t Vp);
+  void (*softmax_cross_entropy_backward)(Stream, float* logits, const int32_t* targets,
+                                         float dloss, int64_t N, int64_t V, int64_t Vp);
+  // Elementwise, reductions, precision conversions, the optimizer step.
+  void (*copy)(Stream, float* out, const float* a, int64_t n);
+  void (*add_inplace)(Stream, float* out, const float* a, int64_t n);
+  // Sum of squares in double, in an order fixed by n alone; waits for the device.
+  double (*sum_squares)(Stream, const float* x, int64_t n);
+  void (*to_half)(Stream, HalfFormat fmt, const float* in, uint16_t* out, int64_t n);
+  void (*from_half)(Stream, HalfFormat fmt, const uint16_t* in, float* out, int64_t n);
+  void (*adamw_step)(Stream, float* param, const float* grad, float* m, float* v, int64_t n,
+                     const AdamWHyper& h);
 };
 
 // The table for `device`; an Error for a device this build has no kernels for.

@@ -28,6 +28,7 @@ GPT::GPT(std::shared_ptr<const GPTSpec> spec, ModelBuffers buffers)
   param_buf_ = std::move(b.params);
   grad_buf_ = std::move(b.grads);
   k_ = &kernels_for(param_buf_.device());
+  stream_ = default_stream(param_buf_.device());
   params_ = GPTParams::view(dims_, param_buf_);
   // A frozen model (LoRA's base) has no gradient buffer: undefined views.
   if (grad_buf_.defined()) grads_ = GPTParams::view(dims_, grad_buf_);
@@ -100,9 +101,9 @@ float* grad_data(const Tensor& t) { return t.defined() ? t.data<float>() : nullp
 void GPT::linear_forward(float* out, GemmIn in, const Tensor& w, const float* bias, int64_t N,
                          int64_t K, int64_t OC, bool accumulate) {
   if (half_.mixed())
-    k_->matmul_forward_half(half_.format(), out, in.h, half_weight(w), bias, N, K, OC, accumulate);
+    k_->matmul_forward_half(stream_, half_.format(), out, in.h, half_weight(w), bias, N, K, OC, accumulate);
   else
-    k_->matmul_forward(out, in.f, w.data<float>(), bias, N, K, OC, accumulate);
+    k_->matmul_forward(stream_, out, in.f, w.data<float>(), bias, N, K, OC, accumulate);
   if (adapters_) adapters_->forward(offset_of(w), out, adapter_input(in), N, K, OC);
 }
 
@@ -114,10 +115,10 @@ void GPT::linear_backward(float* dinp, const Tensor& dw, float* dbias, const flo
   if (frozen_) dbias = nullptr;
   // Mixed precision rounds the output gradient once into dout_h for both products.
   if (half_.mixed())
-    k_->matmul_backward_half(half_.format(), dinp, dw_p, dbias, dout, acts_->dout_h, in.h,
+    k_->matmul_backward_half(stream_, half_.format(), dinp, dw_p, dbias, dout, acts_->dout_h, in.h,
                              w.defined() ? half_weight(w) : nullptr, N, K, OC, false);
   else
-    k_->matmul_backward(dinp, dw_p, dbias, dout, in.f, w.defined() ? w.data<float>() : nullptr, N,
+    k_->matmul_backward(stream_, dinp, dw_p, dbias, dout, in.f, w.defined() ? w.data<float>() : nullptr, N,
                         K, OC, false);
   if (adapters_ && w.defined())
     adapters_->backward(offset_of(w), dinp, dout, adapter_input(in), N, K, OC);
@@ -141,12 +142,12 @@ void GPT::norm_forward(float* out, uint16_t* out_h, float* mean, float* rstd, co
                        const Tensor& w, const Tensor& b, int64_t rows) {
   const int64_t C = dims_.C;
   if (!half_.mixed())
-    return k_->layernorm_forward(out, mean, rstd, x, w.data<float>(), b.data<float>(), rows, C);
+    return k_->layernorm_forward(stream_, out, mean, rstd, x, w.data<float>(), b.data<float>(), rows, C);
   // Computed in f32 in the staging area (dbt4c: free in forward, and when
   // backward recomputes a block), stored rounded.
   float* stage = acts_->dbt4c;
-  k_->layernorm_forward(stage, mean, rstd, x, w.data<float>(), b.data<float>(), rows, C);
-  k_->to_half(half_.format(), stage, out_h, rows * C);
+  k_->layernorm_forward(stream_, stage, mean, rstd, x, w.data<float>(), b.data<float>(), rows, C);
+  k_->to_half(stream_, half_.format(), stage, out_h, rows * C);
 }
 
 void GPT::norm_backward(float* dinp, const Tensor& dw, const Tensor& db, const float* dout,
@@ -155,19 +156,19 @@ void GPT::norm_backward(float* dinp, const Tensor& dw, const Tensor& db, const f
   const int64_t C = dims_.C;
   if (frozen_) {  // the gain and bias gradients are not kept
     float* d = frozen_norm_grad_.data();
-    return k_->layernorm_backward(dinp, d, d + C, dout, x, w.data<float>(), mean, rstd, rows, C);
+    return k_->layernorm_backward(stream_, dinp, d, d + C, dout, x, w.data<float>(), mean, rstd, rows, C);
   }
   if (!dims_.sp)
-    return k_->layernorm_backward(dinp, dw.data<float>(), db.data<float>(), dout, x,
+    return k_->layernorm_backward(stream_, dinp, dw.data<float>(), db.data<float>(), dout, x,
                                   w.data<float>(), mean, rstd, rows, C);
   // Each rank saw its rows only: this step's parameter gradients are summed
   // over tp before they join what earlier micro-batches accumulated.
   float* d = acts_->dnorm;
   std::memset(d, 0, sizeof(float) * 2 * C);
-  k_->layernorm_backward(dinp, d, d + C, dout, x, w.data<float>(), mean, rstd, rows, C);
+  k_->layernorm_backward(stream_, dinp, d, d + C, dout, x, w.data<float>(), mean, rstd, rows, C);
   tp_->allreduce_sum(d, 2 * C);
-  k_->add_inplace(dw.data<float>(), d, C);
-  k_->add_inplace(db.data<float>(), d + C, C);
+  k_->add_inplace(stream_, dw.data<float>(), d, C);
+  k_->add_inplace(stream_, db.data<float>(), d + C, C);
 }
 
 GPT::GemmIn GPT::gather_rows(GemmIn local, int64_t N) {
@@ -198,16 +199,14 @@ void GPT::row_parallel_forward(float* out, const float* residual, GemmIn in, con
     linear_forward(partial, in, w, nullptr, N, K, C, false);
     const int64_t Nl = dims_.local_rows(N);
     tp_->reduce_scatter(partial, out, Nl * C);
-    k_->add_inplace(out, residual, Nl * C);
-    const float* b = bias.data<float>();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < Nl; ++i) k_->add_inplace(out + i * C, b, C);
+    k_->add_inplace(stream_, out, residual, Nl * C);
+    k_->add_periodic_rows(stream_, out, bias.data<float>(), Nl, C, /*period=*/1, 0);
     return;
   }
   if (dims_.tp_size == 1 || dims_.tp_rank == 0) {
     // The residual and the bias are added once (by tp rank 0); the add is
     // fused into the GEMM.
-    k_->copy(out, residual, N * C);
+    k_->copy(stream_, out, residual, N * C);
     linear_forward(out, in, w, bias.data<float>(), N, K, C, /*accumulate=*/true);
   } else {
     linear_forward(out, in, w, nullptr, N, K, C, false);
@@ -229,7 +228,7 @@ PendingGradient GPT::start_reduce_input_grad(float* dinp, int64_t N) {
 // recompute, so recomputed activations are the same floats.
 void GPT::attention_core_forward(const GPTBlockActivations& s) {
   GPTActivations& a = *acts_;
-  k_->attention_forward(s.atty, s.att_lse, s.qkv, B_, T_, dims_.A, dims_.NH,
+  k_->attention_forward(stream_, s.atty, s.att_lse, s.qkv, B_, T_, dims_.A, dims_.NH,
                         a.workspace.data<float>(), a.nthreads);
 }
 
@@ -248,7 +247,7 @@ void GPT::block_forward(int l, const float* residual, const GPTBlockActivations&
   attention_core_forward(s);
   GemmIn att{s.atty, nullptr};
   if (mixed) {
-    k_->to_half(half_.format(), s.atty, acts_->atty_h, N * A);
+    k_->to_half(stream_, half_.format(), s.atty, acts_->atty_h, N * A);
     att = {nullptr, acts_->atty_h};
   }
   row_parallel_forward(s.residual2, residual, att, p.attprojw, p.attprojb, N, A);
@@ -256,10 +255,10 @@ void GPT::block_forward(int l, const float* residual, const GPTBlockActivations&
   linear_forward(s.fch, gather_rows({s.ln2, s.ln2_h}, N), p.fcw, p.fcb.data<float>(), N, C, F, false);
   if (mixed) {
     float* stage = acts_->dbt4c;
-    k_->gelu_forward(stage, s.fch, N * F);
-    k_->to_half(half_.format(), stage, s.fch_gelu_h, N * F);
+    k_->gelu_forward(stream_, stage, s.fch, N * F);
+    k_->to_half(stream_, half_.format(), stage, s.fch_gelu_h, N * F);
   } else {
-    k_->gelu_forward(s.fch_gelu, s.fch, N * F);
+    k_->gelu_forward(stream_, s.fch_gelu, s.fch, N * F);
   }
   // Backward never reads a block's own output, so its recompute stops here.
   if (!residual3) return;
@@ -283,21 +282,21 @@ void GPT::block_backward(int l, const float* residual, const GPTBlockActivations
   // so its bias gradient is whole on every rank.
   linear_backward(dbt4c, g.fcprojw, grad_data(g.fcprojb), gather_grad(dres, N),
                   {s.fch_gelu, s.fch_gelu_h}, p.fcprojw, N, F, C);
-  k_->gelu_backward(dbt4c, s.fch, dbt4c, N * F);
+  k_->gelu_backward(stream_, dbt4c, s.fch, dbt4c, N * F);
   PendingGradient dln2 = column_parallel_backward(dbtc, g.fcw, grad_data(g.fcb), dbt4c,
                                                   gather_rows({s.ln2, s.ln2_h}, N), p.fcw, N, C, F);
   norm_backward(dres, g.ln2w, g.ln2b, dln2.get(), s.residual2, p.ln2w, s.ln2_mean, s.ln2_rstd, Nl);
   // Attention: residual2 = residual + attproj(attn(qkv(ln1(residual)))).
   GemmIn att{s.atty, nullptr};
   if (half_.mixed()) {  // the attention output as its GEMM saw it
-    k_->to_half(half_.format(), s.atty, a.atty_h, N * A);
+    k_->to_half(stream_, half_.format(), s.atty, a.atty_h, N * A);
     att = {nullptr, a.atty_h};
   }
   float* datty = dbtc;  // (N, A)
   linear_backward(datty, g.attprojw, grad_data(g.attprojb), gather_grad(dres, N), att, p.attprojw,
                   N, A, C);
   float* dqkv = dbt4c;  // (N, 3A)
-  k_->attention_backward(dqkv, datty, s.qkv, s.atty, s.att_lse, B_, T_, A, dims_.NH,
+  k_->attention_backward(stream_, dqkv, datty, s.qkv, s.atty, s.att_lse, B_, T_, A, dims_.NH,
                          a.workspace.data<float>(), a.nthreads);
   PendingGradient dln1 = column_parallel_backward(dbtc, g.qkvw, grad_data(g.qkvb), dqkv,
                                                   gather_rows({s.ln1, s.ln1_h}, N), p.qkvw, N, C,
@@ -312,7 +311,7 @@ void GPT::embed(const int32_t* inputs) {
   const int B = B_, T = T_;
   const int64_t C = dims_.C, N = static_cast<int64_t>(B) * T;
   const bool mixed = half_.mixed();
-  const cpu::Half h = half_.format();
+  const HalfFormat h = half_.format();
   const uint16_t* wte_h = mixed ? half_weight(params_.wte) : nullptr;
   const float* wte = params_.wte.data<float>();
   const float* wpe = params_.wpe.data<float>();
@@ -320,15 +319,9 @@ void GPT::embed(const int32_t* inputs) {
   // (rounded like every other weight the model computes with), so ZeRO needs
   // no f32 wte.
   if (dims_.tp_size == 1) {
-    if (!mixed) return k_->encoder_forward(a.encoded, inputs, wte, wpe, B, T, C);
-    float* enc = a.encoded;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      float* o = enc + i * C;
-      k_->from_half(h, wte_h + static_cast<int64_t>(inputs[i]) * C, o, C);
-      const float* p = wpe + (i % T) * C;
-      for (int64_t c = 0; c < C; ++c) o[c] += p[c];
-    }
+    if (!mixed) return k_->encoder_forward(stream_, a.encoded, inputs, wte, wpe, B, T, C);
+    k_->embedding_lookup(stream_, a.encoded, inputs, nullptr, wte_h, h, 0, dims_.V, N, C);
+    k_->add_periodic_rows(stream_, a.encoded, wpe, N, C, T, 0);
     return;
   }
   // Vocabulary-parallel: this shard's rows [v0, v0 + Vl); a token elsewhere
@@ -336,17 +329,7 @@ void GPT::embed(const int32_t* inputs) {
   // non-zero). Sequence parallelism reduce-scatters all N rows' lookups.
   const int64_t v0 = dims_.v_begin, Vl = dims_.Vl;
   float* looked_up = dims_.sp ? a.gathered2 : a.encoded;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t row = static_cast<int64_t>(inputs[i]) - v0;
-    float* dst = looked_up + i * C;
-    if (row < 0 || row >= Vl)
-      std::memset(dst, 0, sizeof(float) * C);
-    else if (mixed)
-      k_->from_half(h, wte_h + row * C, dst, C);
-    else
-      std::memcpy(dst, wte + row * C, sizeof(float) * C);
-  }
+  k_->embedding_lookup(stream_, looked_up, inputs, wte, wte_h, h, v0, Vl, N, C);
   const int64_t Nl = dims_.local_rows(N);
   if (dims_.sp)
     tp_->reduce_scatter(looked_up, a.encoded, Nl * C);
@@ -354,13 +337,7 @@ void GPT::embed(const int32_t* inputs) {
     tp_->allreduce_sum(a.encoded, N * C);
   // The positions of this rank's rows (rows [r Nl, (r + 1) Nl) under sp).
   const int64_t first = dims_.sp ? dims_.tp_rank * Nl : 0;
-  float* enc = a.encoded;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < Nl; ++i) {
-    float* o = enc + i * C;
-    const float* p = wpe + ((first + i) % T) * C;
-    for (int64_t c = 0; c < C; ++c) o[c] += p[c];
-  }
+  k_->add_periodic_rows(stream_, a.encoded, wpe, Nl, C, T, first);
 }
 
 void GPT::embed_backward() {
@@ -369,30 +346,15 @@ void GPT::embed_backward() {
   const int64_t C = dims_.C, N = static_cast<int64_t>(B) * T;
   const int32_t* inputs = inputs_copy_.data();
   if (dims_.tp_size == 1)
-    return k_->encoder_backward(grads_.wte.data<float>(), grads_.wpe.data<float>(), acts_->dresidual,
+    return k_->encoder_backward(stream_, grads_.wte.data<float>(), grads_.wpe.data<float>(), acts_->dresidual,
                                 inputs, B, T, C);
   // Every token's gradient (gathered under sp): the whole position table's
   // gradient on every rank, and this shard's vocabulary rows; rows in
   // position order (deterministic).
   const float* d = gather_grad(acts_->dresidual, N);
   const int64_t v0 = dims_.v_begin, Vl = dims_.Vl;
-  float* dwte = grads_.wte.data<float>();
-  float* dwpe = grads_.wpe.data<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t b = 0; b < B; ++b) {
-      const float* src = d + (b * T + t) * C;
-      float* dst = dwpe + t * C;
-      for (int64_t c = 0; c < C; ++c) dst[c] += src[c];
-    }
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t r = static_cast<int64_t>(inputs[i]) - v0;
-    if (r < 0 || r >= Vl) continue;  // another shard's row
-    float* row = dwte + r * C;
-    const float* src = d + i * C;
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) row[c] += src[c];
-  }
+  k_->sum_periodic_rows(stream_, grads_.wpe.data<float>(), d, N, C, T);
+  k_->embedding_accumulate(stream_, grads_.wte.data<float>(), d, inputs, v0, Vl, N, C);
 }
 
 // ---- forward and backward -----------------------------------------------------
@@ -453,7 +415,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 
   const int64_t counted =
       dims_.tp_size == 1
-          ? k_->softmax_cross_entropy_forward(a.losses, a.logits, targets, BT, V, Vl)
+          ? k_->softmax_cross_entropy_forward(stream_, a.losses, a.logits, targets, BT, V, Vl)
           : vocab_parallel_cross_entropy_forward(a.losses, a.lse, a.loss_scratch, a.logits, targets,
                                                  BT, {dims_.v_begin, Vl, V}, *tp_);
   // Every target ignored (a masked micro-batch of prompts only): loss 0,
@@ -483,21 +445,21 @@ void GPT::backward(float loss_scale) {
   use_params(ParamEvent::Need, L + 1, true);
   const float dloss = counted_ > 0 ? loss_scale / static_cast<float>(counted_) : 0.f;
   if (dims_.tp_size == 1)
-    k_->softmax_cross_entropy_backward(a.logits, targets, dloss, BT, V, Vl);
+    k_->softmax_cross_entropy_backward(stream_, a.logits, targets, dloss, BT, V, Vl);
   else
     vocab_parallel_cross_entropy_backward(a.logits, a.lse, targets, dloss, BT, {dims_.v_begin, Vl, V});
   float* dlnf = a.dbtc;
   const bool mixed = half_.mixed();
-  const cpu::Half h = half_.format();
+  const HalfFormat h = half_.format();
   const GemmIn lnf = gather_rows({a.lnf, a.lnf_h}, BT);
   // dlnf = dlogits wte needs wte; dwte += dlogits^T lnf does not, so it comes
   // after Done 0 (gpt.h): ZeRO-3 has freed the gathered wte before the whole
   // wte gradient is written. Same kernels and GEMMs as one matmul_backward.
   if (mixed)
-    k_->matmul_backward_half(h, dlnf, nullptr, nullptr, a.logits, a.dout_h, lnf.h,
+    k_->matmul_backward_half(stream_, h, dlnf, nullptr, nullptr, a.logits, a.dout_h, lnf.h,
                              half_weight(params_.wte), BT, C, Vl, false);
   else
-    k_->matmul_backward(dlnf, nullptr, nullptr, a.logits, lnf.f, params_.wte.data<float>(), BT, C,
+    k_->matmul_backward(stream_, dlnf, nullptr, nullptr, a.logits, lnf.f, params_.wte.data<float>(), BT, C,
                         Vl, false);
   // The head's input gradient is summed over tp while dwte is computed.
   PendingGradient dlnf_sum = start_reduce_input_grad(dlnf, BT);
@@ -506,9 +468,9 @@ void GPT::backward(float loss_scale) {
   if (frozen_)
     ;  // no embedding gradient
   else if (mixed)  // dlogits as rounded into dout_h above (rounded once)
-    k_->matmul_backward_weight_half(h, grads_.wte.data<float>(), a.dout_h, lnf.h, BT, C, Vl);
+    k_->matmul_backward_weight_half(stream_, h, grads_.wte.data<float>(), a.dout_h, lnf.h, BT, C, Vl);
   else
-    k_->matmul_backward(nullptr, grads_.wte.data<float>(), nullptr, a.logits, lnf.f, nullptr, BT, C,
+    k_->matmul_backward(stream_, nullptr, grads_.wte.data<float>(), nullptr, a.logits, lnf.f, nullptr, BT, C,
                         Vl, false);
   use_params(ParamEvent::GradEnd, 0, true);
   // Residual-stream gradient starts at zero; layernorm backward accumulates.

@@ -45,7 +45,7 @@ void HalfWeights::refresh(const ParamLayout& layout, int unit, const float* para
   }
   for (const ParamInfo& p : layout.params)
     if (p.unit == unit && p.half_weight)
-      k.to_half(format(), params + p.begin, buf_.data<uint16_t>() + p.begin, p.numel());
+      k.to_half(default_stream(k.device), format(), params + p.begin, buf_.data<uint16_t>() + p.begin, p.numel());
 }
 
 int64_t HalfWeights::release_masters(const ParamLayout& layout, float* params, const KernelTable& k) {
@@ -84,7 +84,7 @@ int64_t HalfWeights::release_masters(const ParamLayout& layout, float* params, c
 void HalfWeights::widen_released(const ParamLayout& layout, float* dst, const KernelTable& k) const {
   MT_CHECK(released(), "widen_released: the f32 matrices were not released");
   for (const ParamInfo& p : layout.params)
-    if (p.half_weight) k.from_half(format(), buf_.data<uint16_t>() + p.begin, dst + p.begin, p.numel());
+    if (p.half_weight) k.from_half(default_stream(k.device), format(), buf_.data<uint16_t>() + p.begin, dst + p.begin, p.numel());
 }
 
 void check_recompute(const Recompute& recompute) {

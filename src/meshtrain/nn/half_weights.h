@@ -25,7 +25,7 @@ class HalfWeights {
   Precision precision() const { return precision_; }
   bool mixed() const { return is_mixed(precision_); }
   bool external() const { return external_; }
-  cpu::Half format() const { return half_of(precision_); }
+  HalfFormat format() const { return half_of(precision_); }
   // The 16-bit value of flat element `offset`.
   const uint16_t* at(int64_t offset) const { return buf_.data<uint16_t>() + offset; }
   // Rounds `unit`'s half_weight parameters from `params` (own copy only).

@@ -17,7 +17,8 @@ namespace {
 class CachedDecoder : public Decoder {
  public:
   CachedDecoder(int T, int V, int L, int64_t kv_width, const Tensor& params)
-      : T_(T), V_(V), kv_width_(kv_width), params_(params), k_(&kernels_for(params.device())) {
+      : T_(T), V_(V), kv_width_(kv_width), params_(params), k_(&kernels_for(params.device())),
+        stream_(default_stream(params.device())) {
     keys_.assign(static_cast<size_t>(L) * T * kv_width, 0.0f);
     values_.assign(keys_.size(), 0.0f);
     scores_.assign(static_cast<size_t>(omp_get_max_threads()) * T, 0.0f);
@@ -74,6 +75,7 @@ class CachedDecoder : public Decoder {
   int pos_ = 0;
   Tensor params_;
   const KernelTable* k_;
+  Stream stream_;
   std::vector<float> keys_, values_, scores_;
 };
 
@@ -103,27 +105,27 @@ class GPTDecoder final : public CachedDecoder {
     }
     for (int l = 0; l < cfg_.n_layer; ++l) {
       const GPTLayerParams& q = p_.layers[l];
-      k_->layernorm_forward(ln_.data(), stats_.data(), stats_.data() + n, x_.data(),
+      k_->layernorm_forward(stream_, ln_.data(), stats_.data(), stats_.data() + n, x_.data(),
                             q.ln1w.data<float>(), q.ln1b.data<float>(), n, C);
-      k_->matmul_forward(qkv_.data(), ln_.data(), q.qkvw.data<float>(), q.qkvb.data<float>(), n,
+      k_->matmul_forward(stream_, qkv_.data(), ln_.data(), q.qkvw.data<float>(), q.qkvb.data<float>(), n,
                          C, 3 * C, false);
       store_kv(l, qkv_.data(), n, 3 * C, C, 2 * C);
       attend(l, att_.data(), qkv_.data(), n, 3 * C, NH, NH, hd);
-      k_->matmul_forward(x_.data(), att_.data(), q.attprojw.data<float>(),
+      k_->matmul_forward(stream_, x_.data(), att_.data(), q.attprojw.data<float>(),
                          q.attprojb.data<float>(), n, C, C, true);
-      k_->layernorm_forward(ln_.data(), stats_.data(), stats_.data() + n, x_.data(),
+      k_->layernorm_forward(stream_, ln_.data(), stats_.data(), stats_.data() + n, x_.data(),
                             q.ln2w.data<float>(), q.ln2b.data<float>(), n, C);
-      k_->matmul_forward(fc_.data(), ln_.data(), q.fcw.data<float>(), q.fcb.data<float>(), n, C,
+      k_->matmul_forward(stream_, fc_.data(), ln_.data(), q.fcw.data<float>(), q.fcb.data<float>(), n, C,
                          4 * C, false);
-      k_->gelu_forward(act_.data(), fc_.data(), n * 4 * C);
-      k_->matmul_forward(x_.data(), act_.data(), q.fcprojw.data<float>(),
+      k_->gelu_forward(stream_, act_.data(), fc_.data(), n * 4 * C);
+      k_->matmul_forward(stream_, x_.data(), act_.data(), q.fcprojw.data<float>(),
                          q.fcprojb.data<float>(), n, 4 * C, C, true);
     }
     pos_ += static_cast<int>(n);
     const float* last = x_.data() + (n - 1) * C;
-    k_->layernorm_forward(ln_.data(), stats_.data(), stats_.data() + 1, last,
+    k_->layernorm_forward(stream_, ln_.data(), stats_.data(), stats_.data() + 1, last,
                           p_.lnfw.data<float>(), p_.lnfb.data<float>(), 1, C);
-    k_->matmul_forward(logits_.data(), ln_.data(), p_.wte.data<float>(), nullptr, 1, C,
+    k_->matmul_forward(stream_, logits_.data(), ln_.data(), p_.wte.data<float>(), nullptr, 1, C,
                        cfg_.padded_vocab, false);
     return logits_.data();
   }
@@ -161,24 +163,24 @@ class LlamaDecoder final : public CachedDecoder {
                   sizeof(float) * C);
     for (int l = 0; l < cfg_.n_layer; ++l) {
       const LlamaSpec::LayerOffsets& o = spec_->layer(l);
-      k_->rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w(o.ln1), n, C, cfg_.norm_eps);
-      k_->matmul_forward(qkv_.data(), ln_.data(), w(o.qkv), nullptr, n, C, Q, false);
+      k_->rmsnorm_forward(stream_, ln_.data(), rstd_.data(), x_.data(), w(o.ln1), n, C, cfg_.norm_eps);
+      k_->matmul_forward(stream_, qkv_.data(), ln_.data(), w(o.qkv), nullptr, n, C, Q, false);
       for (int64_t i = 0; i < n; ++i) {
         rotate(qkv_.data() + i * Q, NH, hd, pos_ + i);
         rotate(qkv_.data() + i * Q + C, NKV, hd, pos_ + i);
       }
       store_kv(l, qkv_.data(), n, Q, C, C + KV);
       attend(l, att_.data(), qkv_.data(), n, Q, NH, NKV, hd);
-      k_->matmul_forward(x_.data(), att_.data(), w(o.o), nullptr, n, C, C, true);
-      k_->rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w(o.ln2), n, C, cfg_.norm_eps);
-      k_->matmul_forward(gu_.data(), ln_.data(), w(o.gate_up), nullptr, n, C, 2 * H, false);
-      k_->swiglu_forward(act_.data(), gu_.data(), n, H);
-      k_->matmul_forward(x_.data(), act_.data(), w(o.down), nullptr, n, H, C, true);
+      k_->matmul_forward(stream_, x_.data(), att_.data(), w(o.o), nullptr, n, C, C, true);
+      k_->rmsnorm_forward(stream_, ln_.data(), rstd_.data(), x_.data(), w(o.ln2), n, C, cfg_.norm_eps);
+      k_->matmul_forward(stream_, gu_.data(), ln_.data(), w(o.gate_up), nullptr, n, C, 2 * H, false);
+      k_->swiglu_forward(stream_, act_.data(), gu_.data(), n, H);
+      k_->matmul_forward(stream_, x_.data(), act_.data(), w(o.down), nullptr, n, H, C, true);
     }
     pos_ += static_cast<int>(n);
-    k_->rmsnorm_forward(ln_.data(), rstd_.data(), x_.data() + (n - 1) * C, w(spec_->norm_offset()),
+    k_->rmsnorm_forward(stream_, ln_.data(), rstd_.data(), x_.data() + (n - 1) * C, w(spec_->norm_offset()),
                         1, C, cfg_.norm_eps);
-    k_->matmul_forward(logits_.data(), ln_.data(), w(spec_->head_offset()), nullptr, 1, C,
+    k_->matmul_forward(stream_, logits_.data(), ln_.data(), w(spec_->head_offset()), nullptr, 1, C,
                        cfg_.vocab_size, false);
     return logits_.data();
   }

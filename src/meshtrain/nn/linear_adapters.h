@@ -14,7 +14,7 @@ namespace meshtrain {
 struct AdapterInput {
   const float* f = nullptr;     // null: only `h` exists
   const uint16_t* h = nullptr;  // 16-bit values in `format`
-  cpu::Half format = cpu::Half::BF16;
+  HalfFormat format = HalfFormat::BF16;
 };
 
 class LinearAdapters {

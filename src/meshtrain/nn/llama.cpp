@@ -27,6 +27,7 @@ Llama::Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers b)
   params_ = std::move(b.params);
   grads_ = std::move(b.grads);
   k_ = &kernels_for(params_.device());
+  stream_ = default_stream(params_.device());
   rope_ = rope_table(cfg_.seq_len, cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling);
 }
 
@@ -56,11 +57,11 @@ void Llama::row_parallel_forward(float* out, const float* residual, const float*
     linear_forward(partial, inp, w_offset, N, K, C);
     const int64_t Nl = dims_.local_rows(N);
     tp_->reduce_scatter(partial, out, Nl * C);
-    k_->add_inplace(out, residual, Nl * C);
+    k_->add_inplace(stream_, out, residual, Nl * C);
     return;
   }
   if (dims_.tp_size == 1 || dims_.tp_rank == 0) {
-    k_->copy(out, residual, N * C);  // the residual is added once, by tp rank 0
+    k_->copy(stream_, out, residual, N * C);  // the residual is added once, by tp rank 0
     linear_forward(out, inp, w_offset, N, K, C, /*accumulate=*/true);
   } else {
     linear_forward(out, inp, w_offset, N, K, C);
@@ -98,27 +99,27 @@ void Llama::norm_backward(float* dinp, int64_t gain, const float* dout, const fl
                           const float* rstd, int64_t rows) {
   const int64_t C = dims_.C;
   if (frozen_)
-    return k_->rmsnorm_backward(dinp, frozen_gain_grad_.data(), dout, inp, w(gain), rstd, rows, C);
-  if (!dims_.sp) return k_->rmsnorm_backward(dinp, g(gain), dout, inp, w(gain), rstd, rows, C);
+    return k_->rmsnorm_backward(stream_, dinp, frozen_gain_grad_.data(), dout, inp, w(gain), rstd, rows, C);
+  if (!dims_.sp) return k_->rmsnorm_backward(stream_, dinp, g(gain), dout, inp, w(gain), rstd, rows, C);
   // Each rank saw its rows only: this step's gain gradient is summed over tp
   // before it joins what earlier micro-batches accumulated.
   float* dg = acts_->dnorm;
   std::memset(dg, 0, sizeof(float) * C);
-  k_->rmsnorm_backward(dinp, dg, dout, inp, w(gain), rstd, rows, C);
+  k_->rmsnorm_backward(stream_, dinp, dg, dout, inp, w(gain), rstd, rows, C);
   tp_->allreduce_sum(dg, C);
-  k_->add_inplace(g(gain), dg, C);
+  k_->add_inplace(stream_, g(gain), dg, C);
 }
 
 void Llama::linear_forward(float* out, const float* inp, int64_t w_offset, int64_t N, int64_t C,
                            int64_t OC, bool accumulate) {
   if (!half_.mixed()) {
-    k_->matmul_forward(out, inp, w(w_offset), nullptr, N, C, OC, accumulate);
+    k_->matmul_forward(stream_, out, inp, w(w_offset), nullptr, N, C, OC, accumulate);
     if (adapters_) adapters_->forward(w_offset, out, {inp, nullptr}, N, C, OC);
     return;
   }
   const Half h = half_.format();
-  k_->to_half(h, inp, acts_->in_h, N * C);
-  k_->matmul_forward_half(h, out, acts_->in_h, hw(w_offset), nullptr, N, C, OC, accumulate);
+  k_->to_half(stream_, h, inp, acts_->in_h, N * C);
+  k_->matmul_forward_half(stream_, h, out, acts_->in_h, hw(w_offset), nullptr, N, C, OC, accumulate);
   if (adapters_) adapters_->forward(w_offset, out, {inp, acts_->in_h, h}, N, C, OC);
 }
 
@@ -128,14 +129,14 @@ void Llama::linear_backward(float* dinp, int64_t w_offset, const float* dout, co
   // frozen input gradient.
   float* dw = inp && !frozen_ ? g(w_offset) : nullptr;
   if (!half_.mixed()) {
-    k_->matmul_backward(dinp, dw, nullptr, dout, inp, dinp ? w(w_offset) : nullptr, N, C, OC, false);
+    k_->matmul_backward(stream_, dinp, dw, nullptr, dout, inp, dinp ? w(w_offset) : nullptr, N, C, OC, false);
     if (adapters_ && inp) adapters_->backward(w_offset, dinp, dout, {inp, nullptr}, N, C, OC);
     return;
   }
   const Half h = half_.format();
   // The same 16-bit values the forward GEMM saw.
-  if (inp) k_->to_half(h, inp, acts_->in_h, N * C);
-  k_->matmul_backward_half(h, dinp, dw, nullptr, dout, acts_->dout_h, acts_->in_h,
+  if (inp) k_->to_half(stream_, h, inp, acts_->in_h, N * C);
+  k_->matmul_backward_half(stream_, h, dinp, dw, nullptr, dout, acts_->dout_h, acts_->in_h,
                            dinp ? hw(w_offset) : nullptr, N, C, OC, false);
   if (adapters_ && inp) adapters_->backward(w_offset, dinp, dout, {inp, acts_->in_h, h}, N, C, OC);
 }
@@ -201,7 +202,7 @@ void Llama::attention_core_forward(const LlamaBlockActivations& s) {
     expand_kv(s.qkv, a.qkv_full);
     qkv = a.qkv_full;
   }
-  k_->attention_forward(s.atty, s.att_lse, qkv, B_, T_, dims_.A, dims_.NH, a.workspace.data<float>(),
+  k_->attention_forward(stream_, s.atty, s.att_lse, qkv, B_, T_, dims_.A, dims_.NH, a.workspace.data<float>(),
                     a.nthreads);
 }
 
@@ -210,15 +211,15 @@ void Llama::block_forward(int l, const float* input, const LlamaBlockActivations
   const int64_t H = dims_.H;
   const LlamaSpec::LayerOffsets& o = spec_->layer(l);
   const int64_t Nl = dims_.local_rows(N);
-  k_->rmsnorm_forward(s.ln1, s.ln1_rstd, input, w(o.ln1), Nl, C, cfg_.norm_eps);
+  k_->rmsnorm_forward(stream_, s.ln1, s.ln1_rstd, input, w(o.ln1), Nl, C, cfg_.norm_eps);
   linear_forward(s.qkv, gather_rows(s.ln1, acts_->gathered, N), o.qkv, N, C, Q);
-  k_->rope_forward(s.qkv, B_, T_, static_cast<int>(dims_.NH), static_cast<int>(dims_.hd), Q, rope_);
-  k_->rope_forward(s.qkv + A, B_, T_, static_cast<int>(dims_.NKV), static_cast<int>(dims_.hd), Q, rope_);
+  k_->rope_forward(stream_, s.qkv, B_, T_, static_cast<int>(dims_.NH), static_cast<int>(dims_.hd), Q, rope_);
+  k_->rope_forward(stream_, s.qkv + A, B_, T_, static_cast<int>(dims_.NKV), static_cast<int>(dims_.hd), Q, rope_);
   attention_core_forward(s);
   row_parallel_forward(s.residual2, input, s.atty, o.o, N, A);
-  k_->rmsnorm_forward(s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), Nl, C, cfg_.norm_eps);
+  k_->rmsnorm_forward(stream_, s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), Nl, C, cfg_.norm_eps);
   linear_forward(s.gate_up, gather_rows(s.ln2, acts_->gathered, N), o.gate_up, N, C, 2 * H);
-  k_->swiglu_forward(s.act, s.gate_up, N, H);
+  k_->swiglu_forward(stream_, s.act, s.gate_up, N, H);
   if (!output) return;  // backward never reads a block's own output
   row_parallel_forward(output, s.residual2, s.act, o.down, N, H);
 }
@@ -262,17 +263,8 @@ float Llama::forward(const MicroBatch& b) {
   const float* emb = w(spec_->embed_offset());
   // Sequence parallelism: all N rows' partial lookups, reduce-scattered.
   float* looked_up = dims_.sp ? a.gathered : a.encoded;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t row = static_cast<int64_t>(b.inputs[i]) - v0;
-    float* dst = looked_up + i * C;
-    if (row < 0 || row >= Vl)
-      std::memset(dst, 0, sizeof(float) * C);
-    else if (mixed)  // the 16-bit copy, rounded like every weight the model computes with
-      k_->from_half(h, emb_h + row * C, dst, C);
-    else
-      std::memcpy(dst, emb + row * C, sizeof(float) * C);
-  }
+  // Mixed: the 16-bit copy, rounded like every weight the model computes with.
+  k_->embedding_lookup(stream_, looked_up, b.inputs, emb, emb_h, h, v0, Vl, N, C);
   if (dims_.sp)
     tp_->reduce_scatter(looked_up, a.encoded, dims_.local_rows(N) * C);
   else if (dims_.tp_size > 1)
@@ -289,12 +281,12 @@ float Llama::forward(const MicroBatch& b) {
   use_params(ParamEvent::Need, L + 1, false);
   half_.refresh(spec_->layout(), L + 1, w(0), *k_);
   const float* last = a.residual + (L - 1) * Nl * C;
-  k_->rmsnorm_forward(a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), Nl, C, cfg_.norm_eps);
+  k_->rmsnorm_forward(stream_, a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), Nl, C, cfg_.norm_eps);
   linear_forward(a.logits, gather_rows(a.lnf, a.gathered, N), spec_->head_offset(), N, C, Vl);
   use_params(ParamEvent::Done, L + 1, false);
   if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
   if (dims_.tp_size == 1)
-    counted_ = k_->softmax_cross_entropy_forward(a.losses, a.logits, b.targets, N, V, Vl);
+    counted_ = k_->softmax_cross_entropy_forward(stream_, a.losses, a.logits, b.targets, N, V, Vl);
   else
     counted_ = vocab_parallel_cross_entropy_forward(a.losses, a.lse, a.loss_scratch, a.logits,
                                                     b.targets, N, {v0, Vl, V}, *tp_);
@@ -316,7 +308,7 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   const int64_t Nl = dims_.local_rows(N);
   // MLP: out = residual2 + act Wdown^T, act = swiglu(ln2 Wgu^T), ln2 = RMSNorm(residual2).
   linear_backward(a.dact, o.down, gather_rows(dres, a.gathered2, N), s.act, N, H, C);
-  k_->swiglu_backward(a.dgate_up, a.dact, s.gate_up, N, H);
+  k_->swiglu_backward(stream_, a.dgate_up, a.dact, s.gate_up, N, H);
   PendingGradient dln2 = column_parallel_backward(a.dbtc, o.gate_up, a.dgate_up,
                                                   gather_rows(s.ln2, a.gathered, N), N, C, 2 * H);
   norm_backward(dres, o.ln2, dln2.get(), s.residual2, s.ln2_rstd, Nl);
@@ -324,15 +316,15 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   linear_backward(a.datty, o.o, gather_rows(dres, a.gathered2, N), s.atty, N, A, C);
   if (dims_.gqa()) {
     expand_kv(s.qkv, a.qkv_full);  // the scratch may hold another block's
-    k_->attention_backward(a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, A, NH,
+    k_->attention_backward(stream_, a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, A, NH,
                        a.workspace.data<float>(), a.nthreads);
     fold_kv(a.dqkv_full, a.dqkv);
   } else {
-    k_->attention_backward(a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, A, NH,
+    k_->attention_backward(stream_, a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, A, NH,
                        a.workspace.data<float>(), a.nthreads);
   }
-  k_->rope_backward(a.dqkv, B_, T_, NH, hd, Q, rope_);
-  k_->rope_backward(a.dqkv + A, B_, T_, NKV, hd, Q, rope_);
+  k_->rope_backward(stream_, a.dqkv, B_, T_, NH, hd, Q, rope_);
+  k_->rope_backward(stream_, a.dqkv + A, B_, T_, NKV, hd, Q, rope_);
   PendingGradient dln1 =
       column_parallel_backward(a.dbtc, o.qkv, a.dqkv, gather_rows(s.ln1, a.gathered, N), N, C, Q);
   norm_backward(dres, o.ln1, dln1.get(), input, s.ln1_rstd, Nl);
@@ -351,7 +343,7 @@ void Llama::backward(float loss_scale) {
   use_params(ParamEvent::Need, L + 1, true);
   const float dloss = counted_ > 0 ? loss_scale / static_cast<float>(counted_) : 0.f;
   if (dims_.tp_size == 1)
-    k_->softmax_cross_entropy_backward(a.logits, targets_.data(), dloss, N, V, Vl);
+    k_->softmax_cross_entropy_backward(stream_, a.logits, targets_.data(), dloss, N, V, Vl);
   else
     vocab_parallel_cross_entropy_backward(a.logits, a.lse, targets_.data(), dloss, N, {v0, Vl, V});
   const int64_t Nl = dims_.local_rows(N);
@@ -385,14 +377,7 @@ void Llama::backward(float loss_scale) {
   if (frozen_) return;
   float* demb = g(spec_->embed_offset());
   const float* dencoded = gather_rows(a.dresidual, a.gathered2, N);  // every token's gradient
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t r = static_cast<int64_t>(inputs_[i]) - v0;
-    if (r < 0 || r >= Vl) continue;  // another shard's row
-    float* row = demb + r * C;
-    const float* d = dencoded + i * C;
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) row[c] += d[c];
-  }
+  k_->embedding_accumulate(stream_, demb, dencoded, inputs_.data(), v0, Vl, N, C);
   ready(0);
 }
 

@@ -15,7 +15,8 @@ namespace meshtrain {
 class LoraAdapters final : public LinearAdapters {
  public:
   LoraAdapters(const LoraSpec& spec, const Tensor& params, const Tensor& grads)
-      : spec_(spec), params_(params), grads_(grads), k_(&kernels_for(params.device())) {}
+      : spec_(spec), params_(params), grads_(grads), k_(&kernels_for(params.device())),
+        stream_(default_stream(params.device())) {}
 
   void set_mixed(bool mixed) {
     mixed_ = mixed;
@@ -36,7 +37,7 @@ class LoraAdapters final : public LinearAdapters {
       const int64_t o = check_site(s, w_offset, K, OC);
       float* u = saved(i, N);
       product_with_a(u, s, inp, N);
-      k_->sgemm(false, true, N, s.rows, r, spec_.config().scale(), u, r, p(s.b), r, 1.f, out + o,
+      k_->sgemm(stream_, false, true, N, s.rows, r, spec_.config().scale(), u, r, p(s.b), r, 1.f, out + o,
                 OC);
     }
   }
@@ -52,18 +53,18 @@ class LoraAdapters final : public LinearAdapters {
       const int64_t o = check_site(s, w_offset, K, OC);
       const float* u = saved(i, N);
       const float* dout_o = dout + o;  // (N, rows) with row stride OC
-      k_->sgemm(true, false, s.rows, r, N, scale, dout_o, OC, u, r, 1.f, g(s.b), r);
+      k_->sgemm(stream_, true, false, s.rows, r, N, scale, dout_o, OC, u, r, 1.f, g(s.b), r);
       float* du = du_.data<float>();
-      k_->sgemm(false, false, N, r, s.rows, scale, dout_o, OC, p(s.b), r, 0.f, du, r);
+      k_->sgemm(stream_, false, false, N, r, s.rows, scale, dout_o, OC, p(s.b), r, 0.f, du, r);
       if (inp.h && mixed_) {
         uint16_t* du_h = half_.data<uint16_t>();
-        k_->to_half(inp.format, du, du_h, N * r);
-        k_->matmul_backward_weight_half(inp.format, g(s.a), du_h, inp.h, N, K, r);
+        k_->to_half(stream_, inp.format, du, du_h, N * r);
+        k_->matmul_backward_weight_half(stream_, inp.format, g(s.a), du_h, inp.h, N, K, r);
       } else {
         MT_CHECK(inp.f, "LoRA backward needs the layer input");
-        k_->sgemm(true, false, r, K, N, 1.f, du, r, inp.f, K, 1.f, g(s.a), K);
+        k_->sgemm(stream_, true, false, r, K, N, 1.f, du, r, inp.f, K, 1.f, g(s.a), K);
       }
-      if (dinp) k_->sgemm(false, false, N, K, r, 1.f, du, r, p(s.a), K, 1.f, dinp, K);
+      if (dinp) k_->sgemm(stream_, false, false, N, K, r, 1.f, du, r, p(s.a), K, 1.f, dinp, K);
     }
   }
 
@@ -87,12 +88,12 @@ class LoraAdapters final : public LinearAdapters {
     const int64_t r = spec_.config().rank, K = s.cols;
     if (inp.h && mixed_) {
       uint16_t* a_h = half_.data<uint16_t>() + N * r;
-      k_->to_half(inp.format, p(s.a), a_h, r * K);
-      k_->matmul_forward_half(inp.format, u, inp.h, a_h, nullptr, N, K, r, false);
+      k_->to_half(stream_, inp.format, p(s.a), a_h, r * K);
+      k_->matmul_forward_half(stream_, inp.format, u, inp.h, a_h, nullptr, N, K, r, false);
       return;
     }
     MT_CHECK(inp.f, "LoRA forward needs the f32 layer input");
-    k_->sgemm(false, true, N, r, K, 1.f, inp.f, K, p(s.a), K, 0.f, u, r);
+    k_->sgemm(stream_, false, true, N, r, K, 1.f, inp.f, K, p(s.a), K, 0.f, u, r);
   }
 
   // The saved products and scratch for N rows (LoraSpec::adapter_memory).
@@ -110,6 +111,7 @@ class LoraAdapters final : public LinearAdapters {
   const LoraSpec& spec_;
   Tensor params_, grads_;
   const KernelTable* k_;
+  Stream stream_;
   bool mixed_ = false;
   int64_t N_ = -1;
   Tensor acts_, du_, half_;
@@ -164,7 +166,7 @@ Tensor LoraModel::merged_parameters(const Tensor& params) const {
   Tensor merged = Tensor::zeros({base.numel()}, DType::F32, MemCategory::Other);
   merged.copy_from(base);
   if (base_->f32_matrices_released()) base_->widen_released_matrices(merged.data<float>());
-  merge_lora(*spec_, params.data<float>(), merged.data<float>());
+  merge_lora(*spec_, params.data<float>(), merged.data<float>(), params.device());
   return merged;
 }
 

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "meshtrain/core/error.h"
-#include "meshtrain/kernels/cpu/matmul.h"
+#include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/nn/lora_model.h"
 #include "meshtrain/nn/model_registry.h"
 
@@ -201,11 +201,12 @@ std::unique_ptr<Model> LoraSpec::build(ModelBuffers buffers) const {
   return std::make_unique<LoraModel>(shared_from_this(), std::move(buffers));
 }
 
-void merge_lora(const LoraSpec& spec, const float* adapters, float* merged) {
+void merge_lora(const LoraSpec& spec, const float* adapters, float* merged, Device device) {
   const int64_t r = spec.config().rank;
   const float s = spec.config().scale();
+  const KernelTable& k = kernels_for(device);
   for (const LoraSpec::Site& site : spec.sites())
-    cpu::sgemm(false, false, site.rows, site.cols, r, s, adapters + site.b, r, adapters + site.a,
+    k.sgemm(default_stream(device), false, false, site.rows, site.cols, r, s, adapters + site.b, r, adapters + site.a,
                site.cols, 1.f, merged + site.w_begin, site.cols);
 }
 

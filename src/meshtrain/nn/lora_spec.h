@@ -104,6 +104,7 @@ class LoraSpec final : public ModelSpec, public std::enable_shared_from_this<Lor
 // W += (alpha / r) B A for every site: `merged` holds the base's parameters
 // on entry (base layout) and the merged ones on return; `adapters` is the
 // whole adapter buffer (LoRA layout).
-void merge_lora(const LoraSpec& spec, const float* adapters, float* merged);
+void merge_lora(const LoraSpec& spec, const float* adapters, float* merged,
+                Device device = Device::cpu());
 
 }  // namespace meshtrain

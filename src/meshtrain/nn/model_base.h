@@ -44,6 +44,7 @@ class ModelBase : public Model {
   }
 
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
+  Stream stream_;                   // where the model's ops are queued
   Recompute recompute_;
   // Before the derived class's buffers, so it settles its account (released
   // f32 bytes) after they are freed.

@@ -23,6 +23,6 @@ inline const char* precision_name(Precision p) {
 }
 inline bool is_mixed(Precision p) { return p != Precision::FP32; }
 // The 16-bit format of a mixed precision (BF16 for FP32, unused there).
-inline cpu::Half half_of(Precision p) { return p == Precision::FP16 ? cpu::Half::F16 : cpu::Half::BF16; }
+inline HalfFormat half_of(Precision p) { return p == Precision::FP16 ? HalfFormat::F16 : HalfFormat::BF16; }
 
 }  // namespace meshtrain

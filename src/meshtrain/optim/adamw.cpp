@@ -24,7 +24,7 @@ AdamW::AdamW(int64_t begin, int64_t end, std::vector<ParamSegment> segments, Ada
 
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
   ++t_;
-  cpu::AdamWHyper h;
+  AdamWHyper h;
   h.lr = lr;
   h.beta1 = cfg_.beta1;
   h.beta2 = cfg_.beta2;
@@ -37,7 +37,7 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
     h.weight_decay = s.decay ? cfg_.weight_decay : 0.0f;
     const int64_t o = s.begin - begin_;
     // The step runs where the optimizer state lives (kernels/kernel_table.h).
-    kernels_for(m_.device()).adamw_step(params + s.begin, grads + s.begin, m + o, v + o,
+    kernels_for(m_.device()).adamw_step(default_stream(m_.device()), params + s.begin, grads + s.begin, m + o, v + o,
                                         s.end - s.begin, h);
   }
 }

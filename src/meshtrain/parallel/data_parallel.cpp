@@ -154,7 +154,8 @@ void DataParallel::launch_through(int64_t frontier) {
     launched_at_.push_back(steady_now_s());
     if (wire_) {
       uint16_t* w = wire_.as<uint16_t>() + b.begin;
-      kernels_for(model_->grad_buffer().device()).to_half(cpu::Half::BF16, g, w, b.count());
+      kernels_for(model_->grad_buffer().device())
+          .to_half(default_stream(model_->grad_buffer().device()), HalfFormat::BF16, g, w, b.count());
       works_.push_back(comm_.allreduce(w, static_cast<size_t>(b.count()), DType::BF16, comm::ReduceOp::Avg));
     } else {
       works_.push_back(comm_.allreduce(g, static_cast<size_t>(b.count()), DType::F32, comm::ReduceOp::Avg));
@@ -187,7 +188,7 @@ void DataParallel::finish_gradients() {
   comm::wait_all(works);
   if (wire_)  // the reduced bf16 gradients back into the f32 buffer
     kernels_for(model_->grad_buffer().device())
-        .from_half(cpu::Half::BF16, wire_.as<uint16_t>(), model_->grad_buffer().data<float>(), num_params_);
+        .from_half(default_stream(model_->grad_buffer().device()), HalfFormat::BF16, wire_.as<uint16_t>(), model_->grad_buffer().data<float>(), num_params_);
   const double t1 = steady_now_s();
   // The engine runs buckets in issue order, so bucket i ran from
   // max(its launch, bucket i-1's completion) to its own completion.

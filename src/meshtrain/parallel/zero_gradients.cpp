@@ -162,7 +162,7 @@ void ZeroGradients::narrow_to_wire(ElemSpan span) {
   uint16_t* w = reinterpret_cast<uint16_t*>(wire_->data());
   for (int64_t b = span.begin; b < span.end;) {
     const int64_t e = std::min(span.end, (b / kChunk + 1) * kChunk);
-    kernels_for(Device::cpu()).to_half(cpu::Half::BF16, g + b, w + b, e - b);  // host buffers
+    kernels_for(Device::cpu()).to_half(Stream::cpu(), HalfFormat::BF16, g + b, w + b, e - b);  // host buffers
     wire_bytes_.add((e - b) * 2);
     grads_.discard(b, e);
     narrowing_.add(-std::min(narrowing_.bytes(), (e - b) * 4));

@@ -109,7 +109,7 @@ void ZeroParameters::round_own_range() {
   if (!mixed()) return;
   const ElemSpan own = layout_.own();
   // The reserved buffers are host memory (reserved_buffer.h).
-  kernels_for(Device::cpu()).to_half(half_.dtype == DType::F16 ? cpu::Half::F16 : cpu::Half::BF16,
+  kernels_for(Device::cpu()).to_half(Stream::cpu(), half_.dtype == DType::F16 ? HalfFormat::F16 : HalfFormat::BF16,
                                      params_ + own.begin, half_.data + own.begin, own.count());
 }
 

@@ -54,13 +54,13 @@ std::string MixedPrecision::describe() const {
       return "precision: fp32";
     case Precision::BF16:
       return fmt::format("precision: bf16 mixed (f32 master weights, Adam state and gradients; "
-                         "bf16 GEMM operands) | {}", cpu::half_gemm_description(cpu::Half::BF16));
+                         "bf16 GEMM operands) | {}", cpu::half_gemm_description(HalfFormat::BF16));
     case Precision::FP16: {
       const LossScalerConfig& c = scaler_->config();
       return fmt::format("precision: fp16 mixed (f32 master weights, Adam state and gradients; "
                          "fp16 storage) | {} | dynamic loss scale {:g}, x{:g} after {} good "
                          "steps, x{:g} on overflow (hysteresis {}, min {:g})",
-                         cpu::half_gemm_description(cpu::Half::F16), scaler_->scale(),
+                         cpu::half_gemm_description(HalfFormat::F16), scaler_->scale(),
                          c.growth_factor, c.growth_interval, c.backoff_factor, c.hysteresis,
                          c.min_scale);
     }

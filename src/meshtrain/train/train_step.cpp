@@ -5,7 +5,7 @@
 #include <cmath>
 #include <ranges>
 
-#include "meshtrain/kernels/cpu/reduce.h"
+#include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/optim/grad_clip.h"
 #include "meshtrain/parallel/zero_layout.h"
 #include "meshtrain/telemetry/trace_writer.h"
@@ -39,21 +39,25 @@ GradientCheck check_gradients(double loss, const float* grads, int64_t begin, in
 namespace {
 // Squares of grads[b, e) that this rank contributes: under tensor
 // parallelism the replicated parameters are counted by tp rank 0 only.
-double own_squares(const float* grads, int64_t b, int64_t e, const TensorParallelNorm& tp) {
-  double sq = cpu::sum_squares(grads + b, e - b);
+double own_squares(const float* grads, int64_t b, int64_t e, const TensorParallelNorm& tp,
+                   Device device) {
+  const KernelTable& k = kernels_for(device);
+  const Stream s = default_stream(device);
+  double sq = k.sum_squares(s, grads + b, e - b);
   // Non-finite values must reach every rank's decision, so they are kept
   // out of the subtraction below (inf - inf would hide them as NaN anyway).
   if (tp.tp && tp.tp->rank() != 0 && std::isfinite(sq))
     for (const ElemSpan& r : tp.replicated) {
       const int64_t rb = std::max(r.begin, b), re = std::min(r.end, e);
-      if (rb < re) sq -= cpu::sum_squares(grads + rb, re - rb);
+      if (rb < re) sq -= k.sum_squares(s, grads + rb, re - rb);
     }
   return sq;
 }
 }  // namespace
 
 GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
-                              comm::Communicator* comm, bool sharded, const TensorParallelNorm& tp) {
+                              comm::Communicator* comm, bool sharded, const TensorParallelNorm& tp,
+                              Device device) {
   GradientCheck c;
   // The norm is summed the same way whatever the strategy, so that data
   // parallelism and ZeRO clip by the bit-identical coefficient: one partial
@@ -65,12 +69,12 @@ GradientCheck check_gradients(double loss, const float* grads, int64_t begin, in
   const int n = comm ? comm->size() : 1;
   std::vector<double> partial(static_cast<size_t>(n), 0.0);
   if (sharded && comm) {
-    partial[static_cast<size_t>(comm->rank())] = own_squares(grads, begin, end, tp);
+    partial[static_cast<size_t>(comm->rank())] = own_squares(grads, begin, end, tp, device);
     comm->allreduce(partial.data(), partial.size(), DType::F64, comm::ReduceOp::Sum).wait();
   } else {
     for (int r = 0; r < n; ++r) {
       const ElemSpan s = parallel::ZeroLayout(end - begin, n, r).own();
-      partial[static_cast<size_t>(r)] = own_squares(grads, begin + s.begin, begin + s.end, tp);
+      partial[static_cast<size_t>(r)] = own_squares(grads, begin + s.begin, begin + s.end, tp, device);
     }
   }
   double sq = 0.0;
@@ -178,7 +182,8 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     mp_->maybe_inject_overflow(step, comm ? comm->rank() : 0, const_cast<float*>(g), opt_->begin(),
                                opt_->end());
   const GradientCheck check =
-      check_gradients(loss, g, opt_->begin(), opt_->end(), comm, sync_.sharded(), tp_norm_);
+      check_gradients(loss, g, opt_->begin(), opt_->end(), comm, sync_.sharded(), tp_norm_,
+                      model_.grad_buffer().device());
   st.grad_norm = check.norm / loss_scale;
   st.lr = schedule_.at(step);
   st.finite = check.finite;

@@ -43,8 +43,10 @@ struct TensorParallelNorm {
   comm::Communicator* tp = nullptr;  // null: no tensor parallelism
   std::vector<ElemSpan> replicated;  // the layout's replicated parameters
 };
+// `grads` lives on `device`; its squares are summed by that device's kernels.
 GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
-                              comm::Communicator* comm, bool sharded, const TensorParallelNorm& tp);
+                              comm::Communicator* comm, bool sharded, const TensorParallelNorm& tp,
+                              Device device = Device::cpu());
 
 struct StepStats {
   float loss = 0.f;        // mean over micro-batches (and over ranks); token-weighted: over targets

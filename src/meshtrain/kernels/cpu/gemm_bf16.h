@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <string>
 
+#include "meshtrain/core/half.h"
+
 namespace meshtrain::cpu {
 
-// 16-bit floating formats of GEMM operands (and of the mixed-precision model's
-// compute copies of parameters and activations).
-enum class Half : uint8_t { BF16, F16 };
+using Half = HalfFormat;  // core/half.h
 const char* half_name(Half h);  // "bf16" / "f16"
 
 enum class HalfGemmPath : uint8_t {

@@ -45,15 +45,15 @@ RopeTable rope_table(int T, int hd, double theta, const RopeScaling& s) {
 namespace {
 template <bool Inverse>
 void rotate(float* x, int64_t B, int64_t T, int64_t nheads, int64_t hd, int64_t row_stride,
-            const RopeTable& table) {
+            const RopeView& table) {
   MT_CHECK(T <= table.T && hd == 2 * table.half, "rope table for T {} hd {} used at T {} hd {}",
            table.T, 2 * table.half, T, hd);
   const int64_t half = hd / 2;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < B * T; ++row) {
     const int64_t t = row % T;
-    const float* c = table.cos.data() + t * half;
-    const float* s = table.sin.data() + t * half;
+    const float* c = table.cos + t * half;
+    const float* s = table.sin + t * half;
     for (int64_t h = 0; h < nheads; ++h) {
       float* a = x + row * row_stride + h * hd;
       float* b = a + half;
@@ -74,12 +74,12 @@ void rotate(float* x, int64_t B, int64_t T, int64_t nheads, int64_t hd, int64_t 
 }  // namespace
 
 void rope_forward(float* x, int64_t B, int64_t T, int64_t nheads, int64_t hd, int64_t row_stride,
-                  const RopeTable& table) {
+                  const RopeView& table) {
   rotate<false>(x, B, T, nheads, hd, row_stride, table);
 }
 
 void rope_backward(float* dx, int64_t B, int64_t T, int64_t nheads, int64_t hd,
-                   int64_t row_stride, const RopeTable& table) {
+                   int64_t row_stride, const RopeView& table) {
   rotate<true>(dx, B, T, nheads, hd, row_stride, table);
 }
 

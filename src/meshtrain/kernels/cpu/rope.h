@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshtrain/kernels/rope_view.h"
+
 namespace meshtrain::cpu {
 
 // Llama 3.1+'s frequency rescaling ("rope_type": "llama3"); factor 0 = none.
@@ -19,16 +21,17 @@ struct RopeScaling {
 struct RopeTable {
   int T = 0, half = 0;
   std::vector<float> cos, sin;
+  operator RopeView() const { return {cos.data(), sin.data(), T, half}; }  // host memory
 };
 RopeTable rope_table(int T, int hd, double theta, const RopeScaling& scaling = {});
 
 // In place on rows of `row_stride` floats: row (b, t) holds `nheads` heads of
 // hd channels starting at x + (b*T + t) * row_stride.
 void rope_forward(float* x, int64_t B, int64_t T, int64_t nheads, int64_t hd, int64_t row_stride,
-                  const RopeTable& table);
+                  const RopeView& table);
 // The transpose (inverse) rotation: turns gradients w.r.t. rotated values into
 // gradients w.r.t. the values before rotation.
 void rope_backward(float* dx, int64_t B, int64_t T, int64_t nheads, int64_t hd,
-                   int64_t row_stride, const RopeTable& table);
+                   int64_t row_stride, const RopeView& table);
 
 }  // namespace meshtrain::cpu
