@@ -1,14 +1,15 @@
 #include "meshtrain/core/storage.h"
 
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, MemCategory cat, Device device) {
-  MT_CHECK(device.is_cpu(), "allocation on {} needs the CUDA backend, which this build lacks",
-           device.str());
   std::shared_ptr<Storage> s(new Storage());
-  s->data_ = aligned_alloc_tagged(bytes, cat);
+  s->data_ = device.is_cpu() ? aligned_alloc_tagged(bytes, cat)
+                             : runtime_for(device).allocate(device, bytes, cat,
+                                                            default_stream(device));
   s->bytes_ = bytes;
   s->device_ = device;
   s->cat_ = cat;
@@ -25,7 +26,11 @@ std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, Device device
 }
 
 Storage::~Storage() {
-  if (owned_) aligned_free_tagged(data_, bytes_, cat_);
+  if (!owned_) return;
+  if (device_.is_cpu())
+    aligned_free_tagged(data_, bytes_, cat_);
+  else
+    runtime_for(device_).release(device_, data_, bytes_, cat_);
 }
 
 }  // namespace meshtrain

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/half.h"
 
 namespace meshtrain {
@@ -48,10 +49,22 @@ Tensor Tensor::reshape(Shape shape) const {
   return Tensor(storage_, offset_, std::move(shape), dtype_);
 }
 
-void Tensor::zero_() { std::memset(raw(), 0, nbytes()); }
+void Tensor::zero_() {
+  if (device().is_cpu()) return static_cast<void>(std::memset(raw(), 0, nbytes()));
+  runtime_for(device()).fill_zero(raw(), nbytes(), default_stream(device()));
+}
 
 void Tensor::copy_from(const Tensor& src) {
   MT_CHECK(src.numel() == numel_, "copy of {} elements into a tensor of {}", src.numel(), numel_);
+  if (!device().is_cpu() || !src.device().is_cpu()) {
+    // Between devices: the same dtype, queued on the device's default stream
+    // (a conversion runs on the device that holds both, through its kernels).
+    MT_CHECK(src.dtype() == dtype_, "copy {} -> {} converts {} to {}: convert on one device first",
+             src.device().str(), device().str(), dtype_name(src.dtype()), dtype_name(dtype_));
+    const Device d = device().is_cpu() ? src.device() : device();
+    runtime_for(d).copy(raw(), device(), src.raw(), src.device(), nbytes(), default_stream(d));
+    return;
+  }
   if (src.dtype() == dtype_) {
     std::memmove(raw(), src.raw(), nbytes());
     return;

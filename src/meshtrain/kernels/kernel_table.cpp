@@ -18,6 +18,7 @@
 #include "meshtrain/kernels/cpu/swiglu.h"
 #if MESHTRAIN_HAVE_CUDA
 #include "meshtrain/kernels/cuda/cuda_kernel_table.h"
+#include "meshtrain/kernels/cuda/device_runtime_cuda.h"
 #endif
 
 namespace meshtrain {
@@ -69,6 +70,11 @@ const KernelTable kCpu{
     cpu_op<&cpu::from_half>,
     cpu_op<&cpu::adamw_step>,
 };
+#if MESHTRAIN_HAVE_CUDA
+// Installs the CUDA runtime when the program starts; referencing it here also
+// keeps the backend's objects in every binary that uses kernels.
+[[maybe_unused]] const bool cuda_runtime_installed = register_cuda_runtime();
+#endif
 }  // namespace
 
 const KernelTable& kernels_for(Device device) {

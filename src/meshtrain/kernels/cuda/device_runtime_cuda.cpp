@@ -1,0 +1,148 @@
+#include "meshtrain/kernels/cuda/device_runtime_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+#include "meshtrain/core/device_runtime.h"
+#include "meshtrain/core/error.h"
+#include "meshtrain/kernels/cuda/cuda_check.h"
+
+namespace meshtrain {
+
+namespace {
+cudaStream_t native(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+cudaEvent_t native(Event e) { return static_cast<cudaEvent_t>(e.handle); }
+
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  int device_count() const override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky "no device" error
+      return 0;
+    }
+    return n;
+  }
+
+  void* allocate(Device d, size_t bytes, MemCategory cat, Stream s) override {
+    void* p = allocator(d).allocate(bytes, cat, s.handle);
+    fill_zero(p, bytes, s);  // zero-filled, as host storage is
+    return p;
+  }
+  void release(Device d, void* p, size_t, MemCategory) override { allocator(d).release(p); }
+
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+            Stream s) override {
+    if (bytes == 0) return;
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(s)));
+    // A copy touching ordinary (pageable) host memory finishes before the
+    // call returns, so the caller may read or reuse that memory at once.
+    const bool host_side = dst_device.is_cpu() || src_device.is_cpu();
+    const void* host = dst_device.is_cpu() ? dst : src;
+    if (host_side && !is_pinned(host)) MT_CUDA_CHECK(cudaStreamSynchronize(native(s)));
+  }
+  void fill_zero(void* p, size_t bytes, Stream s) override {
+    if (bytes) MT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, native(s)));
+  }
+  void* allocate_pinned(size_t bytes) override {
+    void* p = nullptr;
+    MT_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    std::lock_guard<std::mutex> lock(mu_);
+    pinned_.insert(p);
+    return p;
+  }
+  void release_pinned(void* p) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pinned_.erase(p);
+    }
+    MT_CUDA_CHECK(cudaFreeHost(p));
+  }
+
+  Stream create_stream(Device d) override {
+    set_device(d);
+    cudaStream_t s = nullptr;
+    MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return {d, s};
+  }
+  void destroy_stream(Stream s) override {
+    if (s.handle) MT_CUDA_CHECK(cudaStreamDestroy(native(s)));
+  }
+  void synchronize(Stream s) override { MT_CUDA_CHECK(cudaStreamSynchronize(native(s))); }
+  Event create_event(Device d) override {
+    set_device(d);
+    cudaEvent_t e = nullptr;
+    MT_CUDA_CHECK(cudaEventCreate(&e));
+    return {d, e};
+  }
+  void destroy_event(Event e) override {
+    if (e.handle) MT_CUDA_CHECK(cudaEventDestroy(native(e)));
+  }
+  void record(Event e, Stream s) override { MT_CUDA_CHECK(cudaEventRecord(native(e), native(s))); }
+  void wait(Stream s, Event e) override {
+    MT_CUDA_CHECK(cudaStreamWaitEvent(native(s), native(e), 0));
+  }
+  bool query(Event e) override {
+    const cudaError_t r = cudaEventQuery(native(e));
+    if (r == cudaErrorNotReady) return false;
+    MT_CUDA_CHECK(r);
+    return true;
+  }
+  void synchronize(Event e) override { MT_CUDA_CHECK(cudaEventSynchronize(native(e))); }
+  double elapsed_ms(Event a, Event b) override {
+    float ms = 0;
+    MT_CUDA_CHECK(cudaEventElapsedTime(&ms, native(a), native(b)));
+    return ms;
+  }
+  DeviceMemStats memory_stats(Device d) override { return allocator(d).stats(); }
+
+ private:
+  void set_device(Device d) {
+    MT_CHECK(!d.is_cpu(), "the CUDA runtime was asked for {}", d.str());
+    MT_CUDA_CHECK(cudaSetDevice(d.index));
+  }
+  bool is_pinned(const void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pinned_.count(const_cast<void*>(p)) != 0;  // only buffers from allocate_pinned
+  }
+  CachingAllocator& allocator(Device d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int n = device_count();
+    MT_CHECK(d.type == DeviceType::CUDA && d.index >= 0 && d.index < n,
+             "{} is not a visible GPU ({} visible; CUDA_VISIBLE_DEVICES picks them)", d.str(), n);
+    if (allocators_.size() < static_cast<size_t>(n)) allocators_.resize(static_cast<size_t>(n));
+    auto& a = allocators_[static_cast<size_t>(d.index)];
+    if (!a) {
+      const int index = d.index;
+      a = std::make_unique<CachingAllocator>(RawAllocator{
+          [index](size_t bytes) -> void* {
+            void* p = nullptr;
+            MT_CUDA_CHECK(cudaSetDevice(index));
+            if (cudaMalloc(&p, bytes) != cudaSuccess) {
+              cudaGetLastError();  // out of memory is not sticky; clear it
+              return nullptr;
+            }
+            return p;
+          },
+          [](void* p) { cudaFree(p); }, d.str()});
+    }
+    return *a;
+  }
+
+  std::mutex mu_;
+  std::vector<std::unique_ptr<CachingAllocator>> allocators_;
+  std::unordered_set<void*> pinned_;
+};
+}  // namespace
+
+bool register_cuda_runtime() {
+  static CudaRuntime runtime;
+  static const bool once = (register_device_runtime(DeviceType::CUDA, &runtime), true);
+  return once;
+}
+
+}  // namespace meshtrain
