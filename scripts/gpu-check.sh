@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Runs every `cuda` test (and, as they land, the GPU benchmarks) on a GPU
+# machine that has CUDA 13 but none of Debian's -dev packages and no network.
+#
+#   bash scripts/gpu-check.sh pack   # here: build-cuda/ (scripts/build-cuda.sh),
+#                                    # then .gpu-pack/: the binaries and the
+#                                    # shared libraries they need that the GPU
+#                                    # machine lacks, xz-compressed (~15 MB)
+#   bash scripts/gpu-check.sh run    # there, from the repository root with
+#                                    # .gpu-pack/ carried along: unpack, run
+#                                    # every test binary, one log and a summary
+#                                    # into $OUT (or gpu-results/)
+#
+# The bundle keeps the CPU libraries (OpenBLAS, oneDNN, fmt, PCRE2, OpenMP)
+# as shared objects next to the binaries; CUDA's own libraries (cudart,
+# cuBLASLt) come from the GPU machine's toolkit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+pack=.gpu-pack
+
+pack() {
+  MESHTRAIN_REQUIRE_CUDA_BUILD=1 bash scripts/build-cuda.sh -DMESHTRAIN_WITH_MPI=OFF
+  rm -rf "$pack" && mkdir -p "$pack/stage/bin" "$pack/stage/lib"
+  cp build-cuda/bin/meshtrain "$pack/stage/bin/"
+  find build-cuda/tests -maxdepth 2 -type f -name 'cuda_*_test' -exec cp {} "$pack/stage/bin/" \;
+  # Every shared library of those binaries except the C runtime, the
+  # compiler's runtime (the GPU machine's is as new or newer) and CUDA's.
+  for b in "$pack"/stage/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// { print $3 }' | sort -u |
+    grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so|/libcu|/libnv' |
+    while read -r lib; do cp -L "$lib" "$pack/stage/lib/"; done
+  tar -C "$pack/stage" -cf - . | xz -T"$(nproc)" -6 > "$pack/bundle.tar.xz"
+  rm -rf "$pack/stage"
+  echo "gpu-check: $pack/bundle.tar.xz ($(du -h "$pack/bundle.tar.xz" | cut -f1)); on the GPU machine:"
+  echo "  bash scripts/gpu-check.sh run    (carry: $pack)"
+}
+
+run() {
+  local out=${OUT:-gpu-results} dir=/tmp/meshtrain-gpu
+  mkdir -p "$out" && rm -rf "$dir" && mkdir -p "$dir"
+  [ -f "$pack/bundle.tar.xz" ] || { echo "gpu-check: no $pack/bundle.tar.xz (run 'pack' first, carry $pack)"; exit 1; }
+  if command -v xz >/dev/null; then
+    xz -dc "$pack/bundle.tar.xz" | tar -C "$dir" -xf -
+  else
+    python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$pack/bundle.tar.xz" "$dir"
+  fi
+  local cuda_lib
+  cuda_lib=$(dirname "$(find / -xdev -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${cuda_lib}:${LD_LIBRARY_PATH:-}"
+  local log="$out/gpu-check.log" summary="$out/summary.txt"
+  {
+    echo "date: $(date -u +%FT%TZ)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    "$dir/bin/meshtrain" --version || true
+  } > "$summary" 2>&1
+  : > "$log"
+  local failed=0
+  for t in "$dir"/bin/cuda_*_test; do
+    local name one
+    name=$(basename "$t")
+    one="$dir/$name.out"
+    status=0
+    timeout 300 "$t" --gtest_color=no > "$one" 2>&1 || status=$?
+    { echo "=== $name (exit $status)"; cat "$one"; } >> "$log"
+    [ "$status" = 0 ] || failed=1
+    echo "$name: exit $status, $(grep -c '^\[       OK \]' "$one") passed, $(grep -c '^\[  SKIPPED \]' "$one") skipped, $(grep -c '^\[  FAILED  \]' "$one") failed" >> "$summary"
+  done
+  grep -E '^\[  (FAILED|SKIPPED) ' "$log" | sort -u >> "$summary" || true
+  echo "--- summary" && cat "$summary"
+  return $failed
+}
+
+case "$mode" in
+  pack) pack ;;
+  run) run ;;
+  *) echo "usage: bash scripts/gpu-check.sh pack|run"; exit 2 ;;
+esac
