@@ -66,7 +66,10 @@ class CudaRuntime final : public DeviceRuntime {
   Stream create_stream(Device d) override {
     set_device(d);
     cudaStream_t s = nullptr;
-    MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    // Blocking with respect to the legacy default stream, on which storage
+    // is zero-filled and setup copies run: a tensor made there is ready
+    // before any later work on this stream reads it.
+    MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamDefault));
     return {d, s};
   }
   void destroy_stream(Stream s) override {
