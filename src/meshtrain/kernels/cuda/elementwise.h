@@ -1,0 +1,27 @@
+// Elementwise ops, reductions, precision conversions and the optimizer step
+// on the GPU (kernel_table.h; semantics of kernels/cpu/elementwise.h,
+// reduce.h, convert.h, adamw.h).
+#pragma once
+#include <cstdint>
+
+#include "meshtrain/core/half.h"
+#include "meshtrain/core/stream.h"
+#include "meshtrain/kernels/adamw_hyper.h"
+
+namespace meshtrain::cuda {
+
+// Bit for bit core/half.h's scalar conversions (round to nearest even, NaN
+// kept NaN with its upper payload, subnormals exact).
+void to_half(Stream s, HalfFormat fmt, const float* in, uint16_t* out, int64_t n);
+void from_half(Stream s, HalfFormat fmt, const uint16_t* in, float* out, int64_t n);
+
+void copy(Stream s, float* out, const float* a, int64_t n);
+void add_inplace(Stream s, float* out, const float* a, int64_t n);
+// Sum of squares in double over 1024 fixed chunks (an order fixed by n
+// alone); waits for the stream.
+double sum_squares(Stream s, const float* x, int64_t n);
+
+void adamw_step(Stream s, float* param, const float* grad, float* m, float* v, int64_t n,
+                const AdamWHyper& h);
+
+}  // namespace meshtrain::cuda
