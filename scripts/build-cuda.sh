@@ -18,8 +18,8 @@ JOBS=${JOBS:-$(nproc)}
 start=$SECONDS
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DMESHTRAIN_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${MESHTRAIN_CUDA_ARCH:-90}" "$@" >/dev/null
-# Every test binary under tests/cuda/ (named cuda_*_test).
-targets=$(cmake --build build-cuda --target help | sed -n 's/^\.\.\. \(cuda_[a-z0-9_]*test\)$/\1/p')
+# Every test binary under tests/cuda/ (cuda_*_test) and benchmark under bench/cuda/ (cuda_*_bench).
+targets=$(cmake --build build-cuda --target help | sed -n 's/^\.\.\. \(cuda_[a-z0-9_]*_\(test\|bench\)\)$/\1/p')
 cmake --build build-cuda -j"$JOBS" --target mt_cuda meshtrain_cli $targets
 echo "build-cuda: built in $((SECONDS - start)) s ($(nvcc --version | tail -1))"
 cd build-cuda

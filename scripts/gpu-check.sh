@@ -24,6 +24,7 @@ pack() {
   rm -rf "$pack" && mkdir -p "$pack/stage/bin" "$pack/stage/lib"
   cp build-cuda/bin/meshtrain "$pack/stage/bin/"
   find build-cuda/tests -maxdepth 2 -type f -name 'cuda_*_test' -exec cp {} "$pack/stage/bin/" \;
+  cp build-cuda/bin/cuda_*_bench "$pack/stage/bin/" 2>/dev/null || true
   # Every shared library of those binaries except the C runtime, the
   # compiler's runtime (the GPU machine's is as new or newer) and CUDA's.
   for b in "$pack"/stage/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// { print $3 }' | sort -u |
@@ -66,6 +67,11 @@ run() {
     echo "$name: exit $status, $(grep -c '^\[       OK \]' "$one") passed, $(grep -c '^\[  SKIPPED \]' "$one") skipped, $(grep -c '^\[  FAILED  \]' "$one") failed" >> "$summary"
   done
   grep -E '^\[  (FAILED|SKIPPED) ' "$log" | sort -u >> "$summary" || true
+  # Benchmarks after the tests, each printing its own table (our figure beside the vendor's).
+  for b in "$dir"/bin/cuda_*_bench; do
+    [ -x "$b" ] || continue
+    { echo "=== $(basename "$b")"; timeout 120 "$b" 2>&1 || echo "(exit $?)"; } | tee -a "$log" >> "$summary"
+  done
   echo "--- summary" && cat "$summary"
   return $failed
 }

@@ -127,9 +127,9 @@ TEST(llama_tp, vocab_parallel_loss_equals_the_full_one) {
         std::copy_n(logits.begin() + i * Vp + v0, Vl, mine.begin() + i * Vl);
       auto group = parallel::make_tp_group(c);
       const VocabShard shard{v0, Vl, V};
-      int64_t count = vocab_parallel_cross_entropy_forward(losses.data(), lse.data(), scratch.data(),
+      int64_t count = vocab_parallel_cross_entropy_forward(kernels_for(Device::cpu()), Stream::cpu(), losses.data(), lse.data(), scratch.data(),
                                                            mine.data(), targets.data(), N, shard, *group);
-      vocab_parallel_cross_entropy_backward(mine.data(), lse.data(), targets.data(), 0.25f, N, shard);
+      vocab_parallel_cross_entropy_backward(kernels_for(Device::cpu()), Stream::cpu(), mine.data(), lse.data(), targets.data(), 0.25f, N, shard);
       std::string e;
       if (count != full_count) e += fmt::format("counted {} vs {}; ", count, full_count);
       // The max and the sum of exp over V = 61 logits (sd 3) are taken per

@@ -7,6 +7,7 @@
 #include "meshtrain/kernels/cpu/elementwise.h"
 #include "meshtrain/kernels/cpu/encoder.h"
 #include "meshtrain/kernels/cpu/gelu.h"
+#include "meshtrain/kernels/cpu/kv_heads.h"
 #include "meshtrain/kernels/cpu/layernorm.h"
 #include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/kernels/cpu/matmul_half.h"
@@ -16,6 +17,7 @@
 #include "meshtrain/kernels/cpu/rows.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/kernels/cpu/swiglu.h"
+#include "meshtrain/kernels/cpu/vocab_shard_loss.h"
 #if MESHTRAIN_HAVE_CUDA
 #include "meshtrain/kernels/cuda/cuda_kernel_table.h"
 #include "meshtrain/kernels/cuda/device_runtime_cuda.h"
@@ -69,6 +71,12 @@ const KernelTable kCpu{
     cpu_op<&cpu::to_half>,
     cpu_op<&cpu::from_half>,
     cpu_op<&cpu::adamw_step>,
+    cpu_op<&cpu::expand_kv_heads>,
+    cpu_op<&cpu::fold_kv_heads>,
+    cpu_op<&cpu::vocab_shard_row_max>,
+    cpu_op<&cpu::vocab_shard_sum_exp>,
+    cpu_op<&cpu::vocab_shard_losses>,
+    cpu_op<&cpu::vocab_shard_backward>,
 };
 #if MESHTRAIN_HAVE_CUDA
 // Installs the CUDA runtime when the program starts; referencing it here also

@@ -107,6 +107,23 @@ struct KernelTable {
   void (*from_half)(Stream, HalfFormat fmt, const uint16_t* in, float* out, int64_t n);
   void (*adamw_step)(Stream, float* param, const float* grad, float* m, float* v, int64_t n,
                      const AdamWHyper& h);
+  // Grouped-query attention's shared key/value heads (kernels/cpu/kv_heads.h).
+  void (*expand_kv_heads)(Stream, float* full, const float* qkv, int64_t N, int64_t NH,
+                          int64_t NKV, int64_t hd);
+  void (*fold_kv_heads)(Stream, float* dqkv, const float* dfull, int64_t N, int64_t NH,
+                        int64_t NKV, int64_t hd);
+  // Cross-entropy over a vocabulary shard, between the tp group's collectives
+  // (kernels/cpu/vocab_shard_loss.h); vocab_shard_losses waits for the device.
+  void (*vocab_shard_row_max)(Stream, float* maxes, const float* logits, int64_t N, int64_t real,
+                              int64_t stride);
+  void (*vocab_shard_sum_exp)(Stream, float* scratch, const float* logits, const float* maxes,
+                              const int32_t* targets, int64_t N, int64_t real, int64_t stride,
+                              int64_t v_begin);
+  int64_t (*vocab_shard_losses)(Stream, float* losses, float* lse, const float* scratch,
+                                const int32_t* targets, int64_t N);
+  void (*vocab_shard_backward)(Stream, float* logits, const float* lse, const int32_t* targets,
+                               float dloss, int64_t N, int64_t real, int64_t stride,
+                               int64_t v_begin);
 };
 
 // The table for `device`; an Error for a device this build has no kernels for.

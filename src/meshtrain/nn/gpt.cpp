@@ -164,7 +164,7 @@ void GPT::norm_backward(float* dinp, const Tensor& dw, const Tensor& db, const f
   // Each rank saw its rows only: this step's parameter gradients are summed
   // over tp before they join what earlier micro-batches accumulated.
   float* d = acts_->dnorm;
-  std::memset(d, 0, sizeof(float) * 2 * C);
+  zero_floats(d, 2 * C);
   k_->layernorm_backward(stream_, dinp, d, d + C, dout, x, w.data<float>(), mean, rstd, rows, C);
   tp_->allreduce_sum(d, 2 * C);
   k_->add_inplace(stream_, dw.data<float>(), d, C);
@@ -416,7 +416,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   const int64_t counted =
       dims_.tp_size == 1
           ? k_->softmax_cross_entropy_forward(stream_, a.losses, a.logits, targets, BT, V, Vl)
-          : vocab_parallel_cross_entropy_forward(a.losses, a.lse, a.loss_scratch, a.logits, targets,
+          : vocab_parallel_cross_entropy_forward(*k_, stream_, a.losses, a.lse, a.loss_scratch, a.logits, targets,
                                                  BT, {dims_.v_begin, Vl, V}, *tp_);
   // Every target ignored (a masked micro-batch of prompts only): loss 0,
   // and backward adds nothing (nn/model.h).
@@ -447,7 +447,7 @@ void GPT::backward(float loss_scale) {
   if (dims_.tp_size == 1)
     k_->softmax_cross_entropy_backward(stream_, a.logits, targets, dloss, BT, V, Vl);
   else
-    vocab_parallel_cross_entropy_backward(a.logits, a.lse, targets, dloss, BT, {dims_.v_begin, Vl, V});
+    vocab_parallel_cross_entropy_backward(*k_, stream_, a.logits, a.lse, targets, dloss, BT, {dims_.v_begin, Vl, V});
   float* dlnf = a.dbtc;
   const bool mixed = half_.mixed();
   const HalfFormat h = half_.format();
@@ -475,7 +475,7 @@ void GPT::backward(float loss_scale) {
   use_params(ParamEvent::GradEnd, 0, true);
   // Residual-stream gradient starts at zero; layernorm backward accumulates.
   float* dres = a.dresidual;
-  std::fill(dres, dres + Nl * C, 0.f);
+  zero_floats(dres, Nl * C);
   const float* last = a.residual3 + (L - 1) * Nl * C;
   norm_backward(dres, grads_.lnfw, grads_.lnfb, dlnf_sum.get(), last, params_.lnfw, a.lnf_mean,
                 a.lnf_rstd, Nl);

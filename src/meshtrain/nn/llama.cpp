@@ -104,7 +104,7 @@ void Llama::norm_backward(float* dinp, int64_t gain, const float* dout, const fl
   // Each rank saw its rows only: this step's gain gradient is summed over tp
   // before it joins what earlier micro-batches accumulated.
   float* dg = acts_->dnorm;
-  std::memset(dg, 0, sizeof(float) * C);
+  zero_floats(dg, C);
   k_->rmsnorm_backward(stream_, dinp, dg, dout, inp, w(gain), rstd, rows, C);
   tp_->allreduce_sum(dg, C);
   k_->add_inplace(stream_, g(gain), dg, C);
@@ -159,40 +159,13 @@ void Llama::ready(int unit) {
 }
 
 void Llama::expand_kv(const float* qkv, float* full) const {
-  const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.A, Q = dims_.Q;
-  const int64_t hd = dims_.hd, KV = dims_.KV, rep = dims_.NH / dims_.NKV;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const float* src = qkv + i * Q;
-    float* dst = full + i * 3 * C;
-    std::memcpy(dst, src, sizeof(float) * C);
-    for (int64_t h = 0; h < dims_.NH; ++h) {
-      const int64_t kvh = h / rep;
-      std::memcpy(dst + C + h * hd, src + C + kvh * hd, sizeof(float) * hd);
-      std::memcpy(dst + 2 * C + h * hd, src + C + KV + kvh * hd, sizeof(float) * hd);
-    }
-  }
+  k_->expand_kv_heads(stream_, full, qkv, static_cast<int64_t>(B_) * T_, dims_.NH, dims_.NKV,
+                      dims_.hd);
 }
 
 void Llama::fold_kv(const float* dfull, float* dqkv) const {
-  const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.A, Q = dims_.Q;
-  const int64_t hd = dims_.hd, KV = dims_.KV, rep = dims_.NH / dims_.NKV;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const float* src = dfull + i * 3 * C;
-    float* dst = dqkv + i * Q;
-    std::memcpy(dst, src, sizeof(float) * C);
-    std::memset(dst + C, 0, sizeof(float) * 2 * KV);
-    // Query heads in group order, so each shared head sums in a fixed order.
-    for (int64_t h = 0; h < dims_.NH; ++h) {
-      const int64_t kvh = h / rep;
-      float* dk = dst + C + kvh * hd;
-      float* dv = dst + C + KV + kvh * hd;
-      const float* sk = src + C + h * hd;
-      const float* sv = src + 2 * C + h * hd;
-      for (int64_t d = 0; d < hd; ++d) dk[d] += sk[d], dv[d] += sv[d];
-    }
-  }
+  k_->fold_kv_heads(stream_, dqkv, dfull, static_cast<int64_t>(B_) * T_, dims_.NH, dims_.NKV,
+                    dims_.hd);
 }
 
 void Llama::attention_core_forward(const LlamaBlockActivations& s) {
@@ -288,7 +261,7 @@ float Llama::forward(const MicroBatch& b) {
   if (dims_.tp_size == 1)
     counted_ = k_->softmax_cross_entropy_forward(stream_, a.losses, a.logits, b.targets, N, V, Vl);
   else
-    counted_ = vocab_parallel_cross_entropy_forward(a.losses, a.lse, a.loss_scratch, a.logits,
+    counted_ = vocab_parallel_cross_entropy_forward(*k_, stream_, a.losses, a.lse, a.loss_scratch, a.logits,
                                                     b.targets, N, {v0, Vl, V}, *tp_);
   // Every target ignored (a masked micro-batch of prompts only): loss 0,
   // and backward adds nothing (nn/model.h).
@@ -345,11 +318,11 @@ void Llama::backward(float loss_scale) {
   if (dims_.tp_size == 1)
     k_->softmax_cross_entropy_backward(stream_, a.logits, targets_.data(), dloss, N, V, Vl);
   else
-    vocab_parallel_cross_entropy_backward(a.logits, a.lse, targets_.data(), dloss, N, {v0, Vl, V});
+    vocab_parallel_cross_entropy_backward(*k_, stream_, a.logits, a.lse, targets_.data(), dloss, N, {v0, Vl, V});
   const int64_t Nl = dims_.local_rows(N);
   PendingGradient dlnf = column_parallel_backward(a.dbtc, spec_->head_offset(), a.logits,
                                                   gather_rows(a.lnf, a.gathered, N), N, C, Vl);
-  std::memset(a.dresidual, 0, sizeof(float) * Nl * C);
+  zero_floats(a.dresidual, Nl * C);
   const float* last = a.residual + (L - 1) * Nl * C;
   norm_backward(a.dresidual, spec_->norm_offset(), dlnf.get(), last, a.lnf_rstd, Nl);
   use_params(ParamEvent::Done, L + 1, true);

@@ -9,6 +9,7 @@
 #pragma once
 #include <memory>
 
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/nn/half_weights.h"
 #include "meshtrain/nn/model.h"
@@ -45,6 +46,10 @@ class ModelBase : public Model {
 
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Stream stream_;                   // where the model's ops are queued
+  // Zeroes n floats of the model's device memory, in stream order.
+  void zero_floats(float* p, int64_t n) const {
+    runtime_for(k_->device).fill_zero(p, sizeof(float) * static_cast<size_t>(n), stream_);
+  }
   Recompute recompute_;
   // Before the derived class's buffers, so it settles its account (released
   // f32 bytes) after they are freed.

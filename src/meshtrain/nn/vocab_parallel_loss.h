@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/nn/tensor_parallel.h"
 
 namespace meshtrain {
@@ -20,14 +21,15 @@ struct VocabShard {
 // Fills losses (N; 0 for ignored targets) and lse (N: log-sum-exp of each
 // full row, for backward); `scratch` holds 2N floats. Returns the number of
 // targets not ignored. Collective over `group`.
-int64_t vocab_parallel_cross_entropy_forward(float* losses, float* lse, float* scratch,
-                                             const float* logits, const int32_t* targets,
-                                             int64_t N, const VocabShard& shard,
-                                             TensorParallelGroup& group);
+int64_t vocab_parallel_cross_entropy_forward(const KernelTable& k, Stream stream, float* losses,
+                                             float* lse, float* scratch, const float* logits,
+                                             const int32_t* targets, int64_t N,
+                                             const VocabShard& shard, TensorParallelGroup& group);
 
 // logits -> d(dloss * loss)/d(logits) in place, from the forward's lse
 // (no communication).
-void vocab_parallel_cross_entropy_backward(float* logits, const float* lse, const int32_t* targets,
-                                           float dloss, int64_t N, const VocabShard& shard);
+void vocab_parallel_cross_entropy_backward(const KernelTable& k, Stream stream, float* logits,
+                                           const float* lse, const int32_t* targets, float dloss,
+                                           int64_t N, const VocabShard& shard);
 
 }  // namespace meshtrain
