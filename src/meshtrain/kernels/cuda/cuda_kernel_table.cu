@@ -4,10 +4,12 @@
 #include "meshtrain/kernels/cuda/attention.h"
 #include "meshtrain/kernels/cuda/elementwise.h"
 #include "meshtrain/kernels/cuda/embedding.h"
+#include "meshtrain/kernels/cuda/kv_heads.h"
 #include "meshtrain/kernels/cuda/matmul.h"
 #include "meshtrain/kernels/cuda/norms.h"
 #include "meshtrain/kernels/cuda/rope.h"
 #include "meshtrain/kernels/cuda/softmax_cross_entropy.h"
+#include "meshtrain/kernels/cuda/vocab_shard_loss.h"
 
 namespace meshtrain {
 
@@ -47,6 +49,12 @@ const KernelTable kCuda{
     &cuda::to_half,
     &cuda::from_half,
     &cuda::adamw_step,
+    &cuda::expand_kv_heads,
+    &cuda::fold_kv_heads,
+    &cuda::vocab_shard_row_max,
+    &cuda::vocab_shard_sum_exp,
+    &cuda::vocab_shard_losses,
+    &cuda::vocab_shard_backward,
 };
 }  // namespace
 
