@@ -15,6 +15,7 @@
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/config/config_loader.h"
 #include "meshtrain/comm/world.h"
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/launch/elastic.h"
@@ -36,6 +37,20 @@ struct TrainArgs {
   launch::ElasticOptions elastic;  // --max-restarts, --min-nproc, --heartbeat-timeout, ...
 };
 
+// A GPU is named in three steps: whether this build has the CUDA backend,
+// whether the GPU is visible, and (for now) that training does not yet place a
+// model on it.
+void check_device(Device d) {
+  if (d.is_cpu()) return;
+  const int visible = runtime_for(d).device_count();  // Error without the backend
+  if (d.index >= visible)
+    throw Error(fmt::format("device = \"{}\": {} CUDA GPU(s) visible to this process{}", d.str(),
+                            visible, visible == 0 ? " (check nvidia-smi and CUDA_VISIBLE_DEVICES)" : ""));
+  throw Error(fmt::format("device = \"{}\": the CUDA kernels and runtime are built and the GPU is "
+                          "visible, but training does not place a model on a GPU yet "
+                          "(docs/ARCHITECTURE.md, \"Devices\"); use device = \"cpu\"", d.str()));
+}
+
 // Settings whose machinery lands in later versions are refused, not ignored.
 void refuse_unavailable(const TrainConfig& c) {
   auto refuse = [](bool cond, const std::string& what) {
@@ -46,6 +61,7 @@ void refuse_unavailable(const TrainConfig& c) {
          fmt::format("parallel.pp = {} (data and tensor parallelism are)", c.parallel.pp));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));
+  check_device(parse_device(c.device));
 }
 
 // parallel.tp must divide the ranks the job has; parallel.dp must be the

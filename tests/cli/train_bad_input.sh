@@ -47,6 +47,9 @@ expect 1 "outside the vocabulary" -- "$BIN" train "${COMMON[@]}" --set model.pre
 expect 1 "disagree" -- "$BIN" train "${COMMON[@]}" --set model.preset="" \
   --set "init_from=$TMP/run/model.safetensors" --set model.seq_len=64
 expect 1 "not available" -- "$BIN" train "${COMMON[@]}" --set parallel.pp=2
+# A device is named: a misspelt one, and a GPU where this build (CPU only) has no CUDA backend.
+expect 1 'device must be "cpu", "cuda" or "cuda:N"; got "gpu"' -- "$BIN" train "${COMMON[@]}" --set device=gpu
+expect 1 "no runtime for device cuda:0 in this build" -- "$BIN" train "${COMMON[@]}" --set device=cuda
 # A tp that does not divide the heads (tiny GPT: 2) is named.
 expect 1 "parallel.tp = 3 must divide the model's n_head (2)" -- "$BIN" train "${COMMON[@]}" --set parallel.tp=3 --nproc 3
 expect 1 "parallel.tp = 2 must divide the 1 rank(s)" -- "$BIN" train "${COMMON[@]}" --set model.preset=llama-tiny --set parallel.tp=2

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "meshtrain/config/suggest.h"
+#include "meshtrain/core/device.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain {
@@ -206,6 +207,12 @@ TrainConfig convert_config(const nlohmann::json& j,
                                      c.parallel.tp));
   c.memory.limit_mb = r.in_range("memory.limit_mb", 0.0, std::numeric_limits<double>::max(), false);
   c.precision = r.choice("precision", {"fp32", "bf16", "fp16"});
+  c.device = r.string("device");
+  try {
+    parse_device(c.device);
+  } catch (const Error&) {
+    r.error("device", fmt::format("must be \"cpu\", \"cuda\" or \"cuda:N\"; got \"{}\"", c.device));
+  }
   c.lora.base_dtype = r.choice("lora.base_dtype", {"fp32", "bf16", "fp16"});
   if (c.lora.base_dtype != "fp32" && c.lora.base_dtype != c.precision)
     r.error("lora.base_dtype", fmt::format("\"{}\" holds the frozen base in the 16-bit copy a "

@@ -70,6 +70,7 @@ J to_json(const TrainConfig& c) {
                 {"base_dtype", c.lora.base_dtype}};
   j["memory"] = J{{"limit_mb", c.memory.limit_mb}};
   j["precision"] = c.precision;
+  j["device"] = c.device;
   j["loss_scale"] = J{{"initial", c.loss_scale.initial},
                       {"growth_interval", c.loss_scale.growth_interval},
                       {"hysteresis", c.loss_scale.hysteresis},

@@ -130,6 +130,7 @@ struct TrainConfig {
   LoraSection lora;
   MemorySection memory;
   std::string precision = "fp32";  // fp32 | bf16 | fp16
+  std::string device = "cpu";      // cpu | cuda | cuda:N
   LossScaleSection loss_scale;     // fp16 only
   std::string recompute = "none";  // none | full | every:K | selective
   bool deterministic = false;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace meshtrain {
 
@@ -18,5 +19,8 @@ struct Device {
   bool operator==(const Device&) const = default;
   std::string str() const { return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index); }
 };
+
+// "cpu", "cuda" (= cuda:0) or "cuda:N"; anything else is an Error naming it.
+Device parse_device(std::string_view text);
 
 }  // namespace meshtrain
