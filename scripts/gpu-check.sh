@@ -20,7 +20,7 @@ mode=${1:-}
 pack=.gpu-pack
 
 pack() {
-  MESHTRAIN_REQUIRE_CUDA_BUILD=1 bash scripts/build-cuda.sh -DMESHTRAIN_WITH_MPI=OFF
+  MESHTRAIN_REQUIRE_CUDA_BUILD=1 bash scripts/build-cuda.sh
   rm -rf "$pack" && mkdir -p "$pack/stage/bin" "$pack/stage/lib"
   cp build-cuda/bin/meshtrain "$pack/stage/bin/"
   find build-cuda/tests -maxdepth 2 -type f -name 'cuda_*_test' -exec cp {} "$pack/stage/bin/" \;
@@ -46,7 +46,7 @@ run() {
     python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$pack/bundle.tar.xz" "$dir"
   fi
   local cuda_lib
-  cuda_lib=$(dirname "$(find / -xdev -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+  cuda_lib=$(dirname "$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
   export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${cuda_lib}:${LD_LIBRARY_PATH:-}"
   local log="$out/gpu-check.log" summary="$out/summary.txt"
   {
@@ -64,9 +64,10 @@ run() {
     timeout 300 "$t" --gtest_color=no > "$one" 2>&1 || status=$?
     { echo "=== $name (exit $status)"; cat "$one"; } >> "$log"
     [ "$status" = 0 ] || failed=1
-    echo "$name: exit $status, $(grep -c '^\[       OK \]' "$one") passed, $(grep -c '^\[  SKIPPED \]' "$one") skipped, $(grep -c '^\[  FAILED  \]' "$one") failed" >> "$summary"
+    echo "$name: exit $status, $(grep -c '^\[       OK \]' "$one") passed, $(grep -c '^\[  SKIPPED \] .* ([0-9]* ms)$' "$one") skipped, $(grep -c '^\[  FAILED  \] .* ([0-9]* ms)$' "$one") failed" >> "$summary"
   done
-  grep -E '^\[  (FAILED|SKIPPED) ' "$log" | sort -u >> "$summary" || true
+  # The failed tests by name (skips are counted per binary above).
+  grep -E '^\[  FAILED  \] [^ ]+ \(' "$log" | sort -u >> "$summary" || true
   # Benchmarks after the tests, each printing its own table (our figure beside the vendor's).
   for b in "$dir"/bin/cuda_*_bench; do
     [ -x "$b" ] || continue
