@@ -46,8 +46,8 @@ void check_device(Device d) {
   if (d.index >= visible)
     throw Error(fmt::format("device = \"{}\": {} CUDA GPU(s) visible to this process{}", d.str(),
                             visible, visible == 0 ? " (check nvidia-smi and CUDA_VISIBLE_DEVICES)" : ""));
-  throw Error(fmt::format("device = \"{}\": the CUDA kernels and runtime are built and the GPU is "
-                          "visible, but training does not place a model on a GPU yet "
+  throw Error(fmt::format("device = \"{}\": its kernels and runtime are built and the device is "
+                          "visible, but training does not place a model on a device other than the CPU yet "
                           "(docs/ARCHITECTURE.md, \"Devices\"); use device = \"cpu\"", d.str()));
 }
 

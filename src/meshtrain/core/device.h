@@ -1,5 +1,7 @@
-// Where a tensor's bytes live. CPU today; CUDA is reserved so that code which
-// passes devices around is already written for it.
+// Where a tensor's bytes live: host memory, a CUDA GPU, or the guarded test
+// device (host memory that only kernels may touch: kernels/guarded_device.h),
+// on which the CPU suite proves that no code above kernels/ reads a device's
+// memory directly.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -7,7 +9,7 @@
 
 namespace meshtrain {
 
-enum class DeviceType : uint8_t { CPU, CUDA };
+enum class DeviceType : uint8_t { CPU, CUDA, Guarded };
 
 struct Device {
   DeviceType type = DeviceType::CPU;
@@ -15,12 +17,16 @@ struct Device {
 
   static Device cpu() { return {DeviceType::CPU, 0}; }
   static Device cuda(int i) { return {DeviceType::CUDA, i}; }
+  static Device guarded() { return {DeviceType::Guarded, 0}; }
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool operator==(const Device&) const = default;
-  std::string str() const { return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index); }
+  std::string str() const {
+    if (type == DeviceType::Guarded) return "guarded";
+    return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index);
+  }
 };
 
-// "cpu", "cuda" (= cuda:0) or "cuda:N"; anything else is an Error naming it.
+// "cpu", "cuda" (= cuda:0), "cuda:N" or "guarded"; anything else is an Error naming it.
 Device parse_device(std::string_view text);
 
 }  // namespace meshtrain

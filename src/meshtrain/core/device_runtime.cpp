@@ -59,7 +59,7 @@ class CpuRuntime final : public DeviceRuntime {
 
 DeviceRuntime*& slot(DeviceType type) {
   static CpuRuntime cpu;
-  static DeviceRuntime* slots[2] = {&cpu, nullptr};
+  static DeviceRuntime* slots[3] = {&cpu, nullptr, nullptr};
   return slots[static_cast<int>(type)];
 }
 }  // namespace

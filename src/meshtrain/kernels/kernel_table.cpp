@@ -1,6 +1,7 @@
 #include "meshtrain/kernels/kernel_table.h"
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/kernels/guarded_device.h"
 #include "meshtrain/kernels/cpu/adamw.h"
 #include "meshtrain/kernels/cpu/attention.h"
 #include "meshtrain/kernels/cpu/convert.h"
@@ -34,50 +35,68 @@ template <typename R, typename... A, R (*F)(A...)>
 struct OnCpu<F> {
   static R call(Stream, A... a) { return F(a...); }
 };
+// The guarded device's entry: the CPU function with the device's memory
+// opened to the host while it runs (kernels/guarded_device.h).
 template <auto F>
-constexpr auto cpu_op = &OnCpu<F>::call;
-
-const KernelTable kCpu{
-    Device::cpu(),
-    cpu_op<&cpu::matmul_forward>,
-    cpu_op<&cpu::matmul_backward>,
-    cpu_op<&cpu::matmul_forward_half>,
-    cpu_op<&cpu::matmul_backward_half>,
-    cpu_op<&cpu::matmul_backward_weight_half>,
-    cpu_op<&cpu::sgemm>,
-    cpu_op<&cpu::layernorm_forward>,
-    cpu_op<&cpu::layernorm_backward>,
-    cpu_op<&cpu::rmsnorm_forward>,
-    cpu_op<&cpu::rmsnorm_backward>,
-    cpu_op<&cpu::gelu_forward>,
-    cpu_op<&cpu::gelu_backward>,
-    cpu_op<&cpu::swiglu_forward>,
-    cpu_op<&cpu::swiglu_backward>,
-    cpu_op<&cpu::attention_forward>,
-    cpu_op<&cpu::attention_backward>,
-    cpu_op<&cpu::rope_forward>,
-    cpu_op<&cpu::rope_backward>,
-    cpu_op<&cpu::encoder_forward>,
-    cpu_op<&cpu::encoder_backward>,
-    cpu_op<&cpu::embedding_lookup>,
-    cpu_op<&cpu::embedding_accumulate>,
-    cpu_op<&cpu::add_periodic_rows>,
-    cpu_op<&cpu::sum_periodic_rows>,
-    cpu_op<&cpu::softmax_cross_entropy_forward>,
-    cpu_op<&cpu::softmax_cross_entropy_backward>,
-    cpu_op<&cpu::copy>,
-    cpu_op<&cpu::add_inplace>,
-    cpu_op<&cpu::sum_squares>,
-    cpu_op<&cpu::to_half>,
-    cpu_op<&cpu::from_half>,
-    cpu_op<&cpu::adamw_step>,
-    cpu_op<&cpu::expand_kv_heads>,
-    cpu_op<&cpu::fold_kv_heads>,
-    cpu_op<&cpu::vocab_shard_row_max>,
-    cpu_op<&cpu::vocab_shard_sum_exp>,
-    cpu_op<&cpu::vocab_shard_losses>,
-    cpu_op<&cpu::vocab_shard_backward>,
+struct OnGuarded;
+template <typename R, typename... A, R (*F)(A...)>
+struct OnGuarded<F> {
+  static R call(Stream, A... a) {
+    GuardedAccess open;
+    return F(a...);
+  }
 };
+
+// The CPU kernels as a table, each entry wrapped by Wrap.
+template <template <auto> class Wrap>
+constexpr KernelTable cpu_kernels(Device device) {
+  return KernelTable{
+      device,
+      &Wrap<&cpu::matmul_forward>::call,
+      &Wrap<&cpu::matmul_backward>::call,
+      &Wrap<&cpu::matmul_forward_half>::call,
+      &Wrap<&cpu::matmul_backward_half>::call,
+      &Wrap<&cpu::matmul_backward_weight_half>::call,
+      &Wrap<&cpu::sgemm>::call,
+      &Wrap<&cpu::layernorm_forward>::call,
+      &Wrap<&cpu::layernorm_backward>::call,
+      &Wrap<&cpu::rmsnorm_forward>::call,
+      &Wrap<&cpu::rmsnorm_backward>::call,
+      &Wrap<&cpu::gelu_forward>::call,
+      &Wrap<&cpu::gelu_backward>::call,
+      &Wrap<&cpu::swiglu_forward>::call,
+      &Wrap<&cpu::swiglu_backward>::call,
+      &Wrap<&cpu::attention_forward>::call,
+      &Wrap<&cpu::attention_backward>::call,
+      &Wrap<&cpu::rope_forward>::call,
+      &Wrap<&cpu::rope_backward>::call,
+      &Wrap<&cpu::encoder_forward>::call,
+      &Wrap<&cpu::encoder_backward>::call,
+      &Wrap<&cpu::embedding_lookup>::call,
+      &Wrap<&cpu::embedding_accumulate>::call,
+      &Wrap<&cpu::add_periodic_rows>::call,
+      &Wrap<&cpu::sum_periodic_rows>::call,
+      &Wrap<&cpu::softmax_cross_entropy_forward>::call,
+      &Wrap<&cpu::softmax_cross_entropy_backward>::call,
+      &Wrap<&cpu::copy>::call,
+      &Wrap<&cpu::add_inplace>::call,
+      &Wrap<&cpu::sum_squares>::call,
+      &Wrap<&cpu::to_half>::call,
+      &Wrap<&cpu::from_half>::call,
+      &Wrap<&cpu::adamw_step>::call,
+      &Wrap<&cpu::expand_kv_heads>::call,
+      &Wrap<&cpu::fold_kv_heads>::call,
+      &Wrap<&cpu::vocab_shard_row_max>::call,
+      &Wrap<&cpu::vocab_shard_sum_exp>::call,
+      &Wrap<&cpu::vocab_shard_losses>::call,
+      &Wrap<&cpu::vocab_shard_backward>::call,
+  };
+}
+
+const KernelTable kCpu = cpu_kernels<OnCpu>(Device::cpu());
+const KernelTable kGuarded = cpu_kernels<OnGuarded>(Device::guarded());
+// Installs the guarded test device's runtime when the program starts.
+[[maybe_unused]] const bool guarded_installed = register_guarded_device();
 #if MESHTRAIN_HAVE_CUDA
 // Installs the CUDA runtime when the program starts; referencing it here also
 // keeps the backend's objects in every binary that uses kernels.
@@ -85,8 +104,11 @@ const KernelTable kCpu{
 #endif
 }  // namespace
 
+const KernelTable& guarded_kernel_table() { return kGuarded; }
+
 const KernelTable& kernels_for(Device device) {
   if (device.is_cpu()) return kCpu;
+  if (device.type == DeviceType::Guarded) return kGuarded;
 #if MESHTRAIN_HAVE_CUDA
   MT_CHECK(device.index == 0, "kernels for {}: one GPU per process (cuda:0 after "
            "CUDA_VISIBLE_DEVICES picks it)", device.str());
