@@ -460,9 +460,10 @@ TEST(cuda_kernels, periodic_rows) {
     gpu().add_periodic_rows(stream(), g_out.get(), g_rows.get(), N, C, period, first);
     EXPECT_TRUE(same_bits(g_out.host(), out));  // one addition each
   }
-  // Few rows per residue: summed in the CPU's order, the same bits.
+  // Few rows per residue (at most rows.cu's kDirectMax = 64; more take the
+  // chunked sums): summed in the CPU's order, the same bits.
   for (int64_t period : {int64_t{1}, int64_t{37}}) {
-    const int64_t N = 74;
+    const int64_t N = 64;
     const auto d = uniform(N * C, 102);
     auto drows = uniform(period * C, 103);
     FB g_drows(drows), g_d(d);
@@ -652,8 +653,10 @@ TEST(cuda_kernels, adamw_step) {
   gpu().adamw_step(stream(), gp.get(), gg.get(), gm.get(), gv.get(), n, h);
   // The same f32 formula; the GPU may fuse a multiply-add (one rounding
   // fewer): m and v within a few ulp, the parameter within an ulp of 1 plus
-  // lr times a relative 1e-6 of the step.
-  EXPECT_TRUE(close(gm.host(), m, 1e-9, 1e-6));
+  // lr times a relative 1e-6 of the step. m = b1 m0 + (1 - b1) g cancels:
+  // the unfused product's rounding (up to 7.5e-9 at |b1 m0| <= 0.09) stays
+  // absolute, hence 1e-8.
+  EXPECT_TRUE(close(gm.host(), m, 1e-8, 1e-6));
   EXPECT_TRUE(close(gv.host(), v, 1e-12, 1e-6));
   EXPECT_TRUE(close(gp.host(), p, 2e-7, 1e-6));
 }
