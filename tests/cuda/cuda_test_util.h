@@ -85,7 +85,8 @@ inline float max_abs(const std::vector<float>& v) {
   return m;
 }
 
-// |got - want| <= atol + rtol |want| everywhere (NaN matches NaN).
+// |got - want| <= atol + rtol |want| everywhere (NaN matches NaN, and an
+// infinity the same infinity: inf - inf is NaN, which no bound admits).
 inline ::testing::AssertionResult close(const std::vector<float>& got,
                                         const std::vector<float>& want, double atol, double rtol) {
   if (got.size() != want.size()) return ::testing::AssertionFailure() << "size differs";
@@ -93,6 +94,7 @@ inline ::testing::AssertionResult close(const std::vector<float>& got,
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+    if (got[i] == want[i]) continue;
     const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
     const double tol = atol + rtol * std::fabs(want[i]);
     if (!(err <= tol)) {
