@@ -46,6 +46,7 @@ class CpuRuntime final : public DeviceRuntime {
   bool query(Event) override { return true; }
   void synchronize(Event) override {}
   double elapsed_ms(Event, Event) override { return 0.0; }
+  std::string describe() override { return "host memory"; }
   DeviceMemStats memory_stats(Device) override {
     const MemStats m = mem_stats();
     DeviceMemStats d;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "meshtrain/core/caching_allocator.h"
 #include "meshtrain/core/device.h"
@@ -49,6 +50,9 @@ class DeviceRuntime {
   virtual double elapsed_ms(Event start, Event end) = 0;
   // The device's allocator accounting (the CPU's is core/memory.h's mem_stats).
   virtual DeviceMemStats memory_stats(Device device) = 0;
+  // One line on what this runtime sees, for --version and logs: the devices
+  // (name, memory) or why there are none.
+  virtual std::string describe() = 0;
 };
 
 // The runtime of `device`'s type; an Error naming the device when this build

@@ -6,6 +6,7 @@
 
 #include "meshtrain/comm/stream_copy.h"
 #include "meshtrain/core/cpu_isa.h"
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/kernels/cpu/attention_fused.h"
 #include "meshtrain/kernels/cpu/cpu_libraries.h"
@@ -32,6 +33,16 @@ std::string strip_prefix(std::string s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0 ? s.substr(prefix.size()) : s;
 }
 
+// Whether this build has the CUDA backend, for which GPUs, and what it sees.
+std::string cuda_summary() {
+#if MESHTRAIN_HAVE_CUDA
+  return fmt::format("backend built for sm_{}: {}", MESHTRAIN_CUDA_ARCHS,
+                     runtime_for(Device::cuda(0)).describe());
+#else
+  return "not built (cmake -DMESHTRAIN_CUDA=ON, or bash scripts/build-cuda.sh)";
+#endif
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> cpu_report_rows() {
@@ -47,6 +58,7 @@ std::vector<std::pair<std::string, std::string>> cpu_report_rows() {
                                cpu::sgemm_policy_name(cpu::sgemm_policy()))},
       {"collective reductions", loop_kernels_level()},
       {"streaming copies", comm::stream_copy_isa()},
+      {"cuda", cuda_summary()},
   };
 }
 

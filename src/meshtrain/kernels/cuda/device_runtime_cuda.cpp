@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 #include <mutex>
 #include <unordered_set>
 #include <vector>
@@ -14,6 +15,7 @@
 namespace meshtrain {
 
 namespace {
+std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 cudaStream_t native(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 cudaEvent_t native(Event e) { return static_cast<cudaEvent_t>(e.handle); }
 
@@ -102,6 +104,27 @@ class CudaRuntime final : public DeviceRuntime {
     return ms;
   }
   DeviceMemStats memory_stats(Device d) override { return allocator(d).stats(); }
+  std::string describe() override {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return std::string("no GPU visible (") + cudaGetErrorString(e) + ")";
+    }
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    std::string s = std::to_string(n) + " GPU(s), driver " + version_text(driver) + ", runtime " +
+                    version_text(runtime);
+    for (int i = 0; i < n; ++i) {
+      cudaDeviceProp p{};
+      if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+      s += "; cuda:" + std::to_string(i) + " " + p.name + " (sm_" + std::to_string(p.major) +
+           std::to_string(p.minor) + ", " + std::to_string(p.multiProcessorCount) + " SMs, " +
+           std::to_string(p.totalGlobalMem >> 20) + " MiB)";
+    }
+    return s;
+  }
 
  private:
   void set_device(Device d) {
