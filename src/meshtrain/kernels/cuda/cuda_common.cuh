@@ -57,13 +57,32 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return warp_max(v);
 }
 
+// The default memory pool returns its memory to the device at every host
+// synchronization unless told to keep it; scratch requests repeat every step
+// (and several ops synchronize every step), so it keeps what it holds. Once
+// per process: one GPU per process.
+inline void keep_scratch_pool() {
+  static const bool kept = [] {
+    int dev = 0;
+    MT_CUDA_CHECK(cudaGetDevice(&dev));
+    cudaMemPool_t pool;
+    MT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+    uint64_t keep = UINT64_MAX;
+    MT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    return true;
+  }();
+  (void)kept;
+}
+
 // Stream-ordered scratch memory (cudaMallocAsync), freed on the same stream
 // when it goes out of scope: later work on the stream may still use it until
 // then, and the allocator does not reuse it before that work is done.
 class Scratch {
  public:
   Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    if (bytes > 0) MT_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
+    if (bytes == 0) return;
+    keep_scratch_pool();
+    MT_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
   }
   ~Scratch() {
     if (ptr_) cudaFreeAsync(ptr_, stream_);
