@@ -91,6 +91,15 @@ class GuardedRuntime final : public DeviceRuntime {
 };
 }  // namespace
 
+bool on_guarded_device(const void* p) {
+  Regions& r = Regions::get();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const auto* c = static_cast<const char*>(p);
+  for (const auto& [base, n] : r.sizes)
+    if (c >= static_cast<const char*>(base) && c < static_cast<const char*>(base) + n) return true;
+  return false;
+}
+
 GuardedAccess::GuardedAccess() {
   Regions& r = Regions::get();
   std::lock_guard<std::mutex> lock(r.mu);

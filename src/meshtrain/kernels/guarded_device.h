@@ -23,6 +23,11 @@ class GuardedAccess {
   GuardedAccess& operator=(const GuardedAccess&) = delete;
 };
 
+// Whether p points into the guarded device's memory; a guarded op checks
+// every pointer it is given, so a kernel handed host memory (which a GPU
+// could not read) fails too, naming the op.
+bool on_guarded_device(const void* p);
+
 struct KernelTable;
 const KernelTable& guarded_kernel_table();
 

@@ -1,5 +1,7 @@
 #include "meshtrain/kernels/kernel_table.h"
 
+#include <type_traits>
+
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/guarded_device.h"
 #include "meshtrain/kernels/cpu/adamw.h"
@@ -35,6 +37,19 @@ template <typename R, typename... A, R (*F)(A...)>
 struct OnCpu<F> {
   static R call(Stream, A... a) { return F(a...); }
 };
+// Every pointer a guarded op is given must be device memory (a GPU kernel
+// could not read the host's); rope's angle table too.
+template <typename T>
+void check_on_device(const T& arg) {
+  if constexpr (std::is_pointer_v<T>) {
+    if (arg) MT_CHECK(on_guarded_device(arg), "a kernel on the guarded device was given host "
+                      "memory ({}): copy it to the device first", static_cast<const void*>(arg));
+  } else if constexpr (std::is_same_v<T, RopeView>) {
+    check_on_device(arg.cos);
+    check_on_device(arg.sin);
+  }
+}
+
 // The guarded device's entry: the CPU function with the device's memory
 // opened to the host while it runs (kernels/guarded_device.h).
 template <auto F>
@@ -42,6 +57,7 @@ struct OnGuarded;
 template <typename R, typename... A, R (*F)(A...)>
 struct OnGuarded<F> {
   static R call(Stream, A... a) {
+    (check_on_device(a), ...);
     GuardedAccess open;
     return F(a...);
   }

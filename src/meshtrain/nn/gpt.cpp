@@ -75,7 +75,8 @@ void GPT::ensure_activations(int B, int T) {
       acts_->recompute == recompute_ && acts_->precision == half_.precision())
     return;
   acts_.reset();  // free first so peak memory holds one layout
-  acts_ = std::make_unique<GPTActivations>(dims_, B, T, nt, recompute_, half_.precision());
+  acts_ = std::make_unique<GPTActivations>(dims_, B, T, nt, recompute_, half_.precision(),
+                                           param_buf_.device());
 }
 
 const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
@@ -344,7 +345,7 @@ void GPT::embed_backward() {
   if (frozen_) return;
   const int B = B_, T = T_;
   const int64_t C = dims_.C, N = static_cast<int64_t>(B) * T;
-  const int32_t* inputs = inputs_copy_.data();
+  const int32_t* inputs = staged_ids(0);
   if (dims_.tp_size == 1)
     return k_->encoder_backward(stream_, grads_.wte.data<float>(), grads_.wpe.data<float>(), acts_->dresidual,
                                 inputs, B, T, C);
@@ -384,8 +385,8 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   // The activation buffers are laid out for (B, T); strides below use them.
   B_ = B;
   T_ = T;
-  inputs_copy_.assign(inputs, inputs + BT);
-  if (targets) targets_copy_.assign(targets, targets + BT);
+  inputs = stage_ids(0, inputs, BT);  // from here on in the model's memory
+  if (targets) targets = stage_ids(1, targets, BT);
   have_targets_ = targets != nullptr;
   const int64_t Nl = dims_.local_rows(BT);
 
@@ -420,8 +421,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
                                                  BT, {dims_.v_begin, Vl, V}, *tp_);
   // Every target ignored (a masked micro-batch of prompts only): loss 0,
   // and backward adds nothing (nn/model.h).
-  double sum = 0.0;
-  for (int64_t i = 0; i < BT; ++i) sum += a.losses[i];
+  const double sum = sum_floats(a.losses, BT);
   mean_loss_ = counted > 0 ? static_cast<float>(sum / counted) : 0.f;
   counted_ = counted;
   return mean_loss_;
@@ -436,7 +436,7 @@ void GPT::backward(float loss_scale) {
            "needs the forward's", a.nthreads, thread_count(), recompute_.name());
   const int64_t C = dims_.C, V = dims_.V, Vl = dims_.Vl;
   const int64_t BT = static_cast<int64_t>(B_) * T_, Nl = dims_.local_rows(BT);
-  const int32_t* targets = targets_copy_.data();
+  const int32_t* targets = staged_ids(1);
   const int64_t total = dims_.num_params();
 
   const int L = cfg_.n_layer;

@@ -210,7 +210,6 @@ class GPT final : public ModelBase {
   int scratch_block_ = -1;     // the block whose activations the scratch slot holds
   float mean_loss_ = 0.f;
   int64_t counted_ = 0;  // positions with a target in the last forward
-  std::vector<int32_t> inputs_copy_, targets_copy_;
 };
 
 }  // namespace meshtrain

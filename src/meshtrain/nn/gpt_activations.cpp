@@ -124,10 +124,12 @@ int64_t GPTActivations::workspace_floats(const GPTDims& d, int T, int nthreads) 
 }
 
 GPTActivations::GPTActivations(const GPTDims& d, int B_, int T_, int nthreads_,
-                               const Recompute& rc, Precision prec)
+                               const Recompute& rc, Precision prec, Device device)
     : B(B_), T(T_), nthreads(nthreads_), recompute(rc), precision(prec) {
-  buffer = Tensor::zeros({buffer_floats(d, B, T, rc, prec)}, DType::F32, MemCategory::Activations);
-  workspace = Tensor::zeros({workspace_floats(d, T, nthreads)}, DType::F32, MemCategory::Workspace);
+  buffer = Tensor::zeros({buffer_floats(d, B, T, rc, prec)}, DType::F32, MemCategory::Activations,
+                         device);
+  workspace = Tensor::zeros({workspace_floats(d, T, nthreads)}, DType::F32, MemCategory::Workspace,
+                            device);
   layout(this, buffer.data<float>(), d, B, T, rc, prec);
 }
 

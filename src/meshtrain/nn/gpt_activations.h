@@ -90,8 +90,9 @@ struct GPTActivations {
                                Precision precision = Precision::FP32);
   static int64_t workspace_floats(const GPTDims& d, int T, int nthreads);
   GPTActivations() = default;
+  // The buffers live on `device` (the model's).
   GPTActivations(const GPTDims& d, int B, int T, int nthreads, const Recompute& recompute = {},
-                 Precision precision = Precision::FP32);
+                 Precision precision = Precision::FP32, Device device = Device::cpu());
 };
 
 }  // namespace meshtrain

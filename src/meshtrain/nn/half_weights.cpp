@@ -10,13 +10,13 @@
 
 namespace meshtrain {
 
-bool HalfWeights::set_precision(Precision p, int64_t numel) {
+bool HalfWeights::set_precision(Precision p, int64_t numel, Device device) {
   if (p == precision_) return false;
   MT_CHECK(!released(), "the frozen model's f32 matrices were released; its precision stays {}",
            precision_name(precision_));
   precision_ = p;
   buf_ = is_mixed(p) ? Tensor::zeros({numel}, p == Precision::BF16 ? DType::BF16 : DType::F16,
-                                     MemCategory::Parameters)
+                                     MemCategory::Parameters, device)
                      : Tensor();
   external_ = false;
   fresh_.clear();

@@ -19,7 +19,7 @@ class HalfWeights {
   // Returns whether the precision changed (the model then drops its
   // activation layout, which depends on it). A mixed precision allocates an
   // own copy of `numel` 16-bit values (MemCategory::Parameters).
-  bool set_precision(Precision p, int64_t numel);
+  bool set_precision(Precision p, int64_t numel, Device device = Device::cpu());
   // The copy lives in `buffer` and is kept current by the caller.
   void use_external(Tensor buffer, int64_t numel);
   Precision precision() const { return precision_; }

@@ -29,6 +29,19 @@ Llama::Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers b)
   k_ = &kernels_for(params_.device());
   stream_ = default_stream(params_.device());
   rope_ = rope_table(cfg_.seq_len, cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling);
+  rope_view_ = rope_;
+  if (!params_.device().is_cpu()) {  // the angles where the kernels read them
+    const int64_t n = static_cast<int64_t>(rope_.cos.size());
+    rope_on_device_ = Tensor::zeros({2 * n}, DType::F32, MemCategory::Workspace, params_.device());
+    auto host = [n](std::vector<float>& v) {
+      return Tensor(Storage::borrow(v.data(), sizeof(float) * static_cast<size_t>(n)), 0, {n},
+                    DType::F32);
+    };
+    rope_on_device_.slice_flat(0, n).copy_from(host(rope_.cos));
+    rope_on_device_.slice_flat(n, n).copy_from(host(rope_.sin));
+    rope_view_.cos = rope_on_device_.data<float>();
+    rope_view_.sin = rope_on_device_.data<float>() + n;
+  }
 }
 
 Llama::~Llama() = default;
@@ -147,7 +160,8 @@ void Llama::ensure_activations(int B, int T) {
       acts_->recompute == recompute_ && acts_->precision == half_.precision())
     return;
   acts_.reset();  // free first so peak memory holds one layout
-  acts_ = std::make_unique<LlamaActivations>(dims_, B, T, nt, recompute_, half_.precision());
+  acts_ = std::make_unique<LlamaActivations>(dims_, B, T, nt, recompute_, half_.precision(),
+                                             params_.device());
 }
 
 const float* Llama::logits() const { return acts_ ? acts_->logits : nullptr; }
@@ -186,8 +200,8 @@ void Llama::block_forward(int l, const float* input, const LlamaBlockActivations
   const int64_t Nl = dims_.local_rows(N);
   k_->rmsnorm_forward(stream_, s.ln1, s.ln1_rstd, input, w(o.ln1), Nl, C, cfg_.norm_eps);
   linear_forward(s.qkv, gather_rows(s.ln1, acts_->gathered, N), o.qkv, N, C, Q);
-  k_->rope_forward(stream_, s.qkv, B_, T_, static_cast<int>(dims_.NH), static_cast<int>(dims_.hd), Q, rope_);
-  k_->rope_forward(stream_, s.qkv + A, B_, T_, static_cast<int>(dims_.NKV), static_cast<int>(dims_.hd), Q, rope_);
+  k_->rope_forward(stream_, s.qkv, B_, T_, static_cast<int>(dims_.NH), static_cast<int>(dims_.hd), Q, rope_view_);
+  k_->rope_forward(stream_, s.qkv + A, B_, T_, static_cast<int>(dims_.NKV), static_cast<int>(dims_.hd), Q, rope_view_);
   attention_core_forward(s);
   row_parallel_forward(s.residual2, input, s.atty, o.o, N, A);
   k_->rmsnorm_forward(stream_, s.ln2, s.ln2_rstd, s.residual2, w(o.ln2), Nl, C, cfg_.norm_eps);
@@ -221,9 +235,10 @@ float Llama::forward(const MicroBatch& b) {
   LlamaActivations& a = *acts_;
   B_ = b.B;
   T_ = b.T;
-  inputs_.assign(b.inputs, b.inputs + N);
+  // The ids in the model's memory from here on.
+  const int32_t* inputs = stage_ids(0, b.inputs, N);
   have_targets_ = b.targets != nullptr;
-  if (have_targets_) targets_.assign(b.targets, b.targets + N);
+  const int32_t* targets = have_targets_ ? stage_ids(1, b.targets, N) : nullptr;
   const int L = cfg_.n_layer;
 
   use_params(ParamEvent::Need, 0, false);
@@ -237,7 +252,7 @@ float Llama::forward(const MicroBatch& b) {
   // Sequence parallelism: all N rows' partial lookups, reduce-scattered.
   float* looked_up = dims_.sp ? a.gathered : a.encoded;
   // Mixed: the 16-bit copy, rounded like every weight the model computes with.
-  k_->embedding_lookup(stream_, looked_up, b.inputs, emb, emb_h, h, v0, Vl, N, C);
+  k_->embedding_lookup(stream_, looked_up, inputs, emb, emb_h, h, v0, Vl, N, C);
   if (dims_.sp)
     tp_->reduce_scatter(looked_up, a.encoded, dims_.local_rows(N) * C);
   else if (dims_.tp_size > 1)
@@ -259,14 +274,13 @@ float Llama::forward(const MicroBatch& b) {
   use_params(ParamEvent::Done, L + 1, false);
   if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
   if (dims_.tp_size == 1)
-    counted_ = k_->softmax_cross_entropy_forward(stream_, a.losses, a.logits, b.targets, N, V, Vl);
+    counted_ = k_->softmax_cross_entropy_forward(stream_, a.losses, a.logits, targets, N, V, Vl);
   else
     counted_ = vocab_parallel_cross_entropy_forward(*k_, stream_, a.losses, a.lse, a.loss_scratch, a.logits,
-                                                    b.targets, N, {v0, Vl, V}, *tp_);
+                                                    targets, N, {v0, Vl, V}, *tp_);
   // Every target ignored (a masked micro-batch of prompts only): loss 0,
   // and backward adds nothing (nn/model.h).
-  double sum = 0;
-  for (int64_t i = 0; i < N; ++i) sum += a.losses[i];
+  const double sum = sum_floats(a.losses, N);
   return counted_ > 0 ? static_cast<float>(sum / counted_) : 0.f;
 }
 
@@ -296,8 +310,8 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
     k_->attention_backward(stream_, a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, A, NH,
                        a.workspace.data<float>(), a.nthreads);
   }
-  k_->rope_backward(stream_, a.dqkv, B_, T_, NH, hd, Q, rope_);
-  k_->rope_backward(stream_, a.dqkv + A, B_, T_, NKV, hd, Q, rope_);
+  k_->rope_backward(stream_, a.dqkv, B_, T_, NH, hd, Q, rope_view_);
+  k_->rope_backward(stream_, a.dqkv + A, B_, T_, NKV, hd, Q, rope_view_);
   PendingGradient dln1 =
       column_parallel_backward(a.dbtc, o.qkv, a.dqkv, gather_rows(s.ln1, a.gathered, N), N, C, Q);
   norm_backward(dres, o.ln1, dln1.get(), input, s.ln1_rstd, Nl);
@@ -316,9 +330,9 @@ void Llama::backward(float loss_scale) {
   use_params(ParamEvent::Need, L + 1, true);
   const float dloss = counted_ > 0 ? loss_scale / static_cast<float>(counted_) : 0.f;
   if (dims_.tp_size == 1)
-    k_->softmax_cross_entropy_backward(stream_, a.logits, targets_.data(), dloss, N, V, Vl);
+    k_->softmax_cross_entropy_backward(stream_, a.logits, staged_ids(1), dloss, N, V, Vl);
   else
-    vocab_parallel_cross_entropy_backward(*k_, stream_, a.logits, a.lse, targets_.data(), dloss, N, {v0, Vl, V});
+    vocab_parallel_cross_entropy_backward(*k_, stream_, a.logits, a.lse, staged_ids(1), dloss, N, {v0, Vl, V});
   const int64_t Nl = dims_.local_rows(N);
   PendingGradient dlnf = column_parallel_backward(a.dbtc, spec_->head_offset(), a.logits,
                                                   gather_rows(a.lnf, a.gathered, N), N, C, Vl);
@@ -350,7 +364,7 @@ void Llama::backward(float loss_scale) {
   if (frozen_) return;
   float* demb = g(spec_->embed_offset());
   const float* dencoded = gather_rows(a.dresidual, a.gathered2, N);  // every token's gradient
-  k_->embedding_accumulate(stream_, demb, dencoded, inputs_.data(), v0, Vl, N, C);
+  k_->embedding_accumulate(stream_, demb, dencoded, staged_ids(0), v0, Vl, N, C);
   ready(0);
 }
 

@@ -106,10 +106,11 @@ class Llama final : public ModelBase {
   LlamaDims dims_;
   Tensor params_, grads_;
   cpu::RopeTable rope_;
+  RopeView rope_view_;     // rope_'s angles in the model's memory
+  Tensor rope_on_device_;  // their copy when that is not the host's
   std::unique_ptr<LlamaActivations> acts_;
   int B_ = 0, T_ = 0;
   int64_t counted_ = 0;
-  std::vector<int32_t> inputs_, targets_;
   // Frozen under LoRA adapters: the norms' gain gradients go to a scratch row.
   std::vector<float> frozen_gain_grad_;
 };

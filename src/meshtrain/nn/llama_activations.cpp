@@ -100,11 +100,13 @@ int64_t LlamaActivations::workspace_floats(const LlamaDims& d, int T, int nthrea
 }
 
 LlamaActivations::LlamaActivations(const LlamaDims& cfg, int B_, int T_, int nthreads_,
-                                   const Recompute& rc, Precision prec)
+                                   const Recompute& rc, Precision prec, Device device)
     : B(B_), T(T_), nthreads(nthreads_), recompute(rc), precision(prec) {
   if (B == 0) return;
-  buffer = Tensor::zeros({buffer_floats(cfg, B, T, rc, prec)}, DType::F32, MemCategory::Activations);
-  workspace = Tensor::zeros({workspace_floats(cfg, T, nthreads)}, DType::F32, MemCategory::Workspace);
+  buffer = Tensor::zeros({buffer_floats(cfg, B, T, rc, prec)}, DType::F32, MemCategory::Activations,
+                         device);
+  workspace = Tensor::zeros({workspace_floats(cfg, T, nthreads)}, DType::F32, MemCategory::Workspace,
+                            device);
   layout(this, buffer.data<float>(), cfg, B, T, rc, prec);
 }
 

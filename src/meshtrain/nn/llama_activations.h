@@ -66,8 +66,9 @@ struct LlamaActivations {
   uint16_t* in_h = nullptr;    // (N, max(C, H, A))  mixed precision: a GEMM's input
   uint16_t* dout_h = nullptr;  // (N, max(Q, 2H, C, Vl))  mixed: a GEMM's output gradient
 
+  // The buffers live on `device` (the model's).
   LlamaActivations(const LlamaDims& dims, int B, int T, int nthreads, const Recompute& rc,
-                   Precision precision);
+                   Precision precision, Device device = Device::cpu());
   // Floats of `buffer` and `workspace` for these arguments (what the
   // allocator will count).
   static int64_t buffer_floats(const LlamaDims& dims, int B, int T, const Recompute& rc,

@@ -13,7 +13,7 @@ void ModelBase::set_recompute(const Recompute& recompute) {
 }
 
 void ModelBase::set_precision(Precision p) {
-  if (!half_.set_precision(p, layout().numel)) return;
+  if (!half_.set_precision(p, layout().numel, k_->device)) return;
   release_activations();  // the layout depends on the precision: drop it and the last forward
   have_targets_ = false;
 }

@@ -8,6 +8,7 @@
 // the activation layout depends on both.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "meshtrain/core/device_runtime.h"
 #include "meshtrain/kernels/kernel_table.h"
@@ -46,6 +47,41 @@ class ModelBase : public Model {
 
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Stream stream_;                   // where the model's ops are queued
+  std::vector<float> host_scratch_;  // device values read back (sum_floats)
+  std::vector<int32_t> host_ids_[2];  // stage_ids on the CPU
+  Tensor device_ids_[2];              // stage_ids elsewhere
+  // The sum, in index order in double, of n floats of the model's device
+  // memory (the per-position losses): read back to the host first when the
+  // model is on another device.
+  double sum_floats(const float* p, int64_t n) {
+    const float* h = p;
+    if (!k_->device.is_cpu()) {
+      host_scratch_.resize(static_cast<size_t>(n));
+      runtime_for(k_->device).copy(host_scratch_.data(), Device::cpu(), p, k_->device,
+                                   sizeof(float) * static_cast<size_t>(n), stream_);
+      h = host_scratch_.data();
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += h[i];
+    return sum;
+  }
+  // The micro-batch's token ids (which = 0) or targets (1) copied where the
+  // kernels read them, the model's device, and kept for backward: a plain
+  // host copy on the CPU (not counted, as before), a device buffer elsewhere.
+  const int32_t* stage_ids(int which, const int32_t* src, int64_t n) {
+    if (k_->device.is_cpu()) {
+      host_ids_[which].assign(src, src + n);
+      return host_ids_[which].data();
+    }
+    Tensor& t = device_ids_[which];
+    if (!t.defined() || t.numel() < n) t = Tensor::zeros({n}, DType::I32, MemCategory::Data, k_->device);
+    runtime_for(k_->device).copy(t.raw(), k_->device, src, Device::cpu(),
+                                 sizeof(int32_t) * static_cast<size_t>(n), stream_);
+    return t.data<int32_t>();
+  }
+  const int32_t* staged_ids(int which) const {
+    return k_->device.is_cpu() ? host_ids_[which].data() : device_ids_[which].data<int32_t>();
+  }
   // Zeroes n floats of the model's device memory, in stream order.
   void zero_floats(float* p, int64_t n) const {
     runtime_for(k_->device).fill_zero(p, sizeof(float) * static_cast<size_t>(n), stream_);
