@@ -15,17 +15,11 @@
 
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/nn/model_registry.h"
+#include "cuda_test_util.h"
 
 using namespace meshtrain;
 
 namespace {
-std::string no_gpu_reason() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return std::string("no CUDA GPU visible: ") + cudaGetErrorString(e);
-  return n == 0 ? "no CUDA GPU visible: cudaGetDeviceCount returned 0" : "";
-}
-
 struct StepResult {
   std::vector<float> losses, grads;
 };
@@ -63,8 +57,7 @@ StepResult train_on(const std::string& preset, Precision precision, Device devic
 class cuda_model : public ::testing::TestWithParam<std::tuple<const char*, Precision>> {};
 
 TEST_P(cuda_model, a_model_on_the_gpu_trains_as_on_the_cpu) {
-  const std::string why = no_gpu_reason();
-  if (!why.empty()) GTEST_SKIP() << why;
+  MT_REQUIRE_GPU();
   const auto [preset, precision] = GetParam();
   const StepResult cpu = train_on(preset, precision, Device::cpu());
   const StepResult gpu = train_on(preset, precision, Device::cuda(0));

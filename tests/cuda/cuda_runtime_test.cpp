@@ -14,29 +14,16 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/tensor.h"
 #include "meshtrain/kernels/kernel_table.h"
+#include "cuda_test_util.h"
 
 using namespace meshtrain;
 
 namespace {
-// The reason no GPU can be used here, or "" when one can.
-std::string no_gpu_reason() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return std::string("no CUDA GPU visible: ") + cudaGetErrorString(e);
-  if (n == 0) return "no CUDA GPU visible: cudaGetDeviceCount returned 0";
-  return "";
-}
-#define REQUIRE_GPU()                                   \
-  do {                                                  \
-    const std::string why = no_gpu_reason();            \
-    if (!why.empty()) GTEST_SKIP() << why;              \
-  } while (0)
-
 const Device kGpu = Device::cuda(0);
 }  // namespace
 
 TEST(cuda_runtime, tensors_on_the_gpu_are_zeroed_and_copy_both_ways) {
-  REQUIRE_GPU();
+  MT_REQUIRE_GPU();
   Tensor d = Tensor::zeros({1000}, DType::F32, MemCategory::Activations, kGpu);
   EXPECT_EQ(d.device(), kGpu);
   Tensor h = Tensor::zeros({1000}, DType::F32);
@@ -53,7 +40,7 @@ TEST(cuda_runtime, tensors_on_the_gpu_are_zeroed_and_copy_both_ways) {
 }
 
 TEST(cuda_runtime, events_order_work_across_streams) {
-  REQUIRE_GPU();
+  MT_REQUIRE_GPU();
   DeviceRuntime& r = runtime_for(kGpu);
   const KernelTable& k = kernels_for(kGpu);
   const Stream a = r.create_stream(kGpu), b = r.create_stream(kGpu);
@@ -77,7 +64,7 @@ TEST(cuda_runtime, events_order_work_across_streams) {
 }
 
 TEST(cuda_runtime, a_steady_state_loop_allocates_nothing_on_the_device) {
-  REQUIRE_GPU();
+  MT_REQUIRE_GPU();
   DeviceRuntime& r = runtime_for(kGpu);
   auto one_step = [] {
     std::vector<Tensor> acts;
@@ -93,7 +80,7 @@ TEST(cuda_runtime, a_steady_state_loop_allocates_nothing_on_the_device) {
 }
 
 TEST(cuda_runtime, an_allocation_larger_than_the_gpu_names_the_request) {
-  REQUIRE_GPU();
+  MT_REQUIRE_GPU();
   size_t free_b = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_b, &total), cudaSuccess);
   try {
@@ -110,7 +97,7 @@ TEST(cuda_runtime, an_allocation_larger_than_the_gpu_names_the_request) {
 }
 
 TEST(cuda_runtime, a_gpu_that_is_not_there_is_an_error_naming_it) {
-  REQUIRE_GPU();
+  MT_REQUIRE_GPU();
   const int n = runtime_for(kGpu).device_count();
   try {
     Tensor::zeros({16}, DType::F32, MemCategory::Other, Device::cuda(n));
