@@ -3,7 +3,8 @@
 # library, its tests and the meshtrain binary, then runs the `cuda` tests,
 # which skip with the reason where no GPU is visible (never counted as
 # passed). CI runs it after the test command so a broken CUDA build cannot
-# land. Needs nvcc (CUDA 13 toolkit at /usr/local/cuda); without it this
+# land; without a GPU the tests are listed, not run. Needs nvcc (CUDA 13
+# toolkit at /usr/local/cuda); without it this
 # says so and exits 0, unless MESHTRAIN_REQUIRE_CUDA_BUILD=1.
 # Extra arguments go to cmake (e.g. -DCMAKE_CUDA_ARCHITECTURES=90a).
 set -euo pipefail
@@ -23,4 +24,13 @@ targets=$(cmake --build build-cuda --target help | sed -n 's/^\.\.\. \(cuda_[a-z
 cmake --build build-cuda -j"$JOBS" --target mt_cuda meshtrain_cli $targets
 echo "build-cuda: built in $((SECONDS - start)) s ($(nvcc --version | tail -1))"
 cd build-cuda
+# Without a GPU every `cuda` test would only skip; running them would print a
+# ctest summary of skips that reads like a test run. List them instead and say
+# they did not run (scripts/gpu-check.sh runs them on the GPU machine).
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  count=$(ctest -L cuda -N | sed -n 's/^Total Tests: //p')
+  echo "build-cuda: no GPU visible (nvidia-smi -L fails); the ${count:-0} \`cuda\` tests were built, NOT run" \
+       "(not counted as passed; scripts/gpu-check.sh runs them on a GPU machine)"
+  exit 0
+fi
 ctest -L cuda --output-on-failure -j"${CTEST_JOBS:-2}" --timeout 600
