@@ -6,10 +6,16 @@
 #                                    # then .gpu-pack/: the binaries and the
 #                                    # shared libraries they need that the GPU
 #                                    # machine lacks, xz-compressed (~15 MB)
-#   bash scripts/gpu-check.sh run    # there, from the repository root with
+#   bash scripts/gpu-check.sh run [tests|bench|all]
+#                                    # there, from the repository root with
 #                                    # .gpu-pack/ carried along: unpack, run
-#                                    # every test binary, one log and a summary
-#                                    # into $OUT (or gpu-results/)
+#                                    # every `cuda` test binary and
+#                                    # tests/cuda/train_cuda.sh (tests), the
+#                                    # benchmarks (bench), or both (all, the
+#                                    # default); one log and a summary into
+#                                    # $OUT (or gpu-results/). With 15 device
+#                                    # minutes a session, run tests and bench
+#                                    # as two calls of under 5 minutes each.
 #
 # The bundle keeps the CPU libraries (OpenBLAS, oneDNN, fmt, PCRE2, OpenMP)
 # as shared objects next to the binaries; CUDA's own libraries (cudart,
@@ -33,11 +39,11 @@ pack() {
   tar -C "$pack/stage" -cf - . | xz -T"$(nproc)" -6 > "$pack/bundle.tar.xz"
   rm -rf "$pack/stage"
   echo "gpu-check: $pack/bundle.tar.xz ($(du -h "$pack/bundle.tar.xz" | cut -f1)); on the GPU machine:"
-  echo "  bash scripts/gpu-check.sh run    (carry: $pack)"
+  echo "  bash scripts/gpu-check.sh run tests   then   bash scripts/gpu-check.sh run bench    (carry: $pack)"
 }
 
-run() {
-  local out=${OUT:-gpu-results} dir=/tmp/meshtrain-gpu
+# Unpacks the bundle into $dir and points the loader at it and at CUDA.
+unpack() {
   mkdir -p "$out" && rm -rf "$dir" && mkdir -p "$dir"
   [ -f "$pack/bundle.tar.xz" ] || { echo "gpu-check: no $pack/bundle.tar.xz (run 'pack' first, carry $pack)"; exit 1; }
   if command -v xz >/dev/null; then
@@ -48,19 +54,19 @@ run() {
   local cuda_lib
   cuda_lib=$(dirname "$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
   export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${cuda_lib}:${LD_LIBRARY_PATH:-}"
-  local log="$out/gpu-check.log" summary="$out/summary.txt"
   {
     echo "date: $(date -u +%FT%TZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     "$dir/bin/meshtrain" --version || true
-  } > "$summary" 2>&1
-  : > "$log"
-  local failed=0
+  } >> "$summary" 2>&1
+}
+
+# Every cuda_*_test binary, then whole training runs against the CPU.
+run_tests() {
   for t in "$dir"/bin/cuda_*_test; do
-    local name one
+    local name one status=0
     name=$(basename "$t")
     one="$dir/$name.out"
-    status=0
     timeout 300 "$t" --gtest_color=no > "$one" 2>&1 || status=$?
     { echo "=== $name (exit $status)"; cat "$one"; } >> "$log"
     [ "$status" = 0 ] || failed=1
@@ -68,17 +74,46 @@ run() {
   done
   # The failed tests by name (skips are counted per binary above).
   grep -E '^\[  FAILED  \] [^ ]+ \(' "$log" | sort -u >> "$summary" || true
-  # Benchmarks after the tests, each printing its own table (our figure beside the vendor's).
+  # Whole training runs on the GPU against the CPU (tests/cuda/train_cuda.sh).
+  local status=0
+  timeout 300 bash tests/cuda/train_cuda.sh "$dir/bin/meshtrain" > "$dir/train_cuda.out" 2>&1 || status=$?
+  { echo "=== train_cuda.sh (exit $status)"; cat "$dir/train_cuda.out"; } >> "$log"
+  { echo "train_cuda.sh: exit $status"; grep -E 'largest relative|measured|FAIL' "$dir/train_cuda.out"; } >> "$summary" || true
+  [ "$status" = 0 ] || failed=1
+}
+
+# Each benchmark prints our figure beside the vendor's or PyTorch's.
+run_bench() {
   for b in "$dir"/bin/cuda_*_bench; do
     [ -x "$b" ] || continue
     { echo "=== $(basename "$b")"; timeout 120 "$b" 2>&1 || echo "(exit $?)"; } | tee -a "$log" >> "$summary"
   done
+  # Training throughput against PyTorch (eager and torch.compile) on this GPU.
+  { echo "=== train_vs_torch_gpu.py"
+    timeout 420 python3 bench/cuda/train_vs_torch_gpu.py --binary "$dir/bin/meshtrain" 2>&1 || echo "(exit $?)"
+  } | tee -a "$log" | grep -vE '^(step|round) ' >> "$summary"
+}
+
+# run [tests|bench|all]: one log and a summary into $OUT (or gpu-results/).
+run() {
+  local what=${1:-all}
+  out=${OUT:-gpu-results} dir=/tmp/meshtrain-gpu
+  log="$out/gpu-check-$what.log" summary="$out/summary-$what.txt"
+  failed=0
+  mkdir -p "$out" && : > "$log" && : > "$summary"
+  unpack
+  case "$what" in
+    tests) run_tests ;;
+    bench) run_bench ;;
+    all) run_tests; run_bench ;;
+    *) echo "gpu-check: run tests|bench|all, not '$what'"; exit 2 ;;
+  esac
   echo "--- summary" && cat "$summary"
   return $failed
 }
 
 case "$mode" in
   pack) pack ;;
-  run) run ;;
-  *) echo "usage: bash scripts/gpu-check.sh pack|run"; exit 2 ;;
+  run) run "${2:-all}" ;;
+  *) echo "usage: bash scripts/gpu-check.sh pack | run [tests|bench|all]"; exit 2 ;;
 esac

@@ -40,15 +40,21 @@ struct TrainArgs {
 // A GPU is named in three steps: whether this build has the CUDA backend,
 // whether the GPU is visible, and (for now) that training does not yet place a
 // model on it.
-void check_device(Device d) {
+// A device other than the CPU: built into this binary, visible, and asked
+// for what trains there today (one rank, no LoRA).
+void check_device(const TrainConfig& c, int ranks) {
+  const Device d = parse_device(c.device);
   if (d.is_cpu()) return;
   const int visible = runtime_for(d).device_count();  // Error without the backend
   if (d.index >= visible)
     throw Error(fmt::format("device = \"{}\": {} CUDA GPU(s) visible to this process{}", d.str(),
                             visible, visible == 0 ? " (check nvidia-smi and CUDA_VISIBLE_DEVICES)" : ""));
-  throw Error(fmt::format("device = \"{}\": its kernels and runtime are built and the device is "
-                          "visible, but training does not place a model on a device other than the CPU yet "
-                          "(docs/ARCHITECTURE.md, \"Devices\"); use device = \"cpu\"", d.str()));
+  if (ranks > 1)
+    throw Error(fmt::format("device = \"{}\" with {} ranks: collectives on device memory are not "
+                            "available yet; train on one rank (--nproc 1) or on the CPU", d.str(), ranks));
+  if (c.lora.rank > 0)
+    throw Error(fmt::format("device = \"{}\" with lora.rank = {}: LoRA keeps its frozen base in host "
+                            "memory and trains on the CPU for now", d.str(), c.lora.rank));
 }
 
 // Settings whose machinery lands in later versions are refused, not ignored.
@@ -61,7 +67,6 @@ void refuse_unavailable(const TrainConfig& c) {
          fmt::format("parallel.pp = {} (data and tensor parallelism are)", c.parallel.pp));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));
-  check_device(parse_device(c.device));
 }
 
 // parallel.tp must divide the ranks the job has; parallel.dp must be the
@@ -168,6 +173,7 @@ void run_train(const TrainArgs& a) {
   if (lead && !launching) fmt::print("resolved configuration:\n{}\n", to_string(c));
   refuse_unavailable(c);
   check_dp(c, ranks);
+  check_device(c, ranks);
   MT_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards (make "
            "them with `meshtrain data prepare` or `meshtrain data synth`)");
   if (launching) {
@@ -247,6 +253,7 @@ void run_train(const TrainArgs& a) {
   o.checkpoint.milestone_every = c.checkpoint.milestone_every;
   o.checkpoint.async = c.checkpoint.async;
   o.checkpoint.resume = c.checkpoint.resume;
+  o.device = parse_device(c.device);
   if (world.size > 1) {
     comm::CommOptions co = comm::CommOptions::from_env();
     // The config chooses unless the environment already did.

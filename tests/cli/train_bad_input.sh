@@ -48,8 +48,11 @@ expect 1 "disagree" -- "$BIN" train "${COMMON[@]}" --set model.preset="" \
   --set "init_from=$TMP/run/model.safetensors" --set model.seq_len=64
 expect 1 "not available" -- "$BIN" train "${COMMON[@]}" --set parallel.pp=2
 # A device is named: a misspelt one, and a GPU where this build (CPU only) has no CUDA backend.
-expect 1 'device must be "cpu", "cuda" or "cuda:N"; got "gpu"' -- "$BIN" train "${COMMON[@]}" --set device=gpu
+expect 1 'device must be "cpu", "cuda", "cuda:N" or "guarded" (the test device); got "gpu"' -- "$BIN" train "${COMMON[@]}" --set device=gpu
 expect 1 "no runtime for device cuda:0 in this build" -- "$BIN" train "${COMMON[@]}" --set device=cuda
+# What a device trains today: one rank, no LoRA (the guarded test device stands in for a GPU).
+expect 1 "device = \"guarded\" with 2 ranks: collectives on device memory are not available yet" -- "$BIN" train "${COMMON[@]}" --set device=guarded --nproc 2
+expect 1 "LoRA keeps its frozen base in host memory" -- "$BIN" train "${COMMON[@]}" --set device=guarded --set lora.rank=2
 # A tp that does not divide the heads (tiny GPT: 2) is named.
 expect 1 "parallel.tp = 3 must divide the model's n_head (2)" -- "$BIN" train "${COMMON[@]}" --set parallel.tp=3 --nproc 3
 expect 1 "parallel.tp = 2 must divide the 1 rank(s)" -- "$BIN" train "${COMMON[@]}" --set model.preset=llama-tiny --set parallel.tp=2

@@ -161,8 +161,10 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--optim-impl", default="fused", choices=["foreach", "fused"])
     ap.add_argument("--lora-rank", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the GPU peer: bench/cuda/train_vs_torch_gpu.py)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    dev = torch.device(args.device)
     torch.set_num_threads(args.threads)
     try:
         torch.set_num_interop_threads(1)
@@ -174,6 +176,7 @@ def main():
     model = Llama(L, H, KV, C, F_, T, V, theta)
     if args.lora_rank > 0:
         add_lora(model, args.lora_rank)
+    model.to(dev)
     trained = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in trained if p.dim() >= 2]
     rest = [p for p in trained if p.dim() < 2]
@@ -187,9 +190,9 @@ def main():
     gen = torch.Generator().manual_seed(1)
 
     def step():
-        data = torch.randint(0, V, (args.batch, seq + 1), generator=gen)
+        data = torch.randint(0, V, (args.batch, seq + 1), generator=gen).to(dev)
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             loss = step_model(data[:, :-1], data[:, 1:])
         loss.backward()
         opt.step()
@@ -209,6 +212,7 @@ def main():
     if args.json:
         print(json.dumps({"peer": "pytorch", "torch_version": torch.__version__, "preset": args.preset,
                           "precision": args.precision, "batch": args.batch, "seq": seq,
+                          "device": args.device, "n_params": n_params,
                           "threads": torch.get_num_threads(), "compiled": args.compile,
                           "lora_rank": args.lora_rank,
                           "trained_params": sum(p.numel() for p in trained),

@@ -118,12 +118,14 @@ def make_optimizer(model, impl):
     return torch.optim.AdamW(groups, foreach=(impl == "foreach"), **kw), impl
 
 
-def build_gpt(preset, seq, optim_impl):
+def build_gpt(preset, seq, optim_impl, device=None):
     """The preset's GPT, its AdamW and the implementation it got (make_optimizer),
     its parameter count and its model FLOPs per token at context seq (6N + 6LCT,
     N without the position embeddings as meshtrain counts it)."""
     L, H, C, T, V = PRESETS[preset]
     model = GPT(L, H, C, T, V)
+    if device is not None:
+        model.to(device)  # before the optimizer: fused AdamW runs where the parameters are
     opt, impl = make_optimizer(model, optim_impl)
     n_params = sum(p.numel() for p in model.parameters())
     return model, opt, impl, n_params, 6 * (n_params - T * C) + 6 * L * C * seq
@@ -138,8 +140,12 @@ def main():
     ap.add_argument("--compile", action="store_true", help="try torch.compile (falls back to eager)")
     ap.add_argument("--optim-impl", default="foreach", choices=["foreach", "fused", "loop"])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the GPU peer: bench/cuda/train_vs_torch_gpu.py)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: forward and backward under torch.autocast, f32 master weights")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = ap.parse_args()
+    dev = torch.device(args.device)
 
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if os.environ.get(var) != str(args.threads):
@@ -156,7 +162,7 @@ def main():
     seq = args.seq or T
     if seq > T:
         ap.error(f"--seq {seq} exceeds the preset's context {T}")
-    model, opt, impl, n_params, flops_per_token = build_gpt(args.preset, seq, args.optim_impl)
+    model, opt, impl, n_params, flops_per_token = build_gpt(args.preset, seq, args.optim_impl, dev)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()} "
           f"(interop {torch.get_num_interop_threads()}), optimizer AdamW {impl}")
     print(f"model {args.preset}: L={L} H={H} C={C} T={T} V={V} (padded {model.Vp}), "
@@ -174,9 +180,10 @@ def main():
     gen = torch.Generator().manual_seed(args.seed)
 
     def step():
-        data = torch.randint(0, V, (args.batch, seq + 1), generator=gen)
+        data = torch.randint(0, V, (args.batch, seq + 1), generator=gen).to(dev)
         opt.zero_grad(set_to_none=True)
-        loss = step_model(data[:, :-1], data[:, 1:])
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = step_model(data[:, :-1], data[:, 1:])
         loss.backward()
         opt.step()
         return loss.item()
@@ -204,6 +211,7 @@ def main():
         print(json.dumps({
             "peer": "pytorch", "torch_version": torch.__version__, "preset": args.preset,
             "batch": args.batch, "seq": seq, "threads": torch.get_num_threads(),
+            "device": args.device, "precision": args.precision,
             "compiled": compiled, "optimizer": f"adamw-{impl}", "steps": len(times),
             "warmup": args.warmup, "ms_per_step_median": med * 1e3,
             "ms_per_step_mean": statistics.mean(times) * 1e3, "tokens_per_s": tok_s,

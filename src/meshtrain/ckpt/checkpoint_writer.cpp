@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "meshtrain/ckpt/shard_file.h"
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/launch/heartbeat.h"
@@ -163,6 +164,7 @@ struct CheckpointWriter::Impl {
     // Until the snapshot is taken: where each slice comes from and where it
     // goes in the snapshot buffer.
     std::vector<const char*> sources;
+    std::vector<Device> devices;  // where each source lives
     std::vector<size_t> offsets, sizes;
     size_t total = 0;
     double stall_s = 0, copy_s = 0;
@@ -219,6 +221,7 @@ CheckpointWriter::Impl::Job CheckpointWriter::Impl::plan(const SaveRequest& r, b
     const size_t es = dtype_size(b.dtype);
     const char* src = static_cast<const char*>(b.data) + (want.begin - b.held.begin) * es;
     job.sources.push_back(src);
+    job.devices.push_back(b.device);
     job.offsets.push_back(job.total);
     job.sizes.push_back(static_cast<size_t>(want.count()) * es);
     job.total += job.sizes.back();
@@ -243,11 +246,15 @@ void CheckpointWriter::Impl::take_snapshot(Job& job, bool parallel) {
   char* base = job.snapshot->reserve(job.total);
   for (size_t i = 0; i < job.slices.size(); ++i) {
     char* dst = base + job.offsets[i];
-    if (job.sizes[i]) copy_bytes(dst, job.sources[i], job.sizes[i], parallel);
+    const Device dev = job.devices[i];
+    if (job.sizes[i] && dev.is_cpu()) copy_bytes(dst, job.sources[i], job.sizes[i], parallel);
+    else if (job.sizes[i])  // through the device's runtime (synchronous into pageable memory)
+      runtime_for(dev).copy(dst, Device::cpu(), job.sources[i], dev, job.sizes[i], default_stream(dev));
     job.slices[i].data = dst;
     job.meta.buffers[i].data = dst;
   }
   job.sources.clear();  // the caller's buffers are free to change from here on
+  job.devices.clear();
   job.copy_s = now_s() - t0;
   stage(SaveStage::CopyDone, job.meta.step);
 }
@@ -443,11 +450,17 @@ void CheckpointWriter::save(const SaveRequest& request) {
   Impl& m = *impl_;
   const double t0 = now_s();
   if (!m.opt.async) {
-    Impl::Job job = m.plan(request, /*copy=*/false);  // no copy: the caller waits anyway
+    // Host buffers are written in place (the caller waits anyway); a
+    // device's are copied to host memory first.
+    const bool on_device = std::any_of(request.buffers.begin(), request.buffers.end(),
+                                       [](const SaveBuffer& b) { return !b.device.is_cpu(); });
+    Impl::Job job = m.plan(request, /*copy=*/on_device);
+    if (on_device) m.take_snapshot(job, /*parallel=*/true);
     job.stall_s = now_s() - t0;
     SaveStats s = m.write(job);
     s.stall_s = now_s() - t0;  // synchronous: the caller waited for everything
     std::lock_guard<std::mutex> lock(m.mu);
+    if (job.snapshot) m.pool.push_back(std::move(job.snapshot));
     m.done.push_back(s);
     return;
   }

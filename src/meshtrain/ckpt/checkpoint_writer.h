@@ -31,6 +31,7 @@
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_index.h"
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/core/device.h"
 
 namespace meshtrain::ckpt {
 
@@ -41,6 +42,9 @@ struct SaveBuffer {
   int64_t numel = 0;            // global size of the flat buffer
   const void* data = nullptr;   // element `held.begin` of the buffer
   ElemRange held;               // the elements this rank holds (must contain its shard range)
+  // Where `data` lives: a device's buffer is always copied into the host
+  // snapshot first (through its runtime), in synchronous mode too.
+  Device device = Device::cpu();
 };
 
 // Everything one save records. Fields other than buffers, data_position and

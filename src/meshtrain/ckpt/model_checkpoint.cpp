@@ -23,10 +23,11 @@ SaveRequest model_save_request(int64_t step, const ModelSpec& spec, const Tensor
   r.model = spec.to_json();
   r.tensors = model_tensor_entries(spec.layout());
   const int64_t n = flat.numel();
-  r.buffers.push_back({kParams, flat.dtype(), n, flat.raw(), {0, n}});
+  r.buffers.push_back({kParams, flat.dtype(), n, flat.raw(), {0, n}, flat.device()});
   if (opt) {
-    r.buffers.push_back({kExpAvg, DType::F32, n, opt->exp_avg().raw(), {opt->begin(), opt->end()}});
-    r.buffers.push_back({kExpAvgSq, DType::F32, n, opt->exp_avg_sq().raw(), {opt->begin(), opt->end()}});
+    const ElemRange own{opt->begin(), opt->end()};
+    r.buffers.push_back({kExpAvg, DType::F32, n, opt->exp_avg().raw(), own, opt->exp_avg().device()});
+    r.buffers.push_back({kExpAvgSq, DType::F32, n, opt->exp_avg_sq().raw(), own, opt->exp_avg_sq().device()});
     r.optimizer_steps = opt->steps_taken();
     const auto& c = opt->config();
     r.optimizer = {{"type", "adamw"},
@@ -43,10 +44,11 @@ std::vector<FillRequest> model_fill_requests(const Model& model, AdamW* opt) {
 
 std::vector<FillRequest> model_fill_requests(const Tensor& flat, AdamW* opt) {
   std::vector<FillRequest> f;
-  f.push_back({kParams, {0, flat.numel()}, flat.raw(), false});
+  f.push_back({kParams, {0, flat.numel()}, flat.raw(), false, flat.device()});
   if (opt) {
-    f.push_back({kExpAvg, {opt->begin(), opt->end()}, opt->exp_avg().raw(), true});
-    f.push_back({kExpAvgSq, {opt->begin(), opt->end()}, opt->exp_avg_sq().raw(), true});
+    const ElemRange own{opt->begin(), opt->end()};
+    f.push_back({kExpAvg, own, opt->exp_avg().raw(), true, opt->exp_avg().device()});
+    f.push_back({kExpAvgSq, own, opt->exp_avg_sq().raw(), true, opt->exp_avg_sq().device()});
   }
   return f;
 }

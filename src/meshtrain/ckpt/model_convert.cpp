@@ -10,6 +10,7 @@
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/model_registry.h"
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/io/gpt_model_file.h"
@@ -168,6 +169,18 @@ std::string load_init_weights(const std::string& path, Model& model, ElemSpan ra
 }
 
 std::string load_init_weights(const std::string& path, const ModelSpec& spec, const BufferWindow& window) {
+  if (const Device dev = window.flat.device(); !dev.is_cpu()) {
+    // Every loader writes through host pointers: read into host memory, then
+    // copy the window's elements to the device in one transfer.
+    BufferWindow host = window;
+    host.flat = Tensor::zeros({window.flat.numel()}, DType::F32, MemCategory::Other);
+    const std::string from = load_init_weights(path, spec, host);
+    const ElemSpan r = window.range;
+    runtime_for(dev).copy(window.flat.data<float>() + r.begin, dev, host.flat.data<float>() + r.begin,
+                          Device::cpu(), sizeof(float) * static_cast<size_t>(r.end - r.begin),
+                          default_stream(dev));
+    return from;
+  }
   const bool whole = window.is_whole();
   window.check_fits(spec.num_params(), "init_from " + path);
   const ElemSpan range = window.range;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain::ckpt {
@@ -15,16 +16,32 @@ ResumeResult load_checkpoint(const std::string& step_dir, const std::vector<Fill
   ResumeResult r;
   r.dir = step_dir;
   r.index = reader.index();
-  for (const auto& f : fills) {
+  // A device's buffers are read into host memory and copied over only when
+  // every read has succeeded, so a checkpoint that fails to load leaves them
+  // as they were (host buffers are read in place, as before).
+  std::vector<std::vector<char>> staged(fills.size());
+  for (size_t i = 0; i < fills.size(); ++i) {
+    const FillRequest& f = fills[i];
     const BufferEntry* b = reader.index().find_buffer(f.buffer);
     if (!b && f.zero_if_absent) {
       // dtype unknown without the buffer: the caller's buffers are f32.
-      std::memset(f.dst, 0, static_cast<size_t>(f.range.count()) * sizeof(float));
+      const size_t bytes = static_cast<size_t>(f.range.count()) * sizeof(float);
+      if (f.device.is_cpu()) std::memset(f.dst, 0, bytes);
+      else staged[i].assign(bytes, 0);
       r.absent_buffers.push_back(f.buffer);
       continue;
     }
-    reader.read(f.buffer, f.range, f.dst);
+    if (f.device.is_cpu()) {
+      reader.read(f.buffer, f.range, f.dst);
+      continue;
+    }
+    staged[i].resize(static_cast<size_t>(f.range.count()) * (b ? dtype_size(b->dtype) : sizeof(float)));
+    reader.read(f.buffer, f.range, staged[i].data());
   }
+  for (size_t i = 0; i < fills.size(); ++i)
+    if (!fills[i].device.is_cpu() && !staged[i].empty())
+      runtime_for(fills[i].device).copy(fills[i].dst, fills[i].device, staged[i].data(), Device::cpu(),
+                                        staged[i].size(), default_stream(fills[i].device));
   const int rank = options.comm && options.comm->valid() ? options.comm->rank() : options.rank;
   r.state = reader.rank_state(rank);
   return r;

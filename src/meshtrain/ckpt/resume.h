@@ -23,6 +23,9 @@ struct FillRequest {
   // When the checkpoint has no such buffer (e.g. an imported step-0 model
   // without optimizer state): zero-fill instead of failing.
   bool zero_if_absent = false;
+  // Where dst lives: a device's buffer is read into host memory and copied
+  // over (through its runtime) once the read has succeeded.
+  Device device = Device::cpu();
 };
 
 struct ResumeOptions {

@@ -211,7 +211,8 @@ TrainConfig convert_config(const nlohmann::json& j,
   try {
     parse_device(c.device);
   } catch (const Error&) {
-    r.error("device", fmt::format("must be \"cpu\", \"cuda\" or \"cuda:N\"; got \"{}\"", c.device));
+    r.error("device", fmt::format("must be \"cpu\", \"cuda\", \"cuda:N\" or \"guarded\" (the test "
+                                  "device); got \"{}\"", c.device));
   }
   c.lora.base_dtype = r.choice("lora.base_dtype", {"fp32", "bf16", "fp16"});
   if (c.lora.base_dtype != "fp32" && c.lora.base_dtype != c.precision)

@@ -47,6 +47,7 @@ class CpuRuntime final : public DeviceRuntime {
   void synchronize(Event) override {}
   double elapsed_ms(Event, Event) override { return 0.0; }
   std::string describe() override { return "host memory"; }
+  void reset_peaks(Device) override { mem_reset_peaks(); }
   DeviceMemStats memory_stats(Device) override {
     const MemStats m = mem_stats();
     DeviceMemStats d;

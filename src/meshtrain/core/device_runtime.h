@@ -50,6 +50,8 @@ class DeviceRuntime {
   virtual double elapsed_ms(Event start, Event end) = 0;
   // The device's allocator accounting (the CPU's is core/memory.h's mem_stats).
   virtual DeviceMemStats memory_stats(Device device) = 0;
+  // Starts the per-category and total peaks again from what is in use now.
+  virtual void reset_peaks(Device device) = 0;
   // One line on what this runtime sees, for --version and logs: the devices
   // (name, memory) or why there are none.
   virtual std::string describe() = 0;

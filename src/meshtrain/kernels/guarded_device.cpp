@@ -84,6 +84,7 @@ class GuardedRuntime final : public DeviceRuntime {
   void synchronize(Event) override {}
   double elapsed_ms(Event, Event) override { return 0.0; }
   DeviceMemStats memory_stats(Device) override { return allocator_.stats(); }
+  void reset_peaks(Device) override { allocator_.reset_peaks(); }
   std::string describe() override { return "host memory that only kernels may touch (test device)"; }
 
  private:

@@ -46,7 +46,9 @@ GPT::GPT(const GPTConfig& cfg, Tensor param_buffer, Tensor grad_buffer, bool zer
 GPT::~GPT() = default;
 
 void GPT::init_weights(uint64_t seed) {
-  spec_->initial_weights(seed, {0, spec_->num_params()}, param_buf_.data<float>());
+  fill_params_from_host(param_buf_, [&](float* p) {
+    spec_->initial_weights(seed, {0, spec_->num_params()}, p);
+  });
 }
 
 int64_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, const Recompute& recompute,

@@ -28,26 +28,26 @@ Llama::Llama(std::shared_ptr<const LlamaSpec> spec, ModelBuffers b)
   grads_ = std::move(b.grads);
   k_ = &kernels_for(params_.device());
   stream_ = default_stream(params_.device());
-  rope_ = rope_table(cfg_.seq_len, cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling);
-  rope_view_ = rope_;
-  if (!params_.device().is_cpu()) {  // the angles where the kernels read them
-    const int64_t n = static_cast<int64_t>(rope_.cos.size());
-    rope_on_device_ = Tensor::zeros({2 * n}, DType::F32, MemCategory::Workspace, params_.device());
-    auto host = [n](std::vector<float>& v) {
-      return Tensor(Storage::borrow(v.data(), sizeof(float) * static_cast<size_t>(n)), 0, {n},
-                    DType::F32);
-    };
-    rope_on_device_.slice_flat(0, n).copy_from(host(rope_.cos));
-    rope_on_device_.slice_flat(n, n).copy_from(host(rope_.sin));
-    rope_view_.cos = rope_on_device_.data<float>();
-    rope_view_.sin = rope_on_device_.data<float>() + n;
-  }
+  // The rotary angles where the kernels read them, on every device alike
+  // (counted as workspace: LlamaSpec::memory).
+  RopeTable table = rope_table(cfg_.seq_len, cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling);
+  const int64_t n = static_cast<int64_t>(table.cos.size());
+  rope_angles_ = Tensor::zeros({2 * n}, DType::F32, MemCategory::Workspace, params_.device());
+  auto host = [n](std::vector<float>& v) {
+    return Tensor(Storage::borrow(v.data(), sizeof(float) * static_cast<size_t>(n)), 0, {n},
+                  DType::F32);
+  };
+  rope_angles_.slice_flat(0, n).copy_from(host(table.cos));
+  rope_angles_.slice_flat(n, n).copy_from(host(table.sin));
+  rope_view_ = {rope_angles_.data<float>(), rope_angles_.data<float>() + n, table.T, table.half};
 }
 
 Llama::~Llama() = default;
 
 void Llama::init_weights(uint64_t seed) {
-  spec_->initial_weights(seed, {0, spec_->num_params()}, params_.data<float>());
+  fill_params_from_host(params_, [&](float* p) {
+    spec_->initial_weights(seed, {0, spec_->num_params()}, p);
+  });
 }
 
 void Llama::release_activations() { acts_.reset(); }

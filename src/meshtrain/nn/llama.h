@@ -105,9 +105,8 @@ class Llama final : public ModelBase {
   LlamaConfig cfg_;
   LlamaDims dims_;
   Tensor params_, grads_;
-  cpu::RopeTable rope_;
-  RopeView rope_view_;     // rope_'s angles in the model's memory
-  Tensor rope_on_device_;  // their copy when that is not the host's
+  Tensor rope_angles_;   // cos then sin of every (position, pair), on the model's device
+  RopeView rope_view_;   // over rope_angles_
   std::unique_ptr<LlamaActivations> acts_;
   int B_ = 0, T_ = 0;
   int64_t counted_ = 0;

@@ -31,6 +31,14 @@ void ModelBase::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> g
   tp_ = std::move(group);
 }
 
+void ModelBase::fill_params_from_host(const Tensor& params,
+                                      const std::function<void(float*)>& fill) const {
+  if (params.device().is_cpu()) return fill(params.data<float>());
+  Tensor host = Tensor::zeros({params.numel()}, DType::F32, MemCategory::Other);
+  fill(host.data<float>());
+  Tensor(params).copy_from(host);  // a handle on the same storage
+}
+
 void ModelBase::zero_grad() {
   Tensor grads = grad_buffer();  // a view: the same storage
   if (grads.defined()) grads.zero_();

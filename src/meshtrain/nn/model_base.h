@@ -7,6 +7,7 @@
 // release_activations(): the recompute and precision setters call it, since
 // the activation layout depends on both.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -82,6 +83,10 @@ class ModelBase : public Model {
   const int32_t* staged_ids(int which) const {
     return k_->device.is_cpu() ? host_ids_[which].data() : device_ids_[which].data<int32_t>();
   }
+  // Writes all of `params` (f32, on the model's device) from the host:
+  // `fill` writes its values into a host array, the buffer itself on the
+  // CPU, a staging copy elsewhere that is then copied over.
+  void fill_params_from_host(const Tensor& params, const std::function<void(float*)>& fill) const;
   // Zeroes n floats of the model's device memory, in stream order.
   void zero_floats(float* p, int64_t n) const {
     runtime_for(k_->device).fill_zero(p, sizeof(float) * static_cast<size_t>(n), stream_);

@@ -6,7 +6,8 @@
 
 namespace meshtrain {
 
-AdamW::AdamW(int64_t begin, int64_t end, std::vector<ParamSegment> segments, AdamWConfig cfg)
+AdamW::AdamW(int64_t begin, int64_t end, std::vector<ParamSegment> segments, AdamWConfig cfg,
+             Device device)
     : begin_(begin), end_(end), cfg_(cfg) {
   MT_CHECK(begin >= 0 && end >= begin, "bad optimizer range [{}, {})", begin, end);
   for (auto s : segments) {
@@ -18,8 +19,8 @@ AdamW::AdamW(int64_t begin, int64_t end, std::vector<ParamSegment> segments, Ada
   for (auto& s : segments_) covered += s.end - s.begin;
   MT_CHECK(covered == end - begin, "parameter segments cover {} of the {} optimizer elements",
            covered, end - begin);
-  m_ = Tensor::zeros({end - begin}, DType::F32, MemCategory::OptimizerState);
-  v_ = Tensor::zeros({end - begin}, DType::F32, MemCategory::OptimizerState);
+  m_ = Tensor::zeros({end - begin}, DType::F32, MemCategory::OptimizerState, device);
+  v_ = Tensor::zeros({end - begin}, DType::F32, MemCategory::OptimizerState, device);
 }
 
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
@@ -37,8 +38,8 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
     h.weight_decay = s.decay ? cfg_.weight_decay : 0.0f;
     const int64_t o = s.begin - begin_;
     // The step runs where the optimizer state lives (kernels/kernel_table.h).
-    kernels_for(m_.device()).adamw_step(default_stream(m_.device()), params + s.begin, grads + s.begin, m + o, v + o,
-                                        s.end - s.begin, h);
+    kernels_for(m_.device()).adamw_step(default_stream(m_.device()), params + s.begin,
+                                        grads + s.begin, m + o, v + o, s.end - s.begin, h);
   }
 }
 

@@ -22,7 +22,10 @@ class AdamW {
  public:
   // Optimizer state (m, v) for elements [begin, end) of the flat buffers.
   // segments must cover [begin, end) (they may extend beyond; they are clipped).
-  AdamW(int64_t begin, int64_t end, std::vector<ParamSegment> segments, AdamWConfig cfg);
+  // The state lives on `device`, that of the parameters it updates, and the
+  // step runs there (kernels/kernel_table.h).
+  AdamW(int64_t begin, int64_t end, std::vector<ParamSegment> segments, AdamWConfig cfg,
+        Device device = Device::cpu());
 
   // One update of params[begin:end) from grads[begin:end) (pointers to the
   // start of the whole flat buffers). grad_scale multiplies gradients first.

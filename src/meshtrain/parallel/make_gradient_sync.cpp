@@ -29,6 +29,11 @@ SyncedModel make_synced_model(const comm::Communicator& dp_comm,
            opt.zero_stage);
   SyncedModel out;
   const bool several = dp_comm.valid() && dp_comm.size() > 1;
+  MT_CHECK(!several || opt.device.is_cpu(), "device = \"{}\" with {} data-parallel ranks: "
+           "gradient synchronization of device memory is not available yet; train on one rank "
+           "(--nproc 1) or on the CPU", opt.device.str(), dp_comm.size());
+  MT_CHECK(opt.device.is_cpu() || !spec->frozen_base(), "device = \"{}\": LoRA keeps its frozen "
+           "base in host memory; LoRA trains on the CPU for now", opt.device.str());
   if (several && opt.zero_stage > 0) {
     ZeroOptions zo;
     zo.stage = opt.zero_stage;
@@ -44,7 +49,13 @@ SyncedModel make_synced_model(const comm::Communicator& dp_comm,
     out.model = spec->build({Tensor(), dp->gradient_buffer(), true});
     out.sync = std::move(dp);
   } else {
-    out.model = spec->build();
+    ModelBuffers on;  // empty on the CPU: the model allocates its own
+    if (!opt.device.is_cpu()) {
+      const int64_t n = spec->num_params();
+      on.params = Tensor::zeros({n}, DType::F32, MemCategory::Parameters, opt.device);
+      on.grads = Tensor::zeros({n}, DType::F32, MemCategory::Gradients, opt.device);
+    }
+    out.model = spec->build(on);
     out.sync = std::make_unique<LocalGradients>();
   }
   out.sync->attach(*out.model);

@@ -20,6 +20,10 @@ struct GradientSyncOptions {
   Precision precision = Precision::FP32;  // ZeRO keeps the 16-bit copy itself
   // Setup can write just a range of the parameters (ZeroOptions::own_range_init).
   bool setup_writes_ranges = false;
+  // Where the model's buffers live. A device other than the CPU trains one
+  // rank only for now: the collectives on device memory (NCCL, or staging
+  // through pinned host memory) are the GPU distributed work's.
+  Device device = Device::cpu();
 };
 
 // The model and the strategy attached to it. The model lives on the

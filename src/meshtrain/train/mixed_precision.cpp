@@ -6,6 +6,7 @@
 #include <limits>
 #include <string_view>
 
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
 
@@ -34,9 +35,11 @@ bool MixedPrecision::decide(bool finite_on_every_rank) {
 }
 
 void MixedPrecision::maybe_inject_overflow(int64_t step, int rank, float* grads, int64_t begin,
-                                           int64_t end) const {
+                                           int64_t end, Device device) const {
   if (step != inject_step_ || rank != inject_rank_ || end <= begin) return;
-  grads[begin] = std::numeric_limits<float>::infinity();
+  const float inf = std::numeric_limits<float>::infinity();
+  if (device.is_cpu()) grads[begin] = inf;
+  else runtime_for(device).copy(grads + begin, device, &inf, Device::cpu(), sizeof inf, default_stream(device));
 }
 
 nlohmann::json MixedPrecision::state() const {

@@ -46,7 +46,9 @@ class MixedPrecision {
   // default 0): writes +inf into the first element of this rank's gradient
   // range at that step, after the gradients were reduced, so only that
   // rank's local check sees it.
-  void maybe_inject_overflow(int64_t step, int rank, float* grads, int64_t begin, int64_t end) const;
+  // `grads` lives on `device`.
+  void maybe_inject_overflow(int64_t step, int rank, float* grads, int64_t begin, int64_t end,
+                             Device device = Device::cpu()) const;
 
   // Loss scaler state for checkpoints (null without fp16).
   nlohmann::json state() const;

@@ -105,7 +105,8 @@ TrainStep::TrainStep(Model& model, parallel::GradientSync& sync, AdamWConfig ada
                      LrSchedule schedule, float clip)
     : model_(model), sync_(sync), schedule_(schedule), clip_(clip) {
   const ElemSpan r = sync_.update_range();
-  opt_ = std::make_unique<AdamW>(r.begin, r.end, param_segments(model.layout()), adam);
+  opt_ = std::make_unique<AdamW>(r.begin, r.end, param_segments(model.layout()), adam,
+                                 model.param_buffer().device());
 }
 
 StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
@@ -180,7 +181,7 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
   const float* g = sync_.gradients();
   if (mp_)
     mp_->maybe_inject_overflow(step, comm ? comm->rank() : 0, const_cast<float*>(g), opt_->begin(),
-                               opt_->end());
+                               opt_->end(), model_.grad_buffer().device());
   const GradientCheck check =
       check_gradients(loss, g, opt_->begin(), opt_->end(), comm, sync_.sharded(), tp_norm_,
                       model_.grad_buffer().device());

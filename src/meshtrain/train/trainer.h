@@ -71,6 +71,9 @@ struct TrainerOptions {
   double price_per_device_hour = 0;    // cost numbers; 0 = none
   double peak_gflops = 0;              // MFU denominator per rank; 0 = measure at start-up
   CheckpointOptions checkpoint;
+  // Where the model, its gradients and the optimizer state live and its
+  // kernels run (config `device`); one rank only on a device other than the CPU.
+  Device device = Device::cpu();
 };
 
 struct TrainerSummary {

@@ -19,8 +19,7 @@ namespace {
 // setup's (before training; ZeRO-3 holds the full parameters once there).
 constexpr size_t kPeakValues = kMemCategoryCount + 2;
 std::vector<std::vector<double>> gather_memory_peaks(comm::Communicator* comm, int world,
-                                                     int64_t setup_peak) {
-  const MemStats ms = mem_stats();
+                                                     int64_t setup_peak, const DeviceMemStats& ms) {
   std::vector<double> mine(kPeakValues), all(kPeakValues * world);
   for (size_t c = 0; c < kMemCategoryCount; ++c) mine[c] = static_cast<double>(ms.peak[c]);
   mine[kMemCategoryCount] = static_cast<double>(ms.total_peak);
@@ -39,8 +38,8 @@ std::vector<std::vector<double>> gather_memory_peaks(comm::Communicator* comm, i
 
 // Every rank's allocator peak over the whole run so far (collective): after
 // the copies saving makes, which training's peaks above do not include.
-std::vector<double> gather_run_peaks(comm::Communicator* comm, int world) {
-  const double mine = static_cast<double>(mem_stats().total_peak);
+std::vector<double> gather_run_peaks(comm::Communicator* comm, int world, const DeviceMemStats& ms) {
+  const double mine = static_cast<double>(ms.total_peak);
   std::vector<double> all(static_cast<size_t>(world), mine);
   if (comm) comm->allgather(&mine, all.data(), all.size(), DType::F64).wait();
   return all;
@@ -61,10 +60,11 @@ TrainerSummary TrainingRun::finish() {
     }
   }
   // Per-rank peaks per category during training, next to the formulas.
-  const std::vector<std::vector<double>> peaks = gather_memory_peaks(world_comm(), world_, setup_peak_);
+  const std::vector<std::vector<double>> peaks =
+      gather_memory_peaks(world_comm(), world_, setup_peak_, memory_stats());
   sync_->gather_full_parameters();  // rank 0 saves the whole model
   const Tensor params = product_parameters();
-  const std::vector<double> run_peaks = gather_run_peaks(world_comm(), world_);
+  const std::vector<double> run_peaks = gather_run_peaks(world_comm(), world_, memory_stats());
   const TrainerSummary& sum = result_;
   if (!lead_) return sum;
   if (summary_.steps() > 0) {
@@ -91,7 +91,7 @@ TrainerSummary TrainingRun::finish() {
     }
   }
   save_model_safetensors(sum.model_path, product_spec(), params);
-  const MemStats ms = mem_stats();
+  const DeviceMemStats ms = memory_stats();
   const int64_t steps_run = total_steps_ - std::min(total_steps_, start_step_);
   fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", steps_run,
              ProgressDisplay::format_duration(sum.seconds), sum.tokens_per_s, sum.final_loss,
@@ -104,9 +104,9 @@ TrainerSummary TrainingRun::finish() {
           ? fmt::format(", end of run with the saved model's copy predicted {:.1f} MB",
                         lead_pred.finish_total() / 1e6)
           : "";
-  fmt::print("memory (measured): allocator peak {:.1f} MB over the whole run (training predicted "
-             "{:.1f} MB, per category below{}), process peak RSS {:.1f} MB\n", ms.total_peak / 1e6,
-             lead_pred.total() / 1e6, end_pred, process_peak_rss_bytes() / 1e6);
+  fmt::print("memory (measured): {} allocator peak {:.1f} MB over the whole run (training predicted "
+             "{:.1f} MB, per category below{}), process peak RSS {:.1f} MB\n", opt_.device.str(),
+             ms.total_peak / 1e6, lead_pred.total() / 1e6, end_pred, process_peak_rss_bytes() / 1e6);
   std::vector<RankMemory> predicted;
   nlohmann::json mj = nlohmann::json::array();
   for (int r = 0; r < world_; ++r) {

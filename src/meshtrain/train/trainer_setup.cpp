@@ -49,11 +49,16 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
       mesh_(opt.comm, {world_ / opt.tp, opt.tp, 1}) {
   MT_CHECK(opt.micro_batch >= 1 && opt.grad_accum >= 1 && opt.steps >= 1,
            "micro_batch, grad_accum and steps must be >= 1");
+  MT_CHECK(opt.device.is_cpu() || world_ == 1, "device = \"{}\" with {} ranks: collectives on "
+           "device memory are not available yet; train on one rank (--nproc 1) or on the CPU",
+           opt.device.str(), world_);
   // Refuse, before allocating, what the formulas say cannot fit the limit.
   predicted_ = predict_training_memory(spec_, opt.micro_batch, T_, thread_count(), opt.recompute,
                                        opt.precision);
   check_memory_limit(memory_plan(0), opt.memory_limit_bytes);
   say(cpu_report_line());
+  if (!opt.device.is_cpu())
+    say(fmt::format("device: {} | {}", opt.device.str(), runtime_for(opt.device).describe()));
   if (lead_) {
     std::filesystem::create_directories(opt.run_dir);
     if (!opt.resolved_config_json.empty())
@@ -74,6 +79,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   so.persist_threshold = opt.zero_persist_threshold;
   so.dp = opt.dp;
   so.precision = opt.precision;
+  so.device = opt.device;
   so.setup_writes_ranges = setup_writes_ranges(opt.init_from, spec_);
   // Every rank must take the same setup path (the broadcast it skips is
   // collective): a file one rank cannot read by range makes all read it whole.
@@ -154,6 +160,12 @@ comm::Communicator* TrainingRun::world_comm() const {
 }
 
 Tensor TrainingRun::logical_parameters() const {
+  if (const Tensor& p = model_->param_buffer(); !p.device().is_cpu()) {
+    // Saving and sampling read the parameters on the host.
+    Tensor host = Tensor::zeros({p.numel()}, DType::F32, MemCategory::Other);
+    host.copy_from(p);
+    return host;
+  }
   if (!tp_ckpt_) return model_->param_buffer();
   return tp_ckpt_->gather_whole(model_->param_buffer());
 }

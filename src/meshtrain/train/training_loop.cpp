@@ -137,8 +137,8 @@ void TrainingRun::loop() {
   progress_state_.total_steps = total_steps_;
   result_.resumed_step = start_step_;
   // Peaks from here on are the training's (setup may hold full buffers once).
-  setup_peak_ = mem_stats().total_peak;
-  mem_reset_peaks();
+  setup_peak_ = memory_stats().total_peak;
+  runtime_for(opt_.device).reset_peaks(opt_.device);
   t_start_ = now_s();
   int64_t bad_steps = 0;
   const int64_t crash_after = crash_after_step();
@@ -193,7 +193,7 @@ void TrainingRun::loop() {
     t.devices = world_;
     t.flops_per_token = flops_per_token;
     t.peak_flops_per_device = peak_flops;
-    t.peak_mem_bytes = static_cast<double>(mem_stats().total_peak);
+    t.peak_mem_bytes = static_cast<double>(memory_stats().total_peak);
     t.price_per_device_hour = opt_.price_per_device_hour;
     if (comm_) t.straggler = gather_busy_times(*comm_, dt - st.comm.exposed_s);
     if (budget.active()) {

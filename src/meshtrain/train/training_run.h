@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/data/data_loader.h"
 #include "meshtrain/parallel/make_gradient_sync.h"
 #include "meshtrain/parallel/mesh.h"
@@ -46,6 +47,9 @@ class TrainingRun {
   void say(const std::string& line) const;
   // The memory formulas' inputs for `rank` (memory_report.h).
   MemoryPlan memory_plan(int rank) const;
+  // The allocator accounting of the device training runs on (the formulas'
+  // categories live there: host memory on the CPU, the GPU's otherwise).
+  DeviceMemStats memory_stats() const { return runtime_for(opt_.device).memory_stats(opt_.device); }
   void open_data();
   void describe() const;
 

@@ -104,6 +104,7 @@ class CudaRuntime final : public DeviceRuntime {
     return ms;
   }
   DeviceMemStats memory_stats(Device d) override { return allocator(d).stats(); }
+  void reset_peaks(Device d) override { allocator(d).reset_peaks(); }
   std::string describe() override {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
