@@ -24,5 +24,6 @@ void add_elastic_options(CLI::App* cmd, launch::ElasticOptions& opts);
 void register_report(CLI::App& app);
 void register_ckpt(CLI::App& app);
 void register_plan(CLI::App& app);
+void register_schedule(CLI::App& app);
 
 }  // namespace meshtrain::cli

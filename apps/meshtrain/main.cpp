@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   meshtrain::cli::register_report(app);
   meshtrain::cli::register_ckpt(app);
   meshtrain::cli::register_plan(app);
+  meshtrain::cli::register_schedule(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
