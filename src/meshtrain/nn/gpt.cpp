@@ -362,58 +362,90 @@ void GPT::embed_backward() {
 
 // ---- forward and backward -----------------------------------------------------
 
-float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+void GPT::check_micro_batch(const int32_t* inputs, const int32_t* targets, const float* input,
+                            int B, int T) const {
   MT_CHECK(B >= 1, "batch size must be >= 1 (got {})", B);
   MT_CHECK(T >= 1 && T <= cfg_.seq_len,
            "sequence length {} is outside [1, {}] (the model's context, model.seq_len)", T,
            cfg_.seq_len);
   MT_CHECK(dims_.tp_size == 1 || tp_, "a tensor-parallel gpt shard needs its tp group "
            "(set_tensor_parallel_group) before forward");
-  const int64_t C = dims_.C, V = dims_.V, Vl = dims_.Vl;
-  const int64_t BT = static_cast<int64_t>(B) * T;
+  const int64_t V = dims_.V, BT = static_cast<int64_t>(B) * T;
   MT_CHECK(!dims_.sp || BT % dims_.tp_size == 0, "sequence parallelism splits the micro-batch's "
            "{} x {} = {} tokens over tp = {}: make batch x seq_len a multiple of {}", B, T, BT,
            dims_.tp_size, dims_.tp_size);
+  MT_CHECK(dims_.embeds ? inputs != nullptr : input != nullptr, "pipeline stage of layers {}-{}: "
+           "forward needs {}", dims_.layer0, dims_.layer0 + dims_.L - 1,
+           dims_.embeds ? "the token ids" : "the previous stage's output");
   for (int64_t i = 0; i < BT; ++i) {
-    MT_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id {} at batch {} position {} is outside the "
-             "vocabulary [0, {})", inputs[i], i / T, i % T, V);
-    if (targets)
+    if (dims_.embeds)
+      MT_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id {} at batch {} position {} is outside "
+               "the vocabulary [0, {})", inputs[i], i / T, i % T, V);
+    if (targets && dims_.heads)
       MT_CHECK(targets[i] < V, "target id {} at batch {} position {} is outside the vocabulary "
                "[0, {})", targets[i], i / T, i % T, V);
   }
+}
+
+float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  return forward_stage({inputs, targets, B, T}, nullptr);
+}
+
+float GPT::forward_stage(const MicroBatch& mb, const float* input) {
+  const int B = mb.B, T = mb.T;
+  const int32_t* inputs = mb.inputs;
+  const int32_t* targets = mb.targets;
+  check_micro_batch(inputs, targets, input, B, T);
+  const int64_t C = dims_.C, BT = static_cast<int64_t>(B) * T;
   ensure_activations(B, T);
   GPTActivations& a = *acts_;
   scratch_block_ = -1;
   // The activation buffers are laid out for (B, T); strides below use them.
   B_ = B;
   T_ = T;
-  inputs = stage_ids(0, inputs, BT);  // from here on in the model's memory
-  if (targets) targets = stage_ids(1, targets, BT);
-  have_targets_ = targets != nullptr;
+  // From here on in the model's memory.
+  if (dims_.embeds) inputs = stage_ids(0, inputs, BT);
+  if (targets && dims_.heads) targets = stage_ids(1, targets, BT);
+  have_targets_ = targets != nullptr || !dims_.heads;
   const int64_t Nl = dims_.local_rows(BT);
 
-  const int L = cfg_.n_layer;
-  use_params(ParamEvent::Need, 0, false);
-  refresh_half_weights(0);
-  embed(inputs);
-  use_params(ParamEvent::Done, 0, false);
+  const int L = dims_.L;
+  if (dims_.embeds) {
+    use_params(ParamEvent::Need, 0, false);
+    refresh_half_weights(0);
+    embed(inputs);
+    use_params(ParamEvent::Done, 0, false);
+  } else {
+    k_->copy(stream_, a.encoded, input, Nl * C);  // the previous stage's output
+  }
   for (int l = 0; l < L; ++l) {
-    telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
-    use_params(ParamEvent::Need, 1 + l, false);
-    refresh_half_weights(1 + l);
+    telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", dims_.layer0 + l, "compute");
+    const int u = dims_.layer_unit(l);
+    use_params(ParamEvent::Need, u, false);
+    refresh_half_weights(u);
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * Nl * C;
     block_forward(l, residual, a.blocks[l], a.residual3 + l * Nl * C);
     if (recompute_.recomputes_block(l) || recompute_.recomputes_attention()) scratch_block_ = l;
-    use_params(ParamEvent::Done, 1 + l, false);
+    use_params(ParamEvent::Done, u, false);
   }
-  const float* last = a.residual3 + (L - 1) * Nl * C;
-  use_params(ParamEvent::Need, L + 1, false);
+  if (!dims_.heads) return std::numeric_limits<float>::quiet_NaN();
+  return head_forward(a.residual3 + (L - 1) * Nl * C, targets);
+}
+
+float GPT::head_forward(const float* last, const int32_t* targets) {
+  GPTActivations& a = *acts_;
+  const int64_t C = dims_.C, V = dims_.V, Vl = dims_.Vl;
+  const int64_t BT = static_cast<int64_t>(B_) * T_, Nl = dims_.local_rows(BT);
+  const int fin = dims_.final_unit();
+  use_params(ParamEvent::Need, fin, false);
   norm_forward(a.lnf, a.lnf_h, a.lnf_mean, a.lnf_rstd, last, params_.lnfw, params_.lnfb, Nl);
   use_params(ParamEvent::Need, 0, false);
-  // wte's 16-bit copy is current since the embedding lookup.
+  // wte's 16-bit copy is current since the embedding lookup (the first
+  // stage's); a last stage that does not embed rounds its own copy here.
+  if (!dims_.embeds) refresh_half_weights(0);
   linear_forward(a.logits, gather_rows({a.lnf, a.lnf_h}, BT), params_.wte, nullptr, BT, C, Vl, false);
   use_params(ParamEvent::Done, 0, false);
-  use_params(ParamEvent::Done, L + 1, false);
+  use_params(ParamEvent::Done, fin, false);
   if (!targets) return std::numeric_limits<float>::quiet_NaN();
 
   const int64_t counted =
@@ -429,22 +461,26 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   return mean_loss_;
 }
 
-void GPT::backward(float loss_scale) {
-  MT_CHECK(acts_ && have_targets_, "backward() needs a forward() with targets first");
+const float* GPT::stage_output() const {
+  if (!acts_ || dims_.heads) return nullptr;
+  const int64_t Nl = dims_.local_rows(static_cast<int64_t>(B_) * T_);
+  return acts_->residual3 + (dims_.L - 1) * Nl * dims_.C;
+}
+
+const float* GPT::stage_input_grad() const {
+  return acts_ && !dims_.embeds ? acts_->dresidual : nullptr;
+}
+
+void GPT::head_backward(float loss_scale) {
   GPTActivations& a = *acts_;
-  // Recomputed activations must be the same floats: same kernels, same threads.
-  MT_CHECK(recompute_.mode == Recompute::Mode::None || thread_count() == a.nthreads,
-           "thread count changed from {} to {} between forward and backward; recompute = {} "
-           "needs the forward's", a.nthreads, thread_count(), recompute_.name());
   const int64_t C = dims_.C, V = dims_.V, Vl = dims_.Vl;
   const int64_t BT = static_cast<int64_t>(B_) * T_, Nl = dims_.local_rows(BT);
   const int32_t* targets = staged_ids(1);
   const int64_t total = dims_.num_params();
-
-  const int L = cfg_.n_layer;
+  const int fin = dims_.final_unit();
   // Classifier: logits -> dlogits in place, then through the tied embedding.
   use_params(ParamEvent::Need, 0, true);
-  use_params(ParamEvent::Need, L + 1, true);
+  use_params(ParamEvent::Need, fin, true);
   const float dloss = counted_ > 0 ? loss_scale / static_cast<float>(counted_) : 0.f;
   if (dims_.tp_size == 1)
     k_->softmax_cross_entropy_backward(stream_, a.logits, targets, dloss, BT, V, Vl);
@@ -478,41 +514,57 @@ void GPT::backward(float loss_scale) {
   // Residual-stream gradient starts at zero; layernorm backward accumulates.
   float* dres = a.dresidual;
   zero_floats(dres, Nl * C);
-  const float* last = a.residual3 + (L - 1) * Nl * C;
+  const float* last = a.residual3 + (dims_.L - 1) * Nl * C;
   norm_backward(dres, grads_.lnfw, grads_.lnfb, dlnf_sum.get(), last, params_.lnfw, a.lnf_mean,
                 a.lnf_rstd, Nl);
-  use_params(ParamEvent::Done, L + 1, true);
+  use_params(ParamEvent::Done, fin, true);
   if (grad_ready_hook_) grad_ready_hook_(total - 2 * C, total);
+}
 
-  for (int l = L - 1; l >= 0; --l) {
-    telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", l, "compute");
-    use_params(ParamEvent::Need, 1 + l, true);
+void GPT::backward_stage(const float* output_grad, float loss_scale) {
+  MT_CHECK(acts_ && have_targets_, "backward() needs a forward() with targets first");
+  MT_CHECK(dims_.heads || output_grad, "pipeline stage of layers {}-{}: backward needs the next "
+           "stage's input gradient", dims_.layer0, dims_.layer0 + dims_.L - 1);
+  GPTActivations& a = *acts_;
+  // Recomputed activations must be the same floats: same kernels, same threads.
+  MT_CHECK(recompute_.mode == Recompute::Mode::None || thread_count() == a.nthreads,
+           "thread count changed from {} to {} between forward and backward; recompute = {} "
+           "needs the forward's", a.nthreads, thread_count(), recompute_.name());
+  const int64_t C = dims_.C;
+  const int64_t BT = static_cast<int64_t>(B_) * T_, Nl = dims_.local_rows(BT);
+  if (dims_.heads)
+    head_backward(loss_scale);
+  else
+    k_->copy(stream_, a.dresidual, output_grad, Nl * C);  // the next stage's input gradient
+
+  for (int l = dims_.L - 1; l >= 0; --l) {
+    telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", dims_.layer0 + l, "compute");
+    const int u = dims_.layer_unit(l);
+    use_params(ParamEvent::Need, u, true);
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * Nl * C;
     const GPTBlockActivations& s = a.blocks[l];
     // Re-run what the policy did not keep, unless the scratch slot still
     // holds this block from forward (the last block that used it).
     if (recompute_.recomputes_block(l) && scratch_block_ != l) {
-      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute layer", l, "compute");
+      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute layer", dims_.layer0 + l, "compute");
       block_forward(l, residual, s, nullptr);
       scratch_block_ = l;
     } else if (recompute_.recomputes_attention() && scratch_block_ != l) {
-      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute attention", l, "compute");
+      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute attention", dims_.layer0 + l, "compute");
       attention_core_forward(s);
       scratch_block_ = l;
     }
     block_backward(l, residual, s);
-    use_params(ParamEvent::Done, 1 + l, true);
+    use_params(ParamEvent::Done, u, true);
     if (grad_ready_hook_) {
       auto [b, e] = params_.layer_range(l);
       grad_ready_hook_(b, e);
     }
   }
-  embed_backward();
-  if (grad_ready_hook_) {
-    auto [b, e] = params_.layer_range(0);
-    grad_ready_hook_(0, b);
-  }
+  if (dims_.embeds) embed_backward();
+  // wte (and wpe): the embedding's gradient (first stage) and the head's
+  // (last) are both complete now.
+  if (grad_ready_hook_ && dims_.has_wte()) grad_ready_hook_(0, params_.layer_range(0).first);
 }
-
 
 }  // namespace meshtrain

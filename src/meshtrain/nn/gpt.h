@@ -67,6 +67,13 @@ class GPT final : public ModelBase {
   // logits are computed. T may be shorter than config().seq_len, never longer.
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T);
   float forward(const MicroBatch& b) override { return forward(b.inputs, b.targets, b.B, b.T); }
+  // Pipeline stages (Model): a stage's input and output are the residual
+  // stream (B, T, C) before its first and after its last layer.
+  float forward_stage(const MicroBatch& b, const float* input) override;
+  void backward_stage(const float* output_grad, float loss_scale) override;
+  const float* stage_output() const override;
+  const float* stage_input_grad() const override;
+  int64_t stage_width() const override { return dims_.C; }
   // Logits of the last forward, (B, T, padded_vocab); after backward() the
   // buffer holds the logit gradients instead. A tensor-parallel shard's are
   // its vocabulary columns (dims().Vl wide).
@@ -78,7 +85,7 @@ class GPT final : public ModelBase {
   // Accumulates d(loss * loss_scale)/d(params) into grads() for the last
   // forward (which must have had targets). loss_scale = 1/grad_accum for
   // accumulation, or the fp16 loss scale.
-  void backward(float loss_scale = 1.0f) override;
+  void backward(float loss_scale = 1.0f) override { backward_stage(nullptr, loss_scale); }
 
   // The grad-ready hook (ModelBase) is called during backward each time a
   // contiguous range [begin, end) of the gradient buffer has received its last
@@ -147,6 +154,14 @@ class GPT final : public ModelBase {
     const uint16_t* h = nullptr;
   };
   void ensure_activations(int B, int T);
+  // Checks the micro-batch against the model and this stage (ids in range,
+  // an input where the stage does not embed) before anything runs.
+  void check_micro_batch(const int32_t* inputs, const int32_t* targets, const float* input, int B,
+                         int T) const;
+  // The head: final LayerNorm, logits and (with targets) the loss.
+  float head_forward(const float* last, const int32_t* targets);
+  // Its backward into the residual-stream gradient.
+  void head_backward(float loss_scale);
   // Block l's forward from `input` into `s`; with `output`, also the block's
   // output (the residual stream); backward's recompute passes null (stored).
   void block_forward(int l, const float* input, const GPTBlockActivations& s, float* output);

@@ -82,17 +82,19 @@ int64_t layout(GPTActivations* a, float* base, const GPTDims& d, int B, int T,
       s.att_lse = t->scratch.att_lse;
     }
   }
-  if (half)
-    take_h(t->lnf_h, Nl * C);
-  else
-    take(t->lnf, Nl * C);
-  take(t->lnf_mean, Nl);
-  take(t->lnf_rstd, Nl);
-  take(t->logits, BT * Vl);
-  take(t->losses, BT);
-  if (d.tp_size > 1) {
-    take(t->lse, BT);
-    take(t->loss_scratch, 2 * BT);
+  if (d.heads) {  // a pipeline stage before the last has no head
+    if (half)
+      take_h(t->lnf_h, Nl * C);
+    else
+      take(t->lnf, Nl * C);
+    take(t->lnf_mean, Nl);
+    take(t->lnf_rstd, Nl);
+    take(t->logits, BT * Vl);
+    take(t->losses, BT);
+    if (d.tp_size > 1) {
+      take(t->lse, BT);
+      take(t->loss_scratch, 2 * BT);
+    }
   }
   take(t->dresidual, Nl * C);
   take(t->dbtc, BT * C);
@@ -108,7 +110,7 @@ int64_t layout(GPTActivations* a, float* base, const GPTDims& d, int B, int T,
   }
   if (half) {
     take_h(t->atty_h, BT * A);
-    take_h(t->dout_h, BT * std::max({C, 3 * A, F, Vl}));
+    take_h(t->dout_h, BT * std::max({C, 3 * A, F, d.heads ? Vl : C}));
   }
   return off;
 }

@@ -55,7 +55,7 @@ void GPTConfig::validate() const {
 GPTDims GPTDims::make(const GPTConfig& cfg, const ModelShard& shard) {
   cfg.validate();
   const int tp = shard.tp_size, r = shard.tp_rank;
-  shard.check_tensor_parallel_only("gpt");
+  const int layer_end = shard.check_stage(cfg.n_layer);
   shard.check_tp_divides(cfg.n_head, "n_head");
   shard.check_tp_divides(cfg.padded_vocab, "padded vocabulary (padded_vocab)");
   GPTDims d;
@@ -69,7 +69,11 @@ GPTDims GPTDims::make(const GPTConfig& cfg, const ModelShard& shard) {
   d.V = cfg.vocab_size;
   d.Vp = cfg.padded_vocab;
   d.T = cfg.seq_len;
-  d.L = cfg.n_layer;
+  d.n_layer = cfg.n_layer;
+  d.layer0 = shard.layer_begin;
+  d.L = layer_end - shard.layer_begin;
+  d.embeds = shard.first_stage;
+  d.heads = shard.last_stage;
   d.tp_rank = r;
   d.tp_size = tp;
   d.sp = shard.sequence_parallel && tp > 1;
@@ -80,7 +84,7 @@ int64_t GPTDims::num_params() const {
   // Per layer: ln_1, ln_2 (2C each), c_attn (3A x C + 3A), attn c_proj
   // (C x A + C), c_fc (F x C + F), mlp c_proj (C x F + C).
   const int64_t per_layer = 4 * C + 3 * A * C + 3 * A + C * A + C + F * C + F + C * F + C;
-  return Vl * C + T * C + L * per_layer + 2 * C;
+  return (has_wte() ? Vl * C : 0) + (embeds ? T * C : 0) + L * per_layer + (heads ? 2 * C : 0);
 }
 
 std::string GPTConfig::describe() const {

@@ -49,6 +49,16 @@ struct GPTDims {
   int64_t T = 0;           // rows of the position table
   int L = 0, tp_rank = 0, tp_size = 1;
   bool sp = false;  // sequence parallelism: the C-wide rows split over tp
+  // Pipeline stage: the layers held are [layer0, layer0 + L) of the model's
+  // n_layer; the first stage embeds (wte, wpe), the last holds ln_f and the
+  // tied head (its own copy of wte, whose gradient the stages add up).
+  int layer0 = 0, n_layer = 0;
+  bool embeds = true, heads = true;
+  bool has_wte() const { return embeds || heads; }
+  // Parameter units: 0 = wte (with wpe on the first stage) when held, then
+  // one per layer, then ln_f on the last stage.
+  int layer_unit(int l) const { return (has_wte() ? 1 : 0) + l; }
+  int final_unit() const { return layer_unit(L); }
   // Rows of an N-row micro-batch this instance keeps of the residual stream.
   int64_t local_rows(int64_t N) const { return sp ? N / tp_size : N; }
   // Elements of the flat parameter buffer.

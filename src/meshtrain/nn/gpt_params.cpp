@@ -20,8 +20,9 @@ GPTParams GPTParams::view(const GPTDims& d, const Tensor& flat) {
     off += t.numel();
     return t;
   };
-  p.wte = take({d.Vl, C});
-  p.wpe = take({d.T, C});
+  if (d.has_wte()) p.wte = take({d.Vl, C});
+  if (d.embeds) p.wpe = take({d.T, C});
+  p.layer0 = d.layer0;
   p.layers.resize(d.L);
   for (auto& l : p.layers) {
     l.ln1w = take({C});
@@ -37,19 +38,21 @@ GPTParams GPTParams::view(const GPTDims& d, const Tensor& flat) {
     l.fcprojw = take({C, F});
     l.fcprojb = take({C});
   }
-  p.lnfw = take({C});
-  p.lnfb = take({C});
+  if (d.heads) {
+    p.lnfw = take({C});
+    p.lnfb = take({C});
+  }
   MT_CHECK(off == flat.numel(), "parameter layout covers {} of {} elements", off, flat.numel());
   return p;
 }
 
 std::vector<std::pair<std::string, Tensor>> GPTParams::named() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  out.emplace_back("wte.weight", wte);
-  out.emplace_back("wpe.weight", wpe);
+  if (wte.defined()) out.emplace_back("wte.weight", wte);
+  if (wpe.defined()) out.emplace_back("wpe.weight", wpe);
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
-    std::string h = "h." + std::to_string(i) + ".";
+    std::string h = "h." + std::to_string(layer0 + static_cast<int>(i)) + ".";
     out.emplace_back(h + "ln_1.weight", l.ln1w);
     out.emplace_back(h + "ln_1.bias", l.ln1b);
     out.emplace_back(h + "attn.c_attn.weight", l.qkvw);
@@ -63,8 +66,10 @@ std::vector<std::pair<std::string, Tensor>> GPTParams::named() const {
     out.emplace_back(h + "mlp.c_proj.weight", l.fcprojw);
     out.emplace_back(h + "mlp.c_proj.bias", l.fcprojb);
   }
-  out.emplace_back("ln_f.weight", lnfw);
-  out.emplace_back("ln_f.bias", lnfb);
+  if (lnfw.defined()) {
+    out.emplace_back("ln_f.weight", lnfw);
+    out.emplace_back("ln_f.bias", lnfb);
+  }
   return out;
 }
 
@@ -77,9 +82,11 @@ std::pair<int64_t, int64_t> GPTParams::layer_range(int l) const {
 
 std::pair<int64_t, int64_t> GPTParams::unit_range(int unit) const {
   const int L = static_cast<int>(layers.size());
-  MT_CHECK(unit >= 0 && unit <= L + 1, "parameter unit {} is outside [0, {}]", unit, L + 1);
-  if (unit == 0) return {0, layer_range(0).first};
-  if (unit <= L) return layer_range(unit - 1);
+  const int first = wte.defined() ? 1 : 0;  // unit of layer 0
+  const int units = first + L + (lnfw.defined() ? 1 : 0);
+  MT_CHECK(unit >= 0 && unit < units, "parameter unit {} is outside [0, {})", unit, units);
+  if (unit < first) return {0, layer_range(0).first};
+  if (unit < first + L) return layer_range(unit - first);
   return {layer_range(L - 1).second, flat.numel()};
 }
 

@@ -25,8 +25,9 @@ struct GPTLayerParams {
 };
 
 struct GPTParams {
-  Tensor wte, wpe;
+  Tensor wte, wpe;  // undefined where a pipeline stage does not hold them
   std::vector<GPTLayerParams> layers;
+  int layer0 = 0;   // the model layer of layers[0] (a pipeline stage's first)
   Tensor lnfw, lnfb;
   Tensor flat;  // the whole buffer, 1-D
 
@@ -42,8 +43,12 @@ struct GPTParams {
   // Parameter units: the groups whose parameters a forward or backward step
   // uses together (ZeRO-3 gathers one unit at a time). Unit 0 = embeddings
   // (wte, wpe; wte is also the tied output projection), units 1..L = layers
-  // 0..L-1, unit L+1 = the final LayerNorm. They tile the flat buffer in order.
-  int num_units() const { return static_cast<int>(layers.size()) + 2; }
+  // 0..L-1, unit L+1 = the final LayerNorm. They tile the flat buffer in
+  // order. A pipeline stage has unit 0 only if it holds wte (first: wte and
+  // wpe; last: wte for the head) and the final LayerNorm only if last.
+  int num_units() const {
+    return (wte.defined() ? 1 : 0) + static_cast<int>(layers.size()) + (lnfw.defined() ? 1 : 0);
+  }
   std::pair<int64_t, int64_t> unit_range(int unit) const;
 };
 

@@ -20,7 +20,9 @@ namespace {
 // parameters with its slices: c_attn (its heads' q, k and v rows: 3 parts)
 // and c_fc by rows, with their biases (column-parallel), both c_proj
 // matrices by columns (row-parallel; their biases whole), wte by rows (a
-// vocabulary-parallel embedding and tied head); the rest whole.
+// vocabulary-parallel embedding and tied head); the rest whole. A pipeline
+// stage lists its own layers under their model-wide names, wte and wpe on
+// the first stage, ln_f and the head's wte on the last (GPTDims::layer_unit).
 ParamLayout gpt_layout(const GPTDims& d) {
   const int64_t C = d.C, A = d.A, F = d.F, tp = d.tp_size;
   const int L = d.L;
@@ -31,7 +33,8 @@ ParamLayout gpt_layout(const GPTDims& d) {
     ParamInfo p;
     p.name = std::move(name), p.shape = shape, p.begin = at, p.unit = unit;
     p.decay = shape.size() >= 2, p.half_weight = half_weight;
-    p.adaptable = shape.size() >= 2 && unit >= 1 && unit <= L;  // the blocks' linear layers
+    // The blocks' linear layers.
+    p.adaptable = shape.size() >= 2 && unit >= d.layer_unit(0) && unit < d.layer_unit(L);
     if (tp > 1 && split_dim >= 0) {
       p.split_dim = split_dim;
       p.split_parts = parts;
@@ -42,39 +45,46 @@ ParamLayout gpt_layout(const GPTDims& d) {
     lay.params.push_back(std::move(p));
   };
   auto unit = [&](std::string name, int64_t begin) { lay.units.push_back({std::move(name), begin, at}); };
-  add("wte.weight", {d.Vl, C}, 0, true, 0);
-  add("wpe.weight", {d.T, C}, 0, false);
-  unit("embeddings", 0);
+  if (d.has_wte()) add("wte.weight", {d.Vl, C}, 0, true, 0);
+  if (d.embeds) add("wpe.weight", {d.T, C}, 0, false);
+  if (d.has_wte()) unit(d.embeds ? "embeddings" : "head", 0);
   for (int l = 0; l < L; ++l) {
     const int64_t begin = at;
-    const std::string h = "h." + std::to_string(l) + ".";
-    add(h + "ln_1.weight", {C}, 1 + l, false);
-    add(h + "ln_1.bias", {C}, 1 + l, false);
-    add(h + "attn.c_attn.weight", {3 * A, C}, 1 + l, true, 0, 3);
-    add(h + "attn.c_attn.bias", {3 * A}, 1 + l, false, 0, 3);
-    add(h + "attn.c_proj.weight", {C, A}, 1 + l, true, 1);
-    add(h + "attn.c_proj.bias", {C}, 1 + l, false);
-    add(h + "ln_2.weight", {C}, 1 + l, false);
-    add(h + "ln_2.bias", {C}, 1 + l, false);
-    add(h + "mlp.c_fc.weight", {F, C}, 1 + l, true, 0);
-    add(h + "mlp.c_fc.bias", {F}, 1 + l, false, 0);
-    add(h + "mlp.c_proj.weight", {C, F}, 1 + l, true, 1);
-    add(h + "mlp.c_proj.bias", {C}, 1 + l, false);
-    unit("layer " + std::to_string(l), begin);
+    const int u = d.layer_unit(l);
+    const std::string h = "h." + std::to_string(d.layer0 + l) + ".";
+    add(h + "ln_1.weight", {C}, u, false);
+    add(h + "ln_1.bias", {C}, u, false);
+    add(h + "attn.c_attn.weight", {3 * A, C}, u, true, 0, 3);
+    add(h + "attn.c_attn.bias", {3 * A}, u, false, 0, 3);
+    add(h + "attn.c_proj.weight", {C, A}, u, true, 1);
+    add(h + "attn.c_proj.bias", {C}, u, false);
+    add(h + "ln_2.weight", {C}, u, false);
+    add(h + "ln_2.bias", {C}, u, false);
+    add(h + "mlp.c_fc.weight", {F, C}, u, true, 0);
+    add(h + "mlp.c_fc.bias", {F}, u, false, 0);
+    add(h + "mlp.c_proj.weight", {C, F}, u, true, 1);
+    add(h + "mlp.c_proj.bias", {C}, u, false);
+    unit("layer " + std::to_string(d.layer0 + l), begin);
   }
-  const int64_t lnf = at;
-  add("ln_f.weight", {C}, L + 1, false);
-  add("ln_f.bias", {C}, L + 1, false);
-  unit("final norm", lnf);
+  const int fin = d.final_unit();
+  if (d.heads) {
+    const int64_t lnf = at;
+    add("ln_f.weight", {C}, fin, false);
+    add("ln_f.bias", {C}, fin, false);
+    unit("final norm", lnf);
+  }
   lay.numel = at;
   // nn/gpt.h documents this order; the tied embedding's gradient comes
   // between GradBegin 0 and GradEnd 0 at the backward head.
   auto use = [&](bool need, int u, bool bwd) { lay.order.push_back({need, u, bwd}); };
-  for (int u = 0; u <= L; ++u) use(true, u, false), use(false, u, false);
-  use(true, L + 1, false), use(true, 0, false), use(false, 0, false), use(false, L + 1, false);
-  use(true, 0, true), use(true, L + 1, true), use(false, 0, true), use(false, L + 1, true);
-  for (int u = L; u >= 1; --u) use(true, u, true), use(false, u, true);
-  lay.bracketed_grad_unit = 0;
+  if (d.embeds) use(true, 0, false), use(false, 0, false);
+  for (int l = 0; l < L; ++l) use(true, d.layer_unit(l), false), use(false, d.layer_unit(l), false);
+  if (d.heads) {
+    use(true, fin, false), use(true, 0, false), use(false, 0, false), use(false, fin, false);
+    use(true, 0, true), use(true, fin, true), use(false, 0, true), use(false, fin, true);
+  }
+  for (int l = L - 1; l >= 0; --l) use(true, d.layer_unit(l), true), use(false, d.layer_unit(l), true);
+  lay.bracketed_grad_unit = d.heads ? 0 : -1;
   lay.validate();
   return lay;
 }
@@ -93,7 +103,7 @@ GPTSpec::GPTSpec(const GPTConfig& cfg, const ModelShard& shard) : DecoderSpecBas
   layout_ = gpt_layout(dims_);
   MT_CHECK(layout_.numel == dims_.num_params(), "GPT layout has {} elements, the dims {}",
            layout_.numel, dims_.num_params());
-  if (dims_.tp_size == 1)
+  if (dims_.tp_size == 1 && !shard_.is_stage())
     MT_CHECK(layout_.numel == cfg_.num_params(), "GPT layout has {} elements, the config {}",
              layout_.numel, cfg_.num_params());
 }

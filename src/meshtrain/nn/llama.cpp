@@ -211,7 +211,7 @@ void Llama::block_forward(int l, const float* input, const LlamaBlockActivations
   row_parallel_forward(output, s.residual2, s.act, o.down, N, H);
 }
 
-float Llama::forward(const MicroBatch& b) {
+float Llama::forward_stage(const MicroBatch& b, const float* input) {
   MT_CHECK(b.B >= 1, "batch size must be >= 1 (got {})", b.B);
   MT_CHECK(b.T >= 1 && b.T <= cfg_.seq_len,
            "sequence length {} is outside [1, {}] (the model's context, model.seq_len)", b.T,
@@ -222,12 +222,16 @@ float Llama::forward(const MicroBatch& b) {
   MT_CHECK(!dims_.sp || N % dims_.tp_size == 0, "sequence parallelism splits the micro-batch's "
            "{} x {} = {} tokens over tp = {}: make batch x seq_len a multiple of {}", b.B, b.T, N,
            dims_.tp_size, dims_.tp_size);
+  MT_CHECK(dims_.embeds ? b.inputs != nullptr : input != nullptr, "pipeline stage of layers "
+           "{}-{}: forward needs {}", dims_.layer0, dims_.layer0 + dims_.L - 1,
+           dims_.embeds ? "the token ids" : "the previous stage's output");
   const int64_t Nl = dims_.local_rows(N);
   const int64_t V = cfg_.vocab_size, Vl = dims_.Vl, v0 = dims_.v_begin;
   for (int64_t i = 0; i < N; ++i) {
-    MT_CHECK(b.inputs[i] >= 0 && b.inputs[i] < V, "token id {} at batch {} position {} is outside "
-             "the vocabulary [0, {})", b.inputs[i], i / b.T, i % b.T, V);
-    if (b.targets)
+    if (dims_.embeds)
+      MT_CHECK(b.inputs[i] >= 0 && b.inputs[i] < V, "token id {} at batch {} position {} is "
+               "outside the vocabulary [0, {})", b.inputs[i], i / b.T, i % b.T, V);
+    if (b.targets && dims_.heads)
       MT_CHECK(b.targets[i] < V, "target id {} at batch {} position {} is outside the vocabulary "
                "[0, {})", b.targets[i], i / b.T, i % b.T, V);
   }
@@ -236,43 +240,49 @@ float Llama::forward(const MicroBatch& b) {
   B_ = b.B;
   T_ = b.T;
   // The ids in the model's memory from here on.
-  const int32_t* inputs = stage_ids(0, b.inputs, N);
-  have_targets_ = b.targets != nullptr;
-  const int32_t* targets = have_targets_ ? stage_ids(1, b.targets, N) : nullptr;
-  const int L = cfg_.n_layer;
-
-  use_params(ParamEvent::Need, 0, false);
-  half_.refresh(spec_->layout(), 0, w(0), *k_);
-  // The rows this shard holds ([v0, v0 + Vl): all of them without tp); a
-  // token elsewhere is another shard's, summed in by the allreduce.
-  const bool mixed = half_.mixed();
-  const Half h = half_.format();
-  const uint16_t* emb_h = mixed ? hw(spec_->embed_offset()) : nullptr;
-  const float* emb = w(spec_->embed_offset());
-  // Sequence parallelism: all N rows' partial lookups, reduce-scattered.
-  float* looked_up = dims_.sp ? a.gathered : a.encoded;
-  // Mixed: the 16-bit copy, rounded like every weight the model computes with.
-  k_->embedding_lookup(stream_, looked_up, inputs, emb, emb_h, h, v0, Vl, N, C);
-  if (dims_.sp)
-    tp_->reduce_scatter(looked_up, a.encoded, dims_.local_rows(N) * C);
-  else if (dims_.tp_size > 1)
-    tp_->allreduce_sum(a.encoded, N * C);
-  use_params(ParamEvent::Done, 0, false);
-  for (int l = 0; l < L; ++l) {
-    telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", l, "compute");
-    use_params(ParamEvent::Need, 1 + l, false);
-    half_.refresh(spec_->layout(), 1 + l, w(0), *k_);
-    const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * Nl * C;
-    block_forward(l, input, a.blocks[l], a.residual + l * Nl * C);
-    use_params(ParamEvent::Done, 1 + l, false);
+  const int32_t* targets = b.targets && dims_.heads ? stage_ids(1, b.targets, N) : nullptr;
+  have_targets_ = targets != nullptr || !dims_.heads;
+  const int L = dims_.L;
+  if (dims_.embeds) {
+    const int32_t* inputs = stage_ids(0, b.inputs, N);
+    use_params(ParamEvent::Need, 0, false);
+    half_.refresh(spec_->layout(), 0, w(0), *k_);
+    // The rows this shard holds ([v0, v0 + Vl): all of them without tp); a
+    // token elsewhere is another shard's, summed in by the allreduce.
+    const bool mixed = half_.mixed();
+    const Half h = half_.format();
+    const uint16_t* emb_h = mixed ? hw(spec_->embed_offset()) : nullptr;
+    const float* emb = w(spec_->embed_offset());
+    // Sequence parallelism: all N rows' partial lookups, reduce-scattered.
+    float* looked_up = dims_.sp ? a.gathered : a.encoded;
+    // Mixed: the 16-bit copy, rounded like every weight the model computes with.
+    k_->embedding_lookup(stream_, looked_up, inputs, emb, emb_h, h, v0, Vl, N, C);
+    if (dims_.sp)
+      tp_->reduce_scatter(looked_up, a.encoded, dims_.local_rows(N) * C);
+    else if (dims_.tp_size > 1)
+      tp_->allreduce_sum(a.encoded, N * C);
+    use_params(ParamEvent::Done, 0, false);
+  } else {
+    k_->copy(stream_, a.encoded, input, Nl * C);  // the previous stage's output
   }
-  use_params(ParamEvent::Need, L + 1, false);
-  half_.refresh(spec_->layout(), L + 1, w(0), *k_);
+  for (int l = 0; l < L; ++l) {
+    telemetry::TraceScope trace(telemetry::global_tracer(), "forward layer", dims_.layer0 + l, "compute");
+    const int u = dims_.layer_unit(l);
+    use_params(ParamEvent::Need, u, false);
+    half_.refresh(spec_->layout(), u, w(0), *k_);
+    const float* in = l == 0 ? a.encoded : a.residual + (l - 1) * Nl * C;
+    block_forward(l, in, a.blocks[l], a.residual + l * Nl * C);
+    use_params(ParamEvent::Done, u, false);
+  }
+  if (!dims_.heads) return std::numeric_limits<float>::quiet_NaN();
+  const int fin = dims_.final_unit();
+  use_params(ParamEvent::Need, fin, false);
+  half_.refresh(spec_->layout(), fin, w(0), *k_);
   const float* last = a.residual + (L - 1) * Nl * C;
   k_->rmsnorm_forward(stream_, a.lnf, a.lnf_rstd, last, w(spec_->norm_offset()), Nl, C, cfg_.norm_eps);
   linear_forward(a.logits, gather_rows(a.lnf, a.gathered, N), spec_->head_offset(), N, C, Vl);
-  use_params(ParamEvent::Done, L + 1, false);
-  if (!have_targets_) return std::numeric_limits<float>::quiet_NaN();
+  use_params(ParamEvent::Done, fin, false);
+  if (!targets) return std::numeric_limits<float>::quiet_NaN();
   if (dims_.tp_size == 1)
     counted_ = k_->softmax_cross_entropy_forward(stream_, a.losses, a.logits, targets, N, V, Vl);
   else
@@ -282,6 +292,16 @@ float Llama::forward(const MicroBatch& b) {
   // and backward adds nothing (nn/model.h).
   const double sum = sum_floats(a.losses, N);
   return counted_ > 0 ? static_cast<float>(sum / counted_) : 0.f;
+}
+
+const float* Llama::stage_output() const {
+  if (!acts_ || dims_.heads) return nullptr;
+  const int64_t Nl = dims_.local_rows(static_cast<int64_t>(B_) * T_);
+  return acts_->residual + (dims_.L - 1) * Nl * dims_.C;
+}
+
+const float* Llama::stage_input_grad() const {
+  return acts_ && !dims_.embeds ? acts_->dresidual : nullptr;
 }
 
 void Llama::block_backward(int l, const float* input, const LlamaBlockActivations& s) {
@@ -317,17 +337,13 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   norm_backward(dres, o.ln1, dln1.get(), input, s.ln1_rstd, Nl);
 }
 
-void Llama::backward(float loss_scale) {
-  MT_CHECK(acts_ && have_targets_, "backward() needs a forward() with targets first");
+void Llama::head_backward(float loss_scale) {
   LlamaActivations& a = *acts_;
-  MT_CHECK(recompute_.mode == Recompute::Mode::None || thread_count() == a.nthreads,
-           "thread count changed from {} to {} between forward and backward; recompute = {} "
-           "needs the forward's", a.nthreads, thread_count(), recompute_.name());
   const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.C;
   const int64_t V = cfg_.vocab_size, Vl = dims_.Vl, v0 = dims_.v_begin;
-  const int L = cfg_.n_layer;
+  const int fin = dims_.final_unit();
   // Head: logits -> dlogits in place, through lm_head and the final norm.
-  use_params(ParamEvent::Need, L + 1, true);
+  use_params(ParamEvent::Need, fin, true);
   const float dloss = counted_ > 0 ? loss_scale / static_cast<float>(counted_) : 0.f;
   if (dims_.tp_size == 1)
     k_->softmax_cross_entropy_backward(stream_, a.logits, staged_ids(1), dloss, N, V, Vl);
@@ -337,35 +353,52 @@ void Llama::backward(float loss_scale) {
   PendingGradient dlnf = column_parallel_backward(a.dbtc, spec_->head_offset(), a.logits,
                                                   gather_rows(a.lnf, a.gathered, N), N, C, Vl);
   zero_floats(a.dresidual, Nl * C);
-  const float* last = a.residual + (L - 1) * Nl * C;
+  const float* last = a.residual + (dims_.L - 1) * Nl * C;
   norm_backward(a.dresidual, spec_->norm_offset(), dlnf.get(), last, a.lnf_rstd, Nl);
-  use_params(ParamEvent::Done, L + 1, true);
-  ready(L + 1);
-  for (int l = L - 1; l >= 0; --l) {
-    telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", l, "compute");
-    use_params(ParamEvent::Need, 1 + l, true);
+  use_params(ParamEvent::Done, fin, true);
+  ready(fin);
+}
+
+void Llama::backward_stage(const float* output_grad, float loss_scale) {
+  MT_CHECK(acts_ && have_targets_, "backward() needs a forward() with targets first");
+  MT_CHECK(dims_.heads || output_grad, "pipeline stage of layers {}-{}: backward needs the next "
+           "stage's input gradient", dims_.layer0, dims_.layer0 + dims_.L - 1);
+  LlamaActivations& a = *acts_;
+  MT_CHECK(recompute_.mode == Recompute::Mode::None || thread_count() == a.nthreads,
+           "thread count changed from {} to {} between forward and backward; recompute = {} "
+           "needs the forward's", a.nthreads, thread_count(), recompute_.name());
+  const int64_t N = static_cast<int64_t>(B_) * T_, C = dims_.C;
+  const int64_t Vl = dims_.Vl, v0 = dims_.v_begin;
+  const int64_t Nl = dims_.local_rows(N);
+  if (dims_.heads)
+    head_backward(loss_scale);
+  else
+    k_->copy(stream_, a.dresidual, output_grad, Nl * C);  // the next stage's input gradient
+  for (int l = dims_.L - 1; l >= 0; --l) {
+    telemetry::TraceScope trace(telemetry::global_tracer(), "backward layer", dims_.layer0 + l, "compute");
+    const int u = dims_.layer_unit(l);
+    use_params(ParamEvent::Need, u, true);
     const float* input = l == 0 ? a.encoded : a.residual + (l - 1) * Nl * C;
     const LlamaBlockActivations& s = a.blocks[l];
     // Re-run what the policy did not keep (same kernels and threads: same floats).
     if (recompute_.recomputes_block(l)) {
-      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute layer", l, "compute");
+      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute layer", dims_.layer0 + l, "compute");
       block_forward(l, input, s, nullptr);
     } else if (recompute_.recomputes_attention()) {
-      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute attention", l, "compute");
+      telemetry::TraceScope rt(telemetry::global_tracer(), "recompute attention", dims_.layer0 + l, "compute");
       attention_core_forward(s);
     }
     block_backward(l, input, s);
-    use_params(ParamEvent::Done, 1 + l, true);
-    ready(1 + l);
+    use_params(ParamEvent::Done, u, true);
+    ready(u);
   }
   // Embedding lookup: rows of the batch's tokens, in position order
   // (deterministic). It reads no parameters, so there is no Need/Done (ZeRO-3
   // does not gather the embedding for it); the grad-ready hook reports it.
-  if (frozen_) return;
+  if (frozen_ || !dims_.embeds) return;
   float* demb = g(spec_->embed_offset());
   const float* dencoded = gather_rows(a.dresidual, a.gathered2, N);  // every token's gradient
   k_->embedding_accumulate(stream_, demb, dencoded, staged_ids(0), v0, Vl, N, C);
   ready(0);
 }
-
 }  // namespace meshtrain

@@ -47,8 +47,15 @@ class Llama final : public ModelBase {
 
   // N(0, 0.02) matrices and embeddings (padded vocabulary rows zero), unit norms.
   void init_weights(uint64_t seed) override;
-  float forward(const MicroBatch& batch) override;
-  void backward(float loss_scale) override;
+  float forward(const MicroBatch& batch) override { return forward_stage(batch, nullptr); }
+  void backward(float loss_scale) override { backward_stage(nullptr, loss_scale); }
+  // Pipeline stages (Model): a stage's input and output are the residual
+  // stream (B, T, C) before its first and after its last layer.
+  float forward_stage(const MicroBatch& batch, const float* input) override;
+  void backward_stage(const float* output_grad, float loss_scale) override;
+  const float* stage_output() const override;
+  const float* stage_input_grad() const override;
+  int64_t stage_width() const override { return dims_.C; }
   const float* logits() const override;
   // A tensor-parallel shard's logits are its vocabulary slice (dims().Vl wide).
   int logits_stride() const override { return static_cast<int>(dims_.Vl); }
@@ -78,6 +85,8 @@ class Llama final : public ModelBase {
   // Block l from `input`; with `output`, also its output (backward's recompute passes null).
   void block_forward(int l, const float* input, const LlamaBlockActivations& s, float* output);
   void attention_core_forward(const LlamaBlockActivations& s);
+  // The head's backward (loss, lm_head, final norm) into the residual-stream gradient.
+  void head_backward(float loss_scale);
   void block_backward(int l, const float* input, const LlamaBlockActivations& s);
   // GQA: q|k|v with k, v repeated per query head, the layout the attention kernel reads.
   void expand_kv(const float* qkv, float* full) const;

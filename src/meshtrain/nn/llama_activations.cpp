@@ -57,13 +57,15 @@ int64_t layout(LlamaActivations* a, float* base, const LlamaDims& d, int B, int 
       if (rc.recomputes_attention()) s.atty = scratch.atty, s.att_lse = scratch.att_lse;
     }
   }
-  x.lnf = take(Nl * C);
-  x.lnf_rstd = take(Nl);
-  x.logits = take(N * Vl);
-  x.losses = take(N);
-  if (d.tp_size > 1) {
-    x.lse = take(N);
-    x.loss_scratch = take(2 * N);
+  if (d.heads) {  // a pipeline stage before the last has no head
+    x.lnf = take(Nl * C);
+    x.lnf_rstd = take(Nl);
+    x.logits = take(N * Vl);
+    x.losses = take(N);
+    if (d.tp_size > 1) {
+      x.lse = take(N);
+      x.loss_scratch = take(2 * N);
+    }
   }
   x.dresidual = take(Nl * C);
   x.dbtc = take(N * C);

@@ -67,7 +67,7 @@ void LlamaConfig::validate() const {
 
 LlamaDims LlamaDims::make(const LlamaConfig& cfg, const ModelShard& shard) {
   const int tp = shard.tp_size, r = shard.tp_rank;
-  shard.check_tensor_parallel_only("llama");
+  const int layer_end = shard.check_stage(cfg.n_layer);
   shard.check_tp_divides(cfg.n_head, "n_head");
   shard.check_tp_divides(cfg.n_kv_head, "n_kv_head");
   shard.check_tp_divides(cfg.ffn_hidden, "ffn_hidden");
@@ -85,7 +85,10 @@ LlamaDims LlamaDims::make(const LlamaConfig& cfg, const ModelShard& shard) {
   d.v_begin = d.Vl * r;
   d.V = cfg.vocab_size;
   d.Vp = cfg.padded_vocab;
-  d.L = cfg.n_layer;
+  d.layer0 = shard.layer_begin;
+  d.L = layer_end - shard.layer_begin;
+  d.embeds = shard.first_stage;
+  d.heads = shard.last_stage;
   d.tp_rank = r;
   d.tp_size = tp;
   d.sp = shard.sequence_parallel && tp > 1;

@@ -56,6 +56,14 @@ struct LlamaDims {
   int64_t V = 0, Vp = 0;    // the real and padded vocabulary (whole model)
   int L = 0, tp_rank = 0, tp_size = 1;
   bool sp = false;  // sequence parallelism: the C-wide rows split over tp
+  // Pipeline stage: layers [layer0, layer0 + L) of the model's; the first
+  // stage embeds, the last holds the final norm and lm_head (untied).
+  int layer0 = 0;
+  bool embeds = true, heads = true;
+  // Parameter units: 0 = the embedding (first stage), one per layer, then
+  // the final norm with lm_head (last stage).
+  int layer_unit(int l) const { return (embeds ? 1 : 0) + l; }
+  int final_unit() const { return layer_unit(L); }
   bool gqa() const { return NKV != NH; }
   // Rows of an N-row micro-batch this instance keeps of the residual stream.
   int64_t local_rows(int64_t N) const { return sp ? N / tp_size : N; }

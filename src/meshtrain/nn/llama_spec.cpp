@@ -17,14 +17,15 @@ LlamaSpec::LlamaSpec(const LlamaConfig& cfg, const ModelShard& shard)
   dims_ = LlamaDims::make(cfg_, shard_);
   const LlamaDims& d = dims_;
   const int64_t C = d.C, tp = d.tp_size;
-  const int L = cfg_.n_layer;
+  const int L = d.L;
   int64_t at = 0;
   // `shape` is the slice held; split_dim the dimension tp splits (-1: whole).
   auto add = [&](std::string name, Shape shape, int unit, int split_dim = -1) {
     ParamInfo p;
     p.name = std::move(name), p.shape = shape, p.begin = at, p.unit = unit;
     p.decay = p.half_weight = shape.size() >= 2;
-    p.adaptable = shape.size() >= 2 && unit >= 1 && unit <= L;  // the blocks' linear layers
+    // The blocks' linear layers.
+    p.adaptable = shape.size() >= 2 && unit >= d.layer_unit(0) && unit < d.layer_unit(L);
     if (tp > 1 && split_dim >= 0) {
       p.split_dim = split_dim;
       p.full_shape = shape;
@@ -34,36 +35,45 @@ LlamaSpec::LlamaSpec(const LlamaConfig& cfg, const ModelShard& shard)
     layout_.params.push_back(std::move(p));
     return layout_.params.back().begin;
   };
-  add("model.embed_tokens.weight", {d.Vl, C}, 0, 0);
-  layout_.units.push_back({"embeddings", 0, at});
+  // A pipeline stage lists its own layers under their model-wide names, the
+  // embedding on the first stage, the norm and head on the last.
+  if (d.embeds) {
+    add("model.embed_tokens.weight", {d.Vl, C}, 0, 0);
+    layout_.units.push_back({"embeddings", 0, at});
+  }
   for (int l = 0; l < L; ++l) {
     const int64_t begin = at;
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const int u = d.layer_unit(l);
+    const std::string p = "model.layers." + std::to_string(d.layer0 + l) + ".";
     LayerOffsets o{};
-    o.ln1 = add(p + "input_layernorm.weight", {C}, 1 + l);
-    o.qkv = add(p + "self_attn.q_proj.weight", {d.A, C}, 1 + l, 0);
-    add(p + "self_attn.k_proj.weight", {d.KV, C}, 1 + l, 0);
-    add(p + "self_attn.v_proj.weight", {d.KV, C}, 1 + l, 0);
-    o.o = add(p + "self_attn.o_proj.weight", {C, d.A}, 1 + l, 1);
-    o.ln2 = add(p + "post_attention_layernorm.weight", {C}, 1 + l);
-    o.gate_up = add(p + "mlp.gate_proj.weight", {d.H, C}, 1 + l, 0);
-    add(p + "mlp.up_proj.weight", {d.H, C}, 1 + l, 0);
-    o.down = add(p + "mlp.down_proj.weight", {C, d.H}, 1 + l, 1);
+    o.ln1 = add(p + "input_layernorm.weight", {C}, u);
+    o.qkv = add(p + "self_attn.q_proj.weight", {d.A, C}, u, 0);
+    add(p + "self_attn.k_proj.weight", {d.KV, C}, u, 0);
+    add(p + "self_attn.v_proj.weight", {d.KV, C}, u, 0);
+    o.o = add(p + "self_attn.o_proj.weight", {C, d.A}, u, 1);
+    o.ln2 = add(p + "post_attention_layernorm.weight", {C}, u);
+    o.gate_up = add(p + "mlp.gate_proj.weight", {d.H, C}, u, 0);
+    add(p + "mlp.up_proj.weight", {d.H, C}, u, 0);
+    o.down = add(p + "mlp.down_proj.weight", {C, d.H}, u, 1);
     layers_.push_back(o);
-    layout_.units.push_back({"layer " + std::to_string(l), begin, at});
+    layout_.units.push_back({"layer " + std::to_string(d.layer0 + l), begin, at});
   }
-  const int64_t head_begin = at;
-  norm_ = add("model.norm.weight", {C}, L + 1);
-  head_ = add("lm_head.weight", {d.Vl, C}, L + 1, 0);
-  layout_.units.push_back({"norm and head", head_begin, at});
+  const int fin = d.final_unit();
+  if (d.heads) {
+    const int64_t head_begin = at;
+    norm_ = add("model.norm.weight", {C}, fin);
+    head_ = add("lm_head.weight", {d.Vl, C}, fin, 0);
+    layout_.units.push_back({"norm and head", head_begin, at});
+  }
   layout_.numel = at;
   auto use = [&](bool need, int u, bool bwd) { layout_.order.push_back({need, u, bwd}); };
-  for (int u = 0; u <= L + 1; ++u) use(true, u, false), use(false, u, false);
+  const int units = layout_.num_units();
+  for (int u = 0; u < units; ++u) use(true, u, false), use(false, u, false);
   // Backward: the head, then the layers; the embedding's backward reads no
   // parameters (llama.cpp), so it has no Need/Done.
-  for (int u = L + 1; u >= 1; --u) use(true, u, true), use(false, u, true);
+  for (int u = units - 1; u >= d.layer_unit(0); --u) use(true, u, true), use(false, u, true);
   layout_.validate();
-  if (tp == 1)
+  if (tp == 1 && !shard_.is_stage())
     MT_CHECK(layout_.numel == cfg_.num_params(), "llama layout has {} elements, the config {}",
              layout_.numel, cfg_.num_params());
 }

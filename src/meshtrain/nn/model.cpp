@@ -75,6 +75,20 @@ void ModelShard::check_tensor_parallel_only(const char* family) const {
            "{}: pipeline stages are not supported yet", family);
 }
 
+int ModelShard::check_stage(int n_layer) const {
+  MT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size,
+           "tensor-parallel rank {} of {} is out of range", tp_rank, tp_size);
+  const int end = layer_end < 0 ? n_layer : layer_end;
+  MT_CHECK(layer_begin >= 0 && layer_begin < end && end <= n_layer,
+           "pipeline stage layers [{}, {}) are not a non-empty part of the model's {} layers",
+           layer_begin, end, n_layer);
+  MT_CHECK(first_stage == (layer_begin == 0) && last_stage == (end == n_layer),
+           "pipeline stage layers [{}, {}) of {}: the first stage must start at layer 0 and the "
+           "last end at layer {} (first_stage {}, last_stage {})", layer_begin, end, n_layer,
+           n_layer, first_stage, last_stage);
+  return end;
+}
+
 void ModelShard::check_tp_divides(int64_t n, const char* what) const {
   MT_CHECK(n % tp_size == 0, "parallel.tp = {} must divide the model's {} ({}): choose a tp that "
            "divides it", tp_size, what, n);
@@ -101,5 +115,21 @@ void Model::set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group
   MT_CHECK(spec().shard().tp_size == 1 || !group,
            "model family '{}' has no tensor parallelism", spec().family());
 }
+
+float Model::forward_stage(const MicroBatch& batch, const float* input) {
+  MT_CHECK(!spec().shard().is_stage() && !input, "model family '{}' has no pipeline stages yet",
+           spec().family());
+  return forward(batch);
+}
+
+void Model::backward_stage(const float* output_grad, float loss_scale) {
+  MT_CHECK(!spec().shard().is_stage() && !output_grad, "model family '{}' has no pipeline stages "
+           "yet", spec().family());
+  backward(loss_scale);
+}
+
+const float* Model::stage_output() const { return nullptr; }
+const float* Model::stage_input_grad() const { return nullptr; }
+int64_t Model::stage_width() const { return 0; }
 
 }  // namespace meshtrain

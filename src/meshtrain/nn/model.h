@@ -107,6 +107,12 @@ struct ModelShard {
   // For a family with tensor parallelism only: throws unless tp_rank is in
   // [0, tp_size) and the shard spans every layer (`family` names the model).
   void check_tensor_parallel_only(const char* family) const;
+  // For a family with pipeline stages: throws unless tp_rank is in range and
+  // the layer range is a non-empty part of [0, n_layer) whose first/last
+  // flags agree with where it sits (the first stage starts at layer 0...).
+  // Returns the range's end (layer_end, or n_layer for -1).
+  int check_stage(int n_layer) const;
+  bool is_stage() const { return layer_begin != 0 || layer_end >= 0 || !first_stage || !last_stage; }
   // Throws a clear error naming the numbers unless tp_size divides the
   // model's `what` (n).
   void check_tp_divides(int64_t n, const char* what) const;
@@ -230,6 +236,24 @@ class Model {
   // Accumulates d(loss * loss_scale)/d(params) into the gradient buffer for
   // the last forward (which must have had targets).
   virtual void backward(float loss_scale) = 0;
+
+  // Pipeline stages (a spec sharded with a layer range, ModelShard): the
+  // first stage reads batch.inputs; any other reads `input`, the previous
+  // stage's output (B, T, stage_width()) in this model's memory. The last
+  // stage reads batch.targets and returns the loss; any other returns NaN
+  // and leaves its output in stage_output() until the next forward.
+  // backward_stage() starts from the loss (last stage) or from
+  // `output_grad`, the next stage's stage_input_grad(); it accumulates the
+  // stage's parameter gradients and, unless first, leaves the gradient of
+  // its input in stage_input_grad(). On a whole model they are forward()
+  // and backward(). Families without stages throw.
+  virtual float forward_stage(const MicroBatch& batch, const float* input);
+  virtual void backward_stage(const float* output_grad, float loss_scale);
+  virtual const float* stage_output() const;
+  virtual const float* stage_input_grad() const;
+  // Floats per token of a stage's input and output (the residual stream's width).
+  virtual int64_t stage_width() const;
+
   virtual void zero_grad() = 0;
   // Logits of the last forward, (B, T, logits_stride()); the first
   // spec().vocab_size() of each row are real.

@@ -1,5 +1,7 @@
 #include "meshtrain/nn/shard_slicing.h"
 
+#include <unordered_map>
+
 #include <cstring>
 
 #include "meshtrain/core/error.h"
@@ -7,14 +9,18 @@
 namespace meshtrain {
 
 std::vector<ShardRun> shard_runs(const ParamLayout& full, const ParamLayout& shard, int tp_rank) {
-  MT_CHECK(full.params.size() == shard.params.size(),
-           "shard layout has {} parameters, the model {}", shard.params.size(), full.params.size());
+  // A shard's parameters by name: a tensor-parallel shard holds every one
+  // (in the same order), a pipeline stage a subset (wte maybe twice over
+  // stages, each copy mapping to the same logical elements).
+  std::unordered_map<std::string, const ParamInfo*> by_name;
+  for (const ParamInfo& f : full.params) by_name.emplace(f.name, &f);
   std::vector<ShardRun> runs;
-  for (size_t i = 0; i < full.params.size(); ++i) {
-    const ParamInfo& f = full.params[i];
-    const ParamInfo& s = shard.params[i];
-    MT_CHECK(f.name == s.name && f.shape == s.logical_shape(),
-             "shard parameter {} does not match the model's {}", s.name, f.name);
+  for (const ParamInfo& s : shard.params) {
+    const auto it = by_name.find(s.name);
+    MT_CHECK(it != by_name.end(), "shard parameter {} is not in the model", s.name);
+    const ParamInfo& f = *it->second;
+    MT_CHECK(f.shape == s.logical_shape(), "shard parameter {} does not match the model's shape",
+             s.name);
     if (s.split_dim < 0) {
       runs.push_back({s.begin, f.begin, s.numel(), true});
       continue;

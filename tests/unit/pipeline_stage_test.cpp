@@ -1,0 +1,218 @@
+// A GPT or a Llama cut into pipeline stages (uneven layer ranges: [0,1),
+// [1,3), [3,4)) and run stage after stage, each handing its output to the
+// next and the input gradient back, computes exactly what the whole model
+// computes: each
+// stage's initial weights are the whole model's under the same names, the
+// loss is the same bits, every gradient is the same bits, except GPT's tied
+// embedding, whose two halves (the first stage's lookup, the last stage's
+// head) add up to the whole model's wte gradient (within a few roundings:
+// the same terms summed in another order). fp32 and bf16, with and
+// without recompute; the stages' activation memory is what their specs
+// predict; a stage given the wrong inputs says what it needs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/core/memory.h"
+#include "meshtrain/nn/gpt_spec.h"
+#include "meshtrain/nn/llama_spec.h"
+#include "meshtrain/nn/model_registry.h"
+
+using namespace meshtrain;
+
+namespace {
+
+GPTConfig four_layers() {
+  GPTConfig c = gpt_preset("tiny");
+  c.n_layer = 4;
+  return c;
+}
+
+// The whole four-layer model of a family.
+std::shared_ptr<const ModelSpec> four_layer_spec(const std::string& family) {
+  if (family == "gpt") return GPTSpec::make(four_layers());
+  LlamaConfig c = llama_preset("llama-tiny");
+  c.n_layer = 4;
+  return LlamaSpec::make(c);
+}
+
+ModelShard stage(int begin, int end, int n_layer) {
+  ModelShard s;
+  s.layer_begin = begin;
+  s.layer_end = end;
+  s.first_stage = begin == 0;
+  s.last_stage = end == n_layer;
+  return s;
+}
+
+// name -> values of a model's parameters (or gradients).
+std::map<std::string, std::vector<float>> by_name(const Model& m, const Tensor& flat) {
+  std::map<std::string, std::vector<float>> out;
+  const float* p = flat.data<float>();
+  for (const ParamInfo& info : m.layout().params)
+    out[info.name].assign(p + info.begin, p + info.end());
+  return out;
+}
+
+struct Batch {
+  std::vector<int32_t> inputs, targets;
+};
+
+Batch random_batch(int B, int T, int V, unsigned seed) {
+  std::mt19937 rng(seed);
+  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
+  for (int i = 0; i < B * T; ++i) {
+    b.inputs[i] = static_cast<int32_t>(rng() % V);
+    b.targets[i] = static_cast<int32_t>(rng() % V);
+  }
+  b.targets[3] = -1;  // an ignored position
+  return b;
+}
+
+struct Models {
+  std::unique_ptr<Model> whole;
+  std::vector<std::unique_ptr<Model>> stages;
+};
+
+Models build(const std::string& family, Precision precision, Recompute recompute) {
+  Models r;
+  auto spec = four_layer_spec(family);
+  r.whole = spec->build();
+  for (auto [b, e] : {std::pair{0, 1}, {1, 3}, {3, 4}})
+    r.stages.push_back(spec->sharded(stage(b, e, 4))->build());
+  for (Model* m : {r.whole.get(), r.stages[0].get(), r.stages[1].get(), r.stages[2].get()}) {
+    m->init_weights(7);
+    m->set_precision(precision);
+    m->set_recompute(recompute);
+  }
+  return r;
+}
+
+class pipeline_stages
+    : public ::testing::TestWithParam<std::tuple<const char*, Precision, const char*>> {};
+
+}  // namespace
+
+TEST_P(pipeline_stages, chained_stages_compute_the_whole_model_bit_for_bit) {
+  const auto [family, precision, recompute] = GetParam();
+  Models r = build(family, precision, std::string(recompute) == "full" ? Recompute::full() : Recompute::none());
+  const auto whole_params = by_name(*r.whole, r.whole->param_buffer());
+  for (const auto& s : r.stages)
+    for (const auto& [name, values] : by_name(*s, s->param_buffer()))
+      ASSERT_EQ(values, whole_params.at(name)) << name << ": a stage starts from other weights";
+
+  const int B = 2, T = 16;
+  const Batch b = random_batch(B, T, r.whole->spec().vocab_size(), 5);
+  const float whole_loss = r.whole->forward({b.inputs.data(), b.targets.data(), B, T});
+  r.whole->backward(1.0f);
+
+  const float* x = nullptr;
+  float loss = 0;
+  for (size_t i = 0; i < r.stages.size(); ++i) {
+    const bool last = i + 1 == r.stages.size();
+    loss = r.stages[i]->forward_stage({i == 0 ? b.inputs.data() : nullptr,
+                                       last ? b.targets.data() : nullptr, B, T}, x);
+    if (!last) {
+      EXPECT_TRUE(std::isnan(loss));
+      x = r.stages[i]->stage_output();
+      ASSERT_NE(x, nullptr);
+    }
+  }
+  EXPECT_EQ(loss, whole_loss);
+  const float* g = nullptr;
+  for (size_t i = r.stages.size(); i-- > 0;) {
+    r.stages[i]->backward_stage(g, 1.0f);
+    g = r.stages[i]->stage_input_grad();
+    EXPECT_EQ(g == nullptr, i == 0);
+  }
+
+  const auto whole_grads = by_name(*r.whole, r.whole->grad_buffer());
+  std::vector<float> wte(whole_grads.count("wte.weight") ? whole_grads.at("wte.weight").size() : 0, 0.f);
+  for (const auto& s : r.stages)
+    for (const auto& [name, values] : by_name(*s, s->grad_buffer())) {
+      if (name == "wte.weight") {  // GPT's tied embedding, on the first and the last stage
+        for (size_t k = 0; k < values.size(); ++k) wte[k] += values[k];
+        continue;
+      }
+      ASSERT_EQ(values, whole_grads.at(name)) << name;
+    }
+  // The first stage's lookup plus the last stage's head: the same terms in
+  // another order (the whole model adds a repeated token's rows onto the
+  // head's gradient one by one), so equal within a few roundings.
+  if (std::string(family) != "gpt") return;
+  const std::vector<float>& want = whole_grads.at("wte.weight");
+  float largest = 0;
+  for (float v : want) largest = std::max(largest, std::abs(v));
+  for (size_t k = 0; k < wte.size(); ++k)
+    ASSERT_NEAR(wte[k], want[k], 1e-6f * largest) << "wte gradient element " << k;
+}
+
+INSTANTIATE_TEST_SUITE_P(families, pipeline_stages,
+                         ::testing::Combine(::testing::Values("gpt", "llama"),
+                                            ::testing::Values(Precision::FP32, Precision::BF16),
+                                            ::testing::Values("none", "full")));
+
+TEST(pipeline_stage, layouts_units_and_memory_follow_the_layer_range) {
+  const GPTConfig cfg = four_layers();
+  auto spec = GPTSpec::make(cfg);
+  auto first = spec->sharded(stage(0, 1, 4)), middle = spec->sharded(stage(1, 3, 4)),
+       last = spec->sharded(stage(3, 4, 4));
+  EXPECT_EQ(first->layout().params.front().name, "wte.weight");
+  EXPECT_EQ(first->layout().params[1].name, "wpe.weight");
+  EXPECT_EQ(first->layout().params.back().name, "h.0.mlp.c_proj.bias");
+  EXPECT_EQ(middle->layout().params.front().name, "h.1.ln_1.weight");
+  EXPECT_EQ(middle->layout().num_units(), 2);
+  EXPECT_EQ(last->layout().params.front().name, "wte.weight");  // the tied head
+  EXPECT_EQ(last->layout().params.back().name, "ln_f.bias");
+  EXPECT_EQ(last->layout().units.front().name, "head");
+  // Every parameter but wte is held by exactly one stage.
+  const int64_t wte = spec->layout().params.front().numel();
+  EXPECT_EQ(first->num_params() + middle->num_params() + last->num_params(), spec->num_params() + wte);
+  auto lspec = four_layer_spec("llama");
+  auto lfirst = lspec->sharded(stage(0, 1, 4)), lmiddle = lspec->sharded(stage(1, 3, 4)),
+       llast = lspec->sharded(stage(3, 4, 4));
+  EXPECT_EQ(lmiddle->layout().params.front().name, "model.layers.1.input_layernorm.weight");
+  EXPECT_EQ(llast->layout().params.back().name, "lm_head.weight");
+  EXPECT_EQ(lfirst->num_params() + lmiddle->num_params() + llast->num_params(), lspec->num_params());
+  // Each stage allocates exactly the activations its spec predicts.
+  for (auto s : {first, middle, last, lfirst, lmiddle, llast}) {
+    auto m = s->build();
+    m->init_weights(1);
+    mem_reset_peaks();
+    const int64_t before = mem_stats().current[static_cast<size_t>(MemCategory::Activations)];
+    const Batch b = random_batch(2, 8, s->vocab_size(), 1);
+    std::vector<float> x(static_cast<size_t>(2 * 8 * m->stage_width()), 0.1f);
+    m->forward_stage({b.inputs.data(), b.targets.data(), 2, 8}, s->shard().first_stage ? nullptr : x.data());
+    const int64_t used = mem_stats().current[static_cast<size_t>(MemCategory::Activations)] - before;
+    EXPECT_EQ(used, s->memory(2, 8, 1, {}, Precision::FP32).activations) << s->describe();
+  }
+}
+
+TEST(pipeline_stage, wrong_inputs_and_ranges_are_named) {
+  const GPTConfig cfg = four_layers();
+  auto spec = GPTSpec::make(cfg);
+  auto middle = spec->sharded(stage(1, 3, 4))->build();
+  middle->init_weights(1);
+  const Batch b = random_batch(2, 8, cfg.vocab_size, 1);
+  try {
+    middle->forward_stage({b.inputs.data(), nullptr, 2, 8}, nullptr);
+    FAIL() << "a middle stage ran without its input";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("forward needs the previous stage's output"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(spec->sharded(stage(2, 2, 4)), Error);  // empty
+  ModelShard wrong = stage(1, 4, 4);
+  wrong.first_stage = true;  // claims to embed without layer 0
+  EXPECT_THROW(spec->sharded(wrong), Error);
+  // The same checks hold for Llama's stages.
+  auto llama = model_preset("llama-tiny");
+  EXPECT_THROW(llama->sharded(stage(1, 1, 2)), Error);
+  auto lmiddle = four_layer_spec("llama")->sharded(stage(1, 3, 4))->build();
+  EXPECT_THROW(lmiddle->forward_stage({b.inputs.data(), nullptr, 2, 8}, nullptr), Error);
+}
