@@ -23,6 +23,7 @@
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/model_registry.h"
+#include "meshtrain/plan/pipeline_schedule.h"
 
 using namespace meshtrain;
 
@@ -215,4 +216,129 @@ TEST(pipeline_stage, wrong_inputs_and_ranges_are_named) {
   EXPECT_THROW(llama->sharded(stage(1, 1, 2)), Error);
   auto lmiddle = four_layer_spec("llama")->sharded(stage(1, 3, 4))->build();
   EXPECT_THROW(lmiddle->forward_stage({b.inputs.data(), nullptr, 2, 8}, nullptr), Error);
+}
+
+namespace {
+
+// Runs one step of `kind` over virtual stages (p stages x v chunks, each a
+// model of one layer range) in the order its replay finishes the ops in,
+// handing activations and gradients through host buffers; each virtual
+// stage keeps its in-flight micro-batches in activation slots. Returns the
+// micro-batches' losses.
+std::vector<float> run_schedule(plan::PipeSchedule kind, int64_t p, int64_t v,
+                                std::vector<std::unique_ptr<Model>>& vstages,
+                                const std::vector<Batch>& batches, int B, int T) {
+  const int64_t m = static_cast<int64_t>(batches.size()), V = p * v;
+  const auto ops = plan::pipeline_schedule(kind, p, m, v);
+  const plan::ScheduleReplay r = plan::replay_schedule(ops, v, 1, 2);
+  struct Timed {
+    double start;
+    int64_t stage;
+    plan::PipeOp op;
+  };
+  std::vector<Timed> order;
+  for (int64_t s = 0; s < p; ++s)
+    for (const plan::OpTiming& t : r.timeline[static_cast<size_t>(s)]) order.push_back({t.start, s, t.op});
+  std::stable_sort(order.begin(), order.end(), [](const Timed& a, const Timed& b) { return a.start < b.start; });
+  // 1F1B keeps p - s micro-batches in flight: slot = micro-batch mod that.
+  auto slots_of = [&](int64_t vs) { return kind == plan::PipeSchedule::OneFOneB ? std::min(m, p - vs) : m; };
+  for (int64_t vs = 0; vs < V; ++vs) vstages[static_cast<size_t>(vs)]->set_activation_slots(static_cast<int>(slots_of(vs)));
+  const int64_t width = static_cast<int64_t>(B) * T * vstages[0]->stage_width();
+  std::map<std::pair<int64_t, int64_t>, std::vector<float>> acts, grads;  // (vs, mb) -> data
+  std::vector<float> losses(static_cast<size_t>(m), 0.f);
+  for (const Timed& t : order) {
+    const int64_t vs = plan::virtual_stage(t.stage, t.op.chunk, p), mb = t.op.micro_batch;
+    Model& model = *vstages[static_cast<size_t>(vs)];
+    model.select_slot(static_cast<int>(mb % slots_of(vs)));
+    const Batch& b = batches[static_cast<size_t>(mb)];
+    if (t.op.forward) {
+      const float* in = vs > 0 ? acts.at({vs - 1, mb}).data() : nullptr;
+      const float loss = model.forward_stage({vs == 0 ? b.inputs.data() : nullptr,
+                                              vs + 1 == V ? b.targets.data() : nullptr, B, T}, in);
+      if (vs + 1 == V) losses[static_cast<size_t>(mb)] = loss;
+      else acts[{vs, mb}].assign(model.stage_output(), model.stage_output() + width);
+    } else {
+      model.backward_stage(vs + 1 < V ? grads.at({vs + 1, mb}).data() : nullptr, 1.0f / static_cast<float>(m));
+      if (vs > 0) grads[{vs, mb}].assign(model.stage_input_grad(), model.stage_input_grad() + width);
+    }
+  }
+  return losses;
+}
+
+class pipeline_schedules
+    : public ::testing::TestWithParam<std::tuple<const char*, plan::PipeSchedule>> {};
+
+}  // namespace
+
+// Every schedule over stages whose micro-batches share activation slots
+// equals gradient accumulation over the whole model: the same losses and,
+// since each stage takes its backwards in micro-batch order, the same
+// gradients bit for bit (GPT's wte halves within roundings). 4 layers: 4
+// stages of one layer, or 2 stages x 2 chunks interleaved; 4 micro-batches.
+TEST_P(pipeline_schedules, a_step_over_stages_equals_accumulation_over_the_whole_model) {
+  const auto [family, kind] = GetParam();
+  const int64_t v = kind == plan::PipeSchedule::Interleaved ? 2 : 1, p = 4 / v, m = 4;
+  auto spec = four_layer_spec(family);
+  auto whole = spec->build();
+  whole->init_weights(3);
+  std::vector<std::unique_ptr<Model>> vstages;
+  for (int l = 0; l < 4; ++l) {
+    vstages.push_back(spec->sharded(stage(l, l + 1, 4))->build());
+    vstages.back()->init_weights(3);
+  }
+  const int B = 2, T = 8;
+  std::vector<Batch> batches;
+  std::vector<float> want;
+  for (int i = 0; i < m; ++i) batches.push_back(random_batch(B, T, spec->vocab_size(), 20 + i));
+  for (const Batch& b : batches) {
+    want.push_back(whole->forward({b.inputs.data(), b.targets.data(), B, T}));
+    whole->backward(1.0f / m);
+  }
+  EXPECT_EQ(run_schedule(kind, p, v, vstages, batches, B, T), want);
+  const auto whole_grads = by_name(*whole, whole->grad_buffer());
+  std::vector<float> wte(whole_grads.count("wte.weight") ? whole_grads.at("wte.weight").size() : 0, 0.f);
+  for (const auto& s : vstages)
+    for (const auto& [name, values] : by_name(*s, s->grad_buffer())) {
+      if (name == "wte.weight") {
+        for (size_t k = 0; k < values.size(); ++k) wte[k] += values[k];
+        continue;
+      }
+      ASSERT_EQ(values, whole_grads.at(name)) << name;
+    }
+  if (wte.empty()) return;
+  const std::vector<float>& ref = whole_grads.at("wte.weight");
+  float largest = 0;
+  for (float x : ref) largest = std::max(largest, std::abs(x));
+  for (size_t k = 0; k < wte.size(); ++k) ASSERT_NEAR(wte[k], ref[k], 1e-6f * largest) << k;
+}
+
+INSTANTIATE_TEST_SUITE_P(families, pipeline_schedules,
+                         ::testing::Combine(::testing::Values("gpt", "llama"),
+                                            ::testing::Values(plan::PipeSchedule::GPipe,
+                                                              plan::PipeSchedule::OneFOneB,
+                                                              plan::PipeSchedule::Interleaved)));
+
+TEST(pipeline_stage, slots_hold_separate_micro_batches_and_count_their_memory) {
+  auto spec = four_layer_spec("gpt")->sharded(stage(0, 2, 4));
+  auto m = spec->build();
+  m->init_weights(1);
+  m->set_activation_slots(3);
+  EXPECT_EQ(m->activation_slots(), 3);
+  const int64_t before = mem_stats().current[static_cast<size_t>(MemCategory::Activations)];
+  std::vector<std::vector<float>> outs;
+  for (int k = 0; k < 3; ++k) {
+    const Batch b = random_batch(2, 8, spec->vocab_size(), 40 + k);
+    m->select_slot(k);
+    m->forward_stage({b.inputs.data(), nullptr, 2, 8}, nullptr);
+    outs.emplace_back(m->stage_output(), m->stage_output() + 2 * 8 * m->stage_width());
+  }
+  const int64_t used = mem_stats().current[static_cast<size_t>(MemCategory::Activations)] - before;
+  EXPECT_EQ(used, 3 * spec->memory(2, 8, 1, {}, Precision::FP32).activations);
+  for (int k = 0; k < 3; ++k) {  // each slot still holds its own micro-batch's output
+    m->select_slot(k);
+    EXPECT_EQ(std::vector<float>(m->stage_output(), m->stage_output() + outs[k].size()), outs[k]) << k;
+  }
+  EXPECT_THROW(m->select_slot(3), Error);
+  m->set_activation_slots(1);  // frees the others
+  EXPECT_EQ(mem_stats().current[static_cast<size_t>(MemCategory::Activations)], before);
 }

@@ -84,7 +84,22 @@ void GPT::ensure_activations(int B, int T) {
 const float* GPT::logits() const { return acts_ ? acts_->logits : nullptr; }
 const float* GPT::losses() const { return acts_ ? acts_->losses : nullptr; }
 
-void GPT::release_activations() { acts_.reset(); }
+void GPT::release_activations() {
+  acts_.reset();
+  parked_.clear();
+}
+
+void GPT::switch_slot(int from, int to) {
+  parked_.resize(static_cast<size_t>(slots_));
+  SlotState<GPTActivations>& f = parked_[static_cast<size_t>(from)];
+  f.acts = std::move(acts_);
+  f.B = B_, f.T = T_, f.scratch_block = scratch_block_, f.mean_loss = mean_loss_;
+  f.counted = counted_, f.have_targets = have_targets_;
+  SlotState<GPTActivations>& t = parked_[static_cast<size_t>(to)];
+  acts_ = std::move(t.acts);
+  B_ = t.B, T_ = t.T, scratch_block_ = t.scratch_block, mean_loss_ = t.mean_loss;
+  counted_ = t.counted, have_targets_ = t.have_targets;
+}
 
 void GPT::freeze(std::shared_ptr<LinearAdapters> adapters) {
   MT_CHECK(dims_.tp_size == 1, "a tensor-parallel GPT shard cannot be frozen under adapters");

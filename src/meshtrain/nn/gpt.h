@@ -225,6 +225,9 @@ class GPT final : public ModelBase {
   int scratch_block_ = -1;     // the block whose activations the scratch slot holds
   float mean_loss_ = 0.f;
   int64_t counted_ = 0;  // positions with a target in the last forward
+  // The activation slots not selected (ModelBase::select_slot), by index.
+  std::vector<SlotState<GPTActivations>> parked_;
+  void switch_slot(int from, int to) override;
 };
 
 }  // namespace meshtrain

@@ -50,7 +50,20 @@ void Llama::init_weights(uint64_t seed) {
   });
 }
 
-void Llama::release_activations() { acts_.reset(); }
+void Llama::release_activations() {
+  acts_.reset();
+  parked_.clear();
+}
+
+void Llama::switch_slot(int from, int to) {
+  parked_.resize(static_cast<size_t>(slots_));
+  SlotState<LlamaActivations>& f = parked_[static_cast<size_t>(from)];
+  f.acts = std::move(acts_);
+  f.B = B_, f.T = T_, f.counted = counted_, f.have_targets = have_targets_;
+  SlotState<LlamaActivations>& t = parked_[static_cast<size_t>(to)];
+  acts_ = std::move(t.acts);
+  B_ = t.B, T_ = t.T, counted_ = t.counted, have_targets_ = t.have_targets;
+}
 
 void Llama::freeze(std::shared_ptr<LinearAdapters> adapters) {
   MT_CHECK(dims_.tp_size == 1, "a tensor-parallel llama shard cannot be frozen under adapters");

@@ -119,6 +119,9 @@ class Llama final : public ModelBase {
   std::unique_ptr<LlamaActivations> acts_;
   int B_ = 0, T_ = 0;
   int64_t counted_ = 0;
+  // The activation slots not selected (ModelBase::select_slot), by index.
+  std::vector<SlotState<LlamaActivations>> parked_;
+  void switch_slot(int from, int to) override;
   // Frozen under LoRA adapters: the norms' gain gradients go to a scratch row.
   std::vector<float> frozen_gain_grad_;
 };

@@ -128,6 +128,16 @@ void Model::backward_stage(const float* output_grad, float loss_scale) {
   backward(loss_scale);
 }
 
+void Model::set_activation_slots(int n) {
+  MT_CHECK(n == 1, "model family '{}' keeps one micro-batch's activations (asked for {})",
+           spec().family(), n);
+}
+
+void Model::select_slot(int slot) {
+  MT_CHECK(slot == 0, "model family '{}' has one activation set (asked for slot {})",
+           spec().family(), slot);
+}
+
 const float* Model::stage_output() const { return nullptr; }
 const float* Model::stage_input_grad() const { return nullptr; }
 int64_t Model::stage_width() const { return 0; }

@@ -253,6 +253,15 @@ class Model {
   virtual const float* stage_input_grad() const;
   // Floats per token of a stage's input and output (the residual stream's width).
   virtual int64_t stage_width() const;
+  // Several micro-batches in flight (pipeline schedules hold up to the
+  // stages' count between a micro-batch's forward and its backward): n
+  // activation sets, each allocated at its first forward; select_slot(k)
+  // makes set k the one forward_stage/backward_stage and stage_output/
+  // stage_input_grad use. Setting the count frees every set. Families
+  // without slots take n = 1 only.
+  virtual void set_activation_slots(int n);
+  virtual void select_slot(int slot);
+  virtual int activation_slots() const { return 1; }
 
   virtual void zero_grad() = 0;
   // Logits of the last forward, (B, T, logits_stride()); the first

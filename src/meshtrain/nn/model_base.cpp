@@ -39,6 +39,21 @@ void ModelBase::fill_params_from_host(const Tensor& params,
   Tensor(params).copy_from(host);  // a handle on the same storage
 }
 
+void ModelBase::set_activation_slots(int n) {
+  MT_CHECK(n >= 1, "activation slots must be >= 1 (got {})", n);
+  select_slot(0);
+  release_activations();  // every slot's
+  slots_ = n;
+  ids_.assign(static_cast<size_t>(n), StagedIds{});
+}
+
+void ModelBase::select_slot(int slot) {
+  MT_CHECK(slot >= 0 && slot < slots_, "activation slot {} of {}", slot, slots_);
+  if (slot == slot_) return;
+  switch_slot(slot_, slot);
+  slot_ = slot;
+}
+
 void ModelBase::zero_grad() {
   Tensor grads = grad_buffer();  // a view: the same storage
   if (grads.defined()) grads.zero_();

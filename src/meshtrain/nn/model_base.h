@@ -36,6 +36,9 @@ class ModelBase : public Model {
   int64_t release_f32_matrices() override;
   bool f32_matrices_released() const override { return half_.released(); }
   void hold_parameters(bool held) override { half_.hold(held); }
+  void set_activation_slots(int n) override;
+  void select_slot(int slot) override;
+  int activation_slots() const override { return slots_; }
   void widen_released_matrices(float* dst) const override;
   // Every family frees its activations here: set_recompute and set_precision
   // call it, because the activation layout depends on both.
@@ -46,11 +49,31 @@ class ModelBase : public Model {
     if (param_hook_) param_hook_(ev, unit, backward);
   }
 
+  // A family's per-micro-batch state of one activation slot: its
+  // activations and what its backward reads from its forward.
+  template <class Acts>
+  struct SlotState {
+    std::unique_ptr<Acts> acts;
+    int B = 0, T = 0, scratch_block = -1;
+    float mean_loss = 0.f;
+    int64_t counted = 0;
+    bool have_targets = false;
+  };
+  // Parks the selected slot's state (from) and takes slot `to`'s; the
+  // staged ids are switched by ModelBase.
+  virtual void switch_slot(int from, int to) = 0;
+  int slot_ = 0, slots_ = 1;  // the selected activation slot, and how many there are
+
   const KernelTable* k_ = nullptr;  // the ops of the device the buffers live on
   Stream stream_;                   // where the model's ops are queued
   std::vector<float> host_scratch_;  // device values read back (sum_floats)
-  std::vector<int32_t> host_ids_[2];  // stage_ids on the CPU
-  Tensor device_ids_[2];              // stage_ids elsewhere
+  // Per slot: the staged token ids (which = 0) and targets (1), a host copy
+  // on the CPU, a device buffer elsewhere.
+  struct StagedIds {
+    std::vector<int32_t> host[2];
+    Tensor device[2];
+  };
+  std::vector<StagedIds> ids_ = std::vector<StagedIds>(1);
   // The sum, in index order in double, of n floats of the model's device
   // memory (the per-position losses): read back to the host first when the
   // model is on another device.
@@ -70,18 +93,20 @@ class ModelBase : public Model {
   // kernels read them, the model's device, and kept for backward: a plain
   // host copy on the CPU (not counted, as before), a device buffer elsewhere.
   const int32_t* stage_ids(int which, const int32_t* src, int64_t n) {
+    StagedIds& ids = ids_[static_cast<size_t>(slot_)];
     if (k_->device.is_cpu()) {
-      host_ids_[which].assign(src, src + n);
-      return host_ids_[which].data();
+      ids.host[which].assign(src, src + n);
+      return ids.host[which].data();
     }
-    Tensor& t = device_ids_[which];
+    Tensor& t = ids.device[which];
     if (!t.defined() || t.numel() < n) t = Tensor::zeros({n}, DType::I32, MemCategory::Data, k_->device);
     runtime_for(k_->device).copy(t.raw(), k_->device, src, Device::cpu(),
                                  sizeof(int32_t) * static_cast<size_t>(n), stream_);
     return t.data<int32_t>();
   }
   const int32_t* staged_ids(int which) const {
-    return k_->device.is_cpu() ? host_ids_[which].data() : device_ids_[which].data<int32_t>();
+    const StagedIds& ids = ids_[static_cast<size_t>(slot_)];
+    return k_->device.is_cpu() ? ids.host[which].data() : ids.device[which].data<int32_t>();
   }
   // Writes all of `params` (f32, on the model's device) from the host:
   // `fill` writes its values into a host array, the buffer itself on the
