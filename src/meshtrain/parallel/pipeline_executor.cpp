@@ -1,0 +1,211 @@
+#include "meshtrain/parallel/pipeline_executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/telemetry/trace_writer.h"
+
+namespace meshtrain::parallel {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Activation slots each chunk needs: the most micro-batches its ops hold
+// between a forward and the backward that frees it.
+std::vector<int> slots_needed(const std::vector<plan::PipeOp>& ops, int64_t chunks) {
+  std::vector<int> live(static_cast<size_t>(chunks), 0), peak(live.size(), 1);
+  for (const plan::PipeOp& op : ops) {
+    int& l = live[static_cast<size_t>(op.chunk)];
+    if (op.forward) ++l;
+    else if (op.part != plan::BackwardPart::Input) --l;
+    peak[static_cast<size_t>(op.chunk)] = std::max(peak[static_cast<size_t>(op.chunk)], l);
+  }
+  return peak;
+}
+
+}  // namespace
+
+std::vector<ModelShard> pipeline_shards(int n_layer, int64_t stages, int64_t chunks) {
+  const int64_t V = stages * chunks;
+  MT_CHECK(V >= 1 && n_layer >= V, "pipeline of {} stage(s) x {} chunk(s) needs at least {} layers; "
+           "the model has {}", stages, chunks, V, n_layer);
+  std::vector<ModelShard> out;
+  int begin = 0;
+  for (int64_t vs = 0; vs < V; ++vs) {
+    const int n = static_cast<int>(n_layer / V + (vs < n_layer % V ? 1 : 0));
+    ModelShard s;
+    s.layer_begin = begin;
+    s.layer_end = begin + n;
+    s.first_stage = vs == 0;
+    s.last_stage = vs + 1 == V;
+    out.push_back(s);
+    begin += n;
+  }
+  return out;
+}
+
+PipelineExecutor::PipelineExecutor(comm::Communicator pp,
+                                   std::vector<std::shared_ptr<const ModelSpec>> virtual_stages,
+                                   std::vector<Model*> chunks, plan::PipeSchedule kind,
+                                   int64_t micro_batches)
+    : pp_(std::move(pp)), specs_(std::move(virtual_stages)), chunks_(std::move(chunks)),
+      m_(micro_batches) {
+  MT_CHECK(!chunks_.empty(), "a pipeline stage needs at least one model chunk");
+  MT_CHECK(kind != plan::PipeSchedule::ZeroBubbleH1, "the zb-h1 schedule splits every backward into "
+           "its input- and weight-gradient parts, which the models do not run apart yet; use "
+           "gpipe, 1f1b or interleaved");
+  p_ = pp_.valid() ? pp_.size() : 1;
+  rank_ = pp_.valid() ? pp_.rank() : 0;
+  v_ = static_cast<int64_t>(chunks_.size());
+  MT_CHECK(static_cast<int64_t>(specs_.size()) == p_ * v_, "{} virtual stage specs for {} stages x "
+           "{} chunks", specs_.size(), p_, v_);
+  const auto ops = plan::pipeline_schedule(kind, p_, m_, v_);
+  instrs_ = plan::pipeline_instructions(ops, v_);
+  plan::check_instructions(instrs_);
+  const std::vector<int> slots = slots_needed(ops[static_cast<size_t>(rank_)], v_);
+  for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->set_activation_slots(slots[c]);
+  find_tied_params();
+}
+
+void PipelineExecutor::find_tied_params() {
+  const int64_t V = p_ * v_;
+  for (int c = 0; c < static_cast<int>(v_); ++c) {
+    const int64_t vs = virtual_stage(c);
+    for (const ParamInfo& mine : chunks_[static_cast<size_t>(c)]->layout().params)
+      for (int64_t other = 0; other < V; ++other) {
+        if (other == vs) continue;
+        for (const ParamInfo& theirs : specs_[static_cast<size_t>(other)]->layout().params)
+          if (theirs.name == mine.name)
+            tied_.push_back({mine.name, c, mine.begin, mine.numel(), other, vs < other});
+      }
+  }
+}
+
+// Each holder's gradient goes to the other holder; both add them in one
+// order (the lower virtual stage's first) so both sums are the same bits.
+void PipelineExecutor::sum_tied_gradients() {
+  const double t0 = now_s();
+  for (const TiedParam& t : tied_) {
+    float* g = chunks_[static_cast<size_t>(t.chunk)]->grad_buffer().data<float>() + t.begin;
+    const int64_t peer = t.other_vs % p_;
+    std::vector<float> theirs(static_cast<size_t>(t.n));
+    if (peer == rank_) {  // both holders here (one stage with several chunks)
+      if (!t.first) continue;  // the lower holder writes both
+      Model& other = *chunks_[static_cast<size_t>(t.other_vs / p_)];
+      float* h = nullptr;
+      for (const ParamInfo& info : other.layout().params)
+        if (info.name == t.name) h = other.grad_buffer().data<float>() + info.begin;
+      for (int64_t i = 0; i < t.n; ++i) h[i] = g[i] = g[i] + h[i];
+      continue;
+    }
+    comm::Work sent = pp_.send(g, static_cast<size_t>(t.n), DType::F32, static_cast<int>(peer));
+    pp_.recv(theirs.data(), static_cast<size_t>(t.n), DType::F32, static_cast<int>(peer)).wait();
+    sent.wait();
+    for (int64_t i = 0; i < t.n; ++i) g[i] = t.first ? g[i] + theirs[i] : theirs[i] + g[i];
+  }
+  timing_.tied_s += now_s() - t0;
+}
+
+std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, float loss_scale) {
+  MT_CHECK(static_cast<int64_t>(micro.size()) == m_, "pipeline step: {} micro-batches for a "
+           "schedule of {}", micro.size(), m_);
+  const int64_t V = p_ * v_;
+  timing_ = {};
+  std::vector<float> losses(static_cast<size_t>(m_), std::numeric_limits<float>::quiet_NaN());
+  // Free activation slots per chunk, and the slot each (chunk, micro-batch) holds.
+  std::vector<std::vector<int>> free(static_cast<size_t>(v_));
+  for (int64_t c = 0; c < v_; ++c)
+    for (int k = chunks_[static_cast<size_t>(c)]->activation_slots() - 1; k >= 0; --k)
+      free[static_cast<size_t>(c)].push_back(k);
+  std::map<std::pair<int64_t, int64_t>, int> slot_of;
+  // Received data per (chunk, micro-batch), and the sends in flight with their buffers.
+  std::map<std::pair<int64_t, int64_t>, std::vector<float>> received;
+  std::vector<std::pair<comm::Work, std::vector<float>>> sends;
+  auto select = [&](const plan::PipeOp& op) -> Model& {
+    Model& model = *chunks_[static_cast<size_t>(op.chunk)];
+    auto key = std::make_pair(op.chunk, op.micro_batch);
+    if (op.forward) {
+      auto& f = free[static_cast<size_t>(op.chunk)];
+      MT_CHECK(!f.empty(), "pipeline stage {} chunk {}: no activation slot free for micro-batch {}",
+               rank_, op.chunk, op.micro_batch);
+      slot_of[key] = f.back();
+      f.pop_back();
+    }
+    model.select_slot(slot_of.at(key));
+    return model;
+  };
+  for (const plan::PipeInstr& in : instrs_[static_cast<size_t>(rank_)]) {
+    const plan::PipeOp& op = in.op;
+    const int64_t vs = virtual_stage(static_cast<int>(op.chunk));
+    const MicroBatch& mb = micro[static_cast<size_t>(op.micro_batch)];
+    Model& model = *chunks_[static_cast<size_t>(op.chunk)];
+    const size_t width = static_cast<size_t>(static_cast<int64_t>(mb.B) * mb.T * model.stage_width());
+    switch (in.kind) {
+      case plan::PipeInstrKind::RecvActivation:
+      case plan::PipeInstrKind::RecvGradient: {
+        const double t0 = now_s();
+        std::vector<float>& buf = received[{op.chunk, op.micro_batch}];
+        buf.resize(width);
+        pp_.recv(buf.data(), width, DType::F32, static_cast<int>(in.peer)).wait();
+        timing_.recv_wait_s += now_s() - t0;
+        break;
+      }
+      case plan::PipeInstrKind::Forward: {
+        const double t0 = now_s();
+        Model& m = select(op);
+        auto it = received.find({op.chunk, op.micro_batch});
+        const float loss = m.forward_stage({vs == 0 ? mb.inputs : nullptr,
+                                            vs + 1 == V ? mb.targets : nullptr, mb.B, mb.T},
+                                           it == received.end() ? nullptr : it->second.data());
+        if (it != received.end()) received.erase(it);
+        if (vs + 1 == V) losses[static_cast<size_t>(op.micro_batch)] = loss;
+        timing_.compute_s += now_s() - t0;
+        break;
+      }
+      case plan::PipeInstrKind::Backward: {
+        const double t0 = now_s();
+        Model& m = select(op);
+        auto it = received.find({op.chunk, op.micro_batch});
+        m.backward_stage(it == received.end() ? nullptr : it->second.data(), loss_scale);
+        if (it != received.end()) received.erase(it);
+        timing_.compute_s += now_s() - t0;
+        break;
+      }
+      case plan::PipeInstrKind::SendActivation:
+      case plan::PipeInstrKind::SendGradient: {
+        // The slot's buffer changes with its next use: send a copy.
+        const float* src = in.kind == plan::PipeInstrKind::SendActivation ? model.stage_output()
+                                                                          : model.stage_input_grad();
+        std::vector<float> copy(src, src + width);
+        comm::Work w = pp_.send(copy.data(), width, DType::F32, static_cast<int>(in.peer));
+        sends.emplace_back(std::move(w), std::move(copy));
+        break;
+      }
+      case plan::PipeInstrKind::OptimizerStep:
+        break;  // the caller's, after the step
+    }
+    // A micro-batch's slot is free once its backward has run (and its
+    // input gradient, if any, has been copied for sending).
+    const bool done = (in.kind == plan::PipeInstrKind::Backward && vs == 0) ||
+                      in.kind == plan::PipeInstrKind::SendGradient;
+    if (done && op.part != plan::BackwardPart::Input) {
+      const auto key = std::make_pair(op.chunk, op.micro_batch);
+      free[static_cast<size_t>(op.chunk)].push_back(slot_of.at(key));
+      slot_of.erase(key);
+    }
+  }
+  for (auto& [w, buf] : sends) w.wait();
+  sum_tied_gradients();
+  return losses;
+}
+
+}  // namespace meshtrain::parallel

@@ -1,0 +1,86 @@
+// One rank's part of a pipeline-parallel step: it runs this rank's
+// instruction list (plan/pipeline_instructions.h, the same lists the planner
+// replays) over its stage models, one per model chunk, with the activations
+// and their gradients moving to and from the neighbouring stages by
+// point-to-point sends and receives on the pipeline communicator (the pp
+// axis of the mesh: rank s holds stage s). Receives block (with the
+// communicator's timeout, naming the peer); sends are asynchronous and
+// complete by the end of the step.
+//
+// Each chunk keeps its in-flight micro-batches in activation slots
+// (Model::set_activation_slots): a slot is taken by a micro-batch's forward
+// and given back after its backward, as many as the schedule ever holds.
+// Parameters held by two virtual stages (GPT's tied embedding: the first
+// stage's lookup, the last stage's head) get the sum of both gradients on
+// both holders after the step, so both copies take the same update.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/nn/model.h"
+#include "meshtrain/plan/pipeline_instructions.h"
+
+namespace meshtrain::parallel {
+
+// The layer ranges of `stages` x `chunks` virtual stages over n_layer
+// layers, as even as possible (the first ranges one layer longer); virtual
+// stage vs = chunk * stages + stage holds ranges[vs]. Throws when there
+// are fewer layers than virtual stages.
+std::vector<ModelShard> pipeline_shards(int n_layer, int64_t stages, int64_t chunks);
+
+struct PipelineTiming {
+  double compute_s = 0;   // forward and backward
+  double recv_wait_s = 0;  // blocked in receives (the bubble and the transfers)
+  double tied_s = 0;       // the tied parameters' gradient exchange
+};
+
+class PipelineExecutor {
+ public:
+  // `pp`: the pipeline group (size = stages, rank = this stage).
+  // `virtual_stages`: every virtual stage's spec (stages x chunks, e.g. the
+  // whole model sharded by pipeline_shards); `chunks[c]` this rank's model
+  // of virtual stage c * stages + rank. The schedule is fixed for
+  // micro_batches micro-batches per step.
+  PipelineExecutor(comm::Communicator pp,
+                   std::vector<std::shared_ptr<const ModelSpec>> virtual_stages,
+                   std::vector<Model*> chunks, plan::PipeSchedule kind, int64_t micro_batches);
+
+  // One step's forwards and backwards over `micro` (every rank gets the
+  // same micro-batches; the first virtual stage reads their inputs, the
+  // last their targets), each backward scaled by loss_scale; gradients
+  // accumulate into the chunks' buffers (zero them before). Then the tied
+  // parameters' gradients are summed. Returns the micro-batches' losses on
+  // the rank of the last virtual stage, NaN elsewhere.
+  std::vector<float> run(const std::vector<MicroBatch>& micro, float loss_scale);
+
+  const std::vector<std::vector<plan::PipeInstr>>& instructions() const { return instrs_; }
+  const PipelineTiming& timing() const { return timing_; }
+  int64_t stages() const { return p_; }
+
+ private:
+  struct TiedParam {  // a parameter also held by another virtual stage
+    std::string name;
+    int chunk = 0;          // this rank's chunk holding it
+    int64_t begin = 0, n = 0;  // in that chunk's buffers
+    int64_t other_vs = 0;   // the other holder
+    bool first = true;      // this holder's gradient is the sum's first term
+  };
+  void find_tied_params();
+  void sum_tied_gradients();
+  int64_t virtual_stage(int chunk) const { return chunk * p_ + rank_; }
+
+  comm::Communicator pp_;
+  std::vector<std::shared_ptr<const ModelSpec>> specs_;  // per virtual stage
+  std::vector<Model*> chunks_;
+  int64_t p_ = 1, v_ = 1, m_ = 1;
+  int rank_ = 0;
+  std::vector<std::vector<plan::PipeInstr>> instrs_;
+  std::vector<TiedParam> tied_;
+  PipelineTiming timing_;
+};
+
+}  // namespace meshtrain::parallel
