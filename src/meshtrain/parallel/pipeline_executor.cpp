@@ -90,6 +90,11 @@ void PipelineExecutor::find_tied_params() {
   }
 }
 
+bool PipelineExecutor::tied_elsewhere_first(const std::string& name) const {
+  return std::any_of(tied_.begin(), tied_.end(),
+                     [&](const TiedParam& t) { return t.name == name && !t.first; });
+}
+
 // Each holder's gradient goes to the other holder; both add them in one
 // order (the lower virtual stage's first) so both sums are the same bits.
 void PipelineExecutor::sum_tied_gradients() {

@@ -59,6 +59,9 @@ class PipelineExecutor {
 
   const std::vector<std::vector<plan::PipeInstr>>& instructions() const { return instrs_; }
   const PipelineTiming& timing() const { return timing_; }
+  // Whether parameter `name` of this rank is also held by a lower virtual
+  // stage (which then counts it, e.g. in the gradient norm).
+  bool tied_elsewhere_first(const std::string& name) const;
   int64_t stages() const { return p_; }
 
  private:

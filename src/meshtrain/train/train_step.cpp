@@ -101,6 +101,19 @@ void TrainStep::set_tensor_parallel(const comm::Communicator* tp,
     if (p.split_dim < 0) tp_norm_.replicated.push_back({p.begin, p.end()});
 }
 
+void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Communicator* pp) {
+  pipe_ = exec;
+  counted_elsewhere_.clear();
+  if (!exec) return;
+  MT_CHECK(pp && pp->valid(), "a pipeline step needs its pipeline group");
+  MT_CHECK(!sync_.comm() && !tp_norm_.tp, "pipeline parallelism with data or tensor parallelism "
+           "is not available yet: use parallel.dp = 1 and parallel.tp = 1 with parallel.pp");
+  pp_comm_ = *pp;
+  // The norm counts a tied parameter once: by its first holder.
+  for (const ParamInfo& p : model_.layout().params)
+    if (exec->tied_elsewhere_first(p.name)) counted_elsewhere_.push_back({p.begin, p.end()});
+}
+
 TrainStep::TrainStep(Model& model, parallel::GradientSync& sync, AdamWConfig adam,
                      LrSchedule schedule, float clip)
     : model_(model), sync_(sync), schedule_(schedule), clip_(clip) {
@@ -147,7 +160,20 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     explicit Hold(Model& model) : m(model) { m.hold_parameters(true); }
     ~Hold() { m.hold_parameters(false); }
   };
-  for (Hold hold(model_); size_t i : std::views::iota(size_t{0}, micro.size())) {
+  MT_CHECK(!pipe_ || !token_weighted_, "masked (instruction) data with pipeline parallelism is not "
+           "available yet");
+  if (pipe_) {
+    // The schedule runs every micro-batch's forward and backward; the last
+    // stage's losses reach every stage (the others contribute 0).
+    Hold hold(model_);
+    const std::vector<float> losses = pipe_->run(micro, scale);
+    const bool last = pp_comm_.rank() + 1 == pp_comm_.size();
+    for (float l : losses) loss_sum += last ? l : 0.0;
+    loss_sum = pp_comm_.allreduce_scalar(loss_sum, comm::ReduceOp::Sum);
+    st.forward_s = pipe_->timing().compute_s;  // forward and backward together
+    st.pp_wait_s = pipe_->timing().recv_wait_s + pipe_->timing().tied_s;
+  }
+  for (Hold hold(model_); size_t i : std::views::iota(size_t{0}, pipe_ ? size_t{0} : micro.size())) {
     const double t0 = now_s(), tp0 = tp_seconds();
     const float mean = model_.forward(micro[i]);
     // Token-weighted: the micro-batch's target sum, to be divided by the total.
@@ -182,9 +208,12 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
   if (mp_)
     mp_->maybe_inject_overflow(step, comm ? comm->rank() : 0, const_cast<float*>(g), opt_->begin(),
                                opt_->end(), model_.grad_buffer().device());
+  // Pipeline stages add their squares over the pp group like tp shards
+  // (a tied parameter counted by its first holder only).
+  const TensorParallelNorm pp_norm{pipe_ ? &pp_comm_ : nullptr, counted_elsewhere_};
   const GradientCheck check =
-      check_gradients(loss, g, opt_->begin(), opt_->end(), comm, sync_.sharded(), tp_norm_,
-                      model_.grad_buffer().device());
+      check_gradients(loss, g, opt_->begin(), opt_->end(), comm, sync_.sharded(),
+                      pipe_ ? pp_norm : tp_norm_, model_.grad_buffer().device());
   st.grad_norm = check.norm / loss_scale;
   st.lr = schedule_.at(step);
   st.finite = check.finite;

@@ -14,6 +14,7 @@
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/gradient_sync.h"
+#include "meshtrain/parallel/pipeline_executor.h"
 #include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/train/mixed_precision.h"
 
@@ -61,6 +62,10 @@ struct StepStats {
   // all exposed); forward_s and backward_s leave them out.
   double tp_comm_s = 0;
   double update_wait_s = 0;   // the update waited for the before-update fence (a checkpoint snapshot)
+  // Pipeline parallelism: blocked in receives (the bubble and the transfers)
+  // and the tied parameters' exchange; forward_s then holds forward and
+  // backward together.
+  double pp_wait_s = 0;
 };
 
 class TrainStep {
@@ -94,6 +99,13 @@ class TrainStep {
   // weighted by its share of those targets (one scalar allreduce over dp per
   // step, before the first forward). A step with no target at all is an error.
   void set_token_weighted(bool on) { token_weighted_ = on; }
+  // Pipeline parallelism (one model chunk per stage for now): the
+  // micro-batches run through `exec` (parallel/pipeline_executor.h) on the
+  // stage this step's model is; the loss comes from the last stage, the
+  // gradient norm sums every stage's squares (a tied parameter counted by
+  // its first holder only) and every stage skips a non-finite step alike.
+  // `pp` is the executor's pipeline group. Both must outlive this object.
+  void set_pipeline(parallel::PipelineExecutor* exec, const comm::Communicator* pp);
 
  private:
   Model& model_;
@@ -107,6 +119,9 @@ class TrainStep {
   TensorParallelNorm tp_norm_;
   const parallel::CommTensorParallelGroup* tp_group_ = nullptr;
   bool token_weighted_ = false;
+  parallel::PipelineExecutor* pipe_ = nullptr;
+  comm::Communicator pp_comm_;            // the pipeline group
+  std::vector<ElemSpan> counted_elsewhere_;  // tied parameters another stage counts in the norm
 };
 
 }  // namespace meshtrain
