@@ -63,8 +63,17 @@ void refuse_unavailable(const TrainConfig& c) {
     if (cond) throw Error(what + " is not available in this build yet; remove the setting "
                                  "to train");
   };
-  refuse(c.parallel.pp != 1,
-         fmt::format("parallel.pp = {} (data and tensor parallelism are)", c.parallel.pp));
+  // Pipeline parallelism trains on its own for now.
+  const bool pp = c.parallel.pp > 1;
+  refuse(pp && c.parallel.tp != 1,
+         fmt::format("parallel.pp = {} with parallel.tp = {}", c.parallel.pp, c.parallel.tp));
+  refuse(pp && c.zero.stage > 0,
+         fmt::format("parallel.pp = {} with zero.stage = {}", c.parallel.pp, c.zero.stage));
+  refuse(pp && c.lora.rank > 0, fmt::format("parallel.pp = {} with LoRA", c.parallel.pp));
+  refuse(pp && (c.checkpoint.every > 0 || (c.checkpoint.resume != "never" && c.checkpoint.resume != "auto")),
+         fmt::format("parallel.pp = {} with checkpoints (checkpoint.every, checkpoint.resume)",
+                     c.parallel.pp));
+  refuse(pp && c.device != "cpu", fmt::format("parallel.pp = {} on device \"{}\"", c.parallel.pp, c.device));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));
 }
@@ -72,6 +81,15 @@ void refuse_unavailable(const TrainConfig& c) {
 // parallel.tp must divide the ranks the job has; parallel.dp must be the
 // rest ("auto" = all of it).
 void check_dp(const TrainConfig& c, int world) {
+  if (c.parallel.pp > 1) {  // dp replicas of pp stages (refuse_unavailable: no tp with it yet)
+    const int pp = c.parallel.pp, dp = c.parallel.dp == 0 ? world / pp : c.parallel.dp;
+    MT_CHECK(world % pp == 0 && dp * pp == world, "parallel.pp = {}{} needs {} rank(s) but the "
+             "job has {}; run with --nproc {} (or mpirun -np {})", pp,
+             c.parallel.dp == 0 ? "" : fmt::format(" x parallel.dp = {}", dp),
+             c.parallel.dp == 0 ? fmt::format("a multiple of {}", pp) : std::to_string(dp * pp),
+             world, c.parallel.dp == 0 ? pp : dp * pp, c.parallel.dp == 0 ? pp : dp * pp);
+    return;
+  }
   const int tp = c.parallel.tp;
   MT_CHECK(tp >= 1 && world % tp == 0, "parallel.tp = {} must divide the {} rank(s) of the job "
            "(run with --nproc a multiple of {})", tp, world, tp);
@@ -210,8 +228,9 @@ void run_train(const TrainArgs& a) {
   o.loss_scale.max_consecutive_skips = c.loss_scale.max_consecutive_skips;
   o.steps = c.train.steps;
   o.schedule.kind = c.train.schedule;
-  const int64_t global_batch = static_cast<int64_t>(c.train.micro_batch) * world.size *
-                               c.train.grad_accum;
+  // Sequences per step: a tp group and a pipeline share each batch.
+  const int64_t replicas = std::max(1, world.size / (c.parallel.tp * c.parallel.pp));
+  const int64_t global_batch = static_cast<int64_t>(c.train.micro_batch) * replicas * c.train.grad_accum;
   const double lr = scaled_lr(c.train, global_batch);
   if (lead && c.train.lr_scaling != "none")
     fmt::print("lr: {:g} scaled {} for global batch {} (tuned at {}) = {:g}\n", c.train.lr,
@@ -241,6 +260,8 @@ void run_train(const TrainArgs& a) {
   o.dp.grad_dtype = dtype_from_name(c.comm.grad_dtype);
   o.zero_stage = c.zero.stage;
   o.tp = c.parallel.tp;
+  o.pp = c.parallel.pp;
+  o.pipe_schedule = c.parallel.schedule;
   o.sequence_parallel = c.parallel.sequence_parallel;
   o.zero_persist_threshold = c.zero.persist_threshold;
   o.memory_limit_bytes = c.memory.limit_mb * 1e6;

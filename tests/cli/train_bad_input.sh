@@ -46,7 +46,7 @@ expect 1 "outside the vocabulary" -- "$BIN" train "${COMMON[@]}" --set model.pre
 "$BIN" train "${COMMON[@]}" >/dev/null 2>&1 || fail "setup training failed"
 expect 1 "disagree" -- "$BIN" train "${COMMON[@]}" --set model.preset="" \
   --set "init_from=$TMP/run/model.safetensors" --set model.seq_len=64
-expect 1 "not available" -- "$BIN" train "${COMMON[@]}" --set parallel.pp=2
+expect 1 "parallel.pp = 2 needs a multiple of 2 rank(s) but the job has 1" -- "$BIN" train "${COMMON[@]}" --set parallel.pp=2
 # A device is named: a misspelt one, and a GPU where this build (CPU only) has no CUDA backend.
 expect 1 'device must be "cpu", "cuda", "cuda:N" or "guarded" (the test device); got "gpu"' -- "$BIN" train "${COMMON[@]}" --set device=gpu
 expect 1 "no runtime for device cuda:0 in this build" -- "$BIN" train "${COMMON[@]}" --set device=cuda

@@ -192,6 +192,7 @@ TrainConfig convert_config(const nlohmann::json& j,
   }
   c.parallel.tp = r.small_int("parallel.tp", 1);
   c.parallel.pp = r.small_int("parallel.pp", 1);
+  c.parallel.schedule = r.choice("parallel.schedule", {"gpipe", "1f1b"});
   c.parallel.bucket_mb = r.in_range("parallel.bucket_mb", 1e-6, 1e6, false);
   c.parallel.first_bucket_mb = r.in_range("parallel.first_bucket_mb", 1e-6, 1e6, false);
   c.parallel.sequence_parallel = r.boolean("parallel.sequence_parallel");

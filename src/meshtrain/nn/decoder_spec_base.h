@@ -20,6 +20,7 @@ class DecoderSpecBase : public ModelSpec {
   std::string describe() const override { return cfg_.describe(); }
   const ParamLayout& layout() const override { return layout_; }
   int seq_len() const override { return cfg_.seq_len; }
+  int num_layers() const override { return cfg_.n_layer; }
   int vocab_size() const override { return cfg_.vocab_size; }
   double flops_per_token(int T) const override { return cfg_.flops_per_token(T); }
 

@@ -177,6 +177,8 @@ class ModelSpec {
   // its shape cannot be split this way.
   virtual std::shared_ptr<const ModelSpec> sharded(const ModelShard& shard) const;
   virtual int seq_len() const = 0;       // longest context (token models)
+  // Layers pipeline stages split (the whole model's; 0: none to split).
+  virtual int num_layers() const { return 0; }
   virtual int vocab_size() const = 0;    // real vocabulary (token models)
   // Model FLOPs per token of one training step (forward + backward) at
   // context T; the convention is documented in docs/ARCHITECTURE.md.

@@ -120,6 +120,33 @@ void PipelineExecutor::sum_tied_gradients() {
   timing_.tied_s += now_s() - t0;
 }
 
+float PipelineExecutor::forward_only(const MicroBatch& mb) {
+  const int64_t V = p_ * v_;
+  float loss = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> in, out;
+  std::vector<comm::Work> sends;
+  for (int c = 0; c < static_cast<int>(v_); ++c) {  // virtual stages in order along the pipeline
+    const int64_t vs = virtual_stage(c);
+    Model& model = *chunks_[static_cast<size_t>(c)];
+    const size_t width = static_cast<size_t>(static_cast<int64_t>(mb.B) * mb.T * model.stage_width());
+    if (vs > 0) {
+      in.resize(width);
+      pp_.recv(in.data(), width, DType::F32, static_cast<int>((vs - 1) % p_)).wait();
+    }
+    model.select_slot(0);
+    const float l = model.forward_stage({vs == 0 ? mb.inputs : nullptr,
+                                         vs + 1 == V ? mb.targets : nullptr, mb.B, mb.T},
+                                        vs > 0 ? in.data() : nullptr);
+    if (vs + 1 == V) {
+      loss = l;
+      continue;
+    }
+    out.assign(model.stage_output(), model.stage_output() + width);
+    pp_.send(out.data(), width, DType::F32, static_cast<int>((vs + 1) % p_)).wait();
+  }
+  return loss;
+}
+
 std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, float loss_scale) {
   MT_CHECK(static_cast<int64_t>(micro.size()) == m_, "pipeline step: {} micro-batches for a "
            "schedule of {}", micro.size(), m_);
@@ -132,6 +159,7 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
     for (int k = chunks_[static_cast<size_t>(c)]->activation_slots() - 1; k >= 0; --k)
       free[static_cast<size_t>(c)].push_back(k);
   std::map<std::pair<int64_t, int64_t>, int> slot_of;
+  std::vector<int64_t> backwards_done(static_cast<size_t>(v_), 0);  // per chunk (whole or weight parts)
   // Received data per (chunk, micro-batch), and the sends in flight with their buffers.
   std::map<std::pair<int64_t, int64_t>, std::vector<float>> received;
   std::vector<std::pair<comm::Work, std::vector<float>>> sends;
@@ -180,9 +208,15 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
         const double t0 = now_s();
         Model& m = select(op);
         auto it = received.find({op.chunk, op.micro_batch});
+        const bool finishes = op.part != plan::BackwardPart::Input;
+        const bool last = finishes && backwards_done[static_cast<size_t>(op.chunk)] + 1 == m_;
+        if (hooks_.begin) hooks_.begin(last);
         m.backward_stage(it == received.end() ? nullptr : it->second.data(), loss_scale);
         if (it != received.end()) received.erase(it);
-        timing_.compute_s += now_s() - t0;
+        const double t1 = now_s();
+        if (hooks_.end) timing_.sync_wait_s += hooks_.end(last);
+        if (finishes) ++backwards_done[static_cast<size_t>(op.chunk)];
+        timing_.compute_s += t1 - t0;
         break;
       }
       case plan::PipeInstrKind::SendActivation:

@@ -15,6 +15,7 @@
 // both holders after the step, so both copies take the same update.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,7 @@ std::vector<ModelShard> pipeline_shards(int n_layer, int64_t stages, int64_t chu
 
 struct PipelineTiming {
   double compute_s = 0;   // forward and backward
+  double sync_wait_s = 0;  // waited for the data-parallel gradient reductions
   double recv_wait_s = 0;  // blocked in receives (the bubble and the transfers)
   double tied_s = 0;       // the tied parameters' gradient exchange
 };
@@ -56,6 +58,21 @@ class PipelineExecutor {
   // parameters' gradients are summed. Returns the micro-batches' losses on
   // the rank of the last virtual stage, NaN elsewhere.
   std::vector<float> run(const std::vector<MicroBatch>& micro, float loss_scale);
+
+  // Data parallelism over each stage's replicas: called around every
+  // backward of the step, `last` on each chunk's final one (the gradient
+  // sync's begin_backward/end_backward, parallel/gradient_sync.h); `end`
+  // returns the seconds it waited. Optional.
+  struct BackwardHooks {
+    std::function<void(bool last)> begin;
+    std::function<double(bool last)> end;
+  };
+  void set_backward_hooks(BackwardHooks hooks) { hooks_ = std::move(hooks); }
+
+  // One micro-batch's forward through every virtual stage, no backward
+  // (evaluation): the loss on the rank of the last virtual stage, NaN
+  // elsewhere. Uses each chunk's slot 0; call between steps.
+  float forward_only(const MicroBatch& mb);
 
   const std::vector<std::vector<plan::PipeInstr>>& instructions() const { return instrs_; }
   const PipelineTiming& timing() const { return timing_; }
@@ -84,6 +101,7 @@ class PipelineExecutor {
   std::vector<std::vector<plan::PipeInstr>> instrs_;
   std::vector<TiedParam> tied_;
   PipelineTiming timing_;
+  BackwardHooks hooks_;
 };
 
 }  // namespace meshtrain::parallel

@@ -106,8 +106,14 @@ void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Commu
   counted_elsewhere_.clear();
   if (!exec) return;
   MT_CHECK(pp && pp->valid(), "a pipeline step needs its pipeline group");
-  MT_CHECK(!sync_.comm() && !tp_norm_.tp, "pipeline parallelism with data or tensor parallelism "
-           "is not available yet: use parallel.dp = 1 and parallel.tp = 1 with parallel.pp");
+  MT_CHECK(!tp_norm_.tp, "pipeline parallelism with tensor parallelism is not available yet: use "
+           "parallel.tp = 1 with parallel.pp");
+  MT_CHECK(!sync_.sharded(), "pipeline parallelism with ZeRO is not available yet: use zero.stage "
+           "= 0 with parallel.pp");
+  // Each stage's replicas reduce their gradients around every backward, as
+  // the micro-batch loop does without a pipeline.
+  exec->set_backward_hooks({[this](bool last) { sync_.begin_backward(last); },
+                            [this](bool last) { return sync_.end_backward(last); }});
   pp_comm_ = *pp;
   // The norm counts a tied parameter once: by its first holder.
   for (const ParamInfo& p : model_.layout().params)
@@ -172,6 +178,7 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     loss_sum = pp_comm_.allreduce_scalar(loss_sum, comm::ReduceOp::Sum);
     st.forward_s = pipe_->timing().compute_s;  // forward and backward together
     st.pp_wait_s = pipe_->timing().recv_wait_s + pipe_->timing().tied_s;
+    waited_total = pipe_->timing().sync_wait_s;
   }
   for (Hold hold(model_); size_t i : std::views::iota(size_t{0}, pipe_ ? size_t{0} : micro.size())) {
     const double t0 = now_s(), tp0 = tp_seconds();

@@ -60,6 +60,10 @@ struct TrainerOptions {
   // (world / tp) data-parallel groups of tp ranks, tp innermost.
   int tp = 1;
   bool sequence_parallel = false;  // tp > 1: norms and residual stream split over tp
+  // Pipeline parallelism: stages (pp outermost in the mesh) and the schedule
+  // over grad_accum micro-batches (parallel/pipeline_executor.h).
+  int pp = 1;
+  std::string pipe_schedule = "1f1b";
   // ZeRO over the data-parallel ranks (parallel/zero.h): 0 = plain data parallelism.
   int zero_stage = 0;
   int64_t zero_persist_threshold = 100000;

@@ -2,6 +2,7 @@
 // from, chosen collectively, and the data loaders positioned after it.
 #include <fmt/format.h>
 
+#include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/train/training_run.h"
 
@@ -13,8 +14,14 @@ void TrainingRun::resume() {
   // each read only their own range of a checkpoint and gather the rest from
   // the owners.
   if (auto r = sync_->resume_range()) own_params_ = ckpt::ElemRange{r->begin, r->end};
+  // Pipeline stages do not read checkpoints yet: one that would be resumed is an error.
+  MT_CHECK(!pipe_ || opt_.checkpoint.resume == "never" || opt_.checkpoint.dir.empty() ||
+               !ckpt::find_latest_complete(opt_.checkpoint.dir, nullptr),
+           "{} holds a checkpoint, and resuming a pipeline-parallel run (parallel.pp = {}) is not "
+           "available yet; set checkpoint.resume = \"never\" or another checkpoint.dir",
+           opt_.checkpoint.dir, opt_.pp);
   // Under tensor parallelism every rank of the world agrees on the (logical) checkpoint.
-  resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(),
+  if (!pipe_) resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(),
                              tp_ckpt_ ? world_comm() : comm_, global_batch_, own_params_,
                              tp_ckpt_.get());
   start_step_ = resumed_ ? resumed_->step : 0;

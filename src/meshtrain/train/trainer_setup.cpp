@@ -8,6 +8,7 @@
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/nn/shard_slicing.h"
 #include "meshtrain/parallel/tp_group.h"
+#include "meshtrain/plan/pipeline_schedule.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/train/cpu_report.h"
 #include "meshtrain/train/training_run.h"
@@ -20,8 +21,14 @@ std::shared_ptr<const ModelSpec> shard_spec_of(const TrainerOptions& opt) {
   MT_CHECK(opt.model, "no model to train");
   const int world = opt.comm.valid() ? opt.comm.size() : 1;
   const int rank = opt.comm.valid() ? opt.comm.rank() : 0;
-  MT_CHECK(opt.tp >= 1 && world % opt.tp == 0, "parallel.tp = {} must divide the {} rank(s) of "
-           "the job", opt.tp, world);
+  MT_CHECK(opt.tp >= 1 && opt.pp >= 1 && world % (opt.tp * opt.pp) == 0, "parallel.tp = {} x "
+           "parallel.pp = {} must divide the {} rank(s) of the job", opt.tp, opt.pp, world);
+  if (opt.pp > 1) {  // this rank's stage: pp outermost in the mesh
+    MT_CHECK(opt.tp == 1, "parallel.pp with parallel.tp is not available yet");
+    const parallel::MeshShape shape{world / opt.pp, 1, opt.pp};
+    const int stage = parallel::mesh_coords(shape, rank).pp;
+    return opt.model->sharded(parallel::pipeline_shards(opt.model->num_layers(), opt.pp, 1)[stage]);
+  }
   if (opt.tp == 1) return opt.model;
   ModelShard shard{rank % opt.tp, opt.tp};
   shard.sequence_parallel = opt.sequence_parallel;
@@ -46,7 +53,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
       lead_(rank_ == 0),
       // dp x tp (pipeline parallelism comes next): the dp coordinate slices
       // the data, the tp group shares each batch.
-      mesh_(opt.comm, {world_ / opt.tp, opt.tp, 1}) {
+      mesh_(opt.comm, {world_ / (opt.tp * opt.pp), opt.tp, opt.pp}) {
   MT_CHECK(opt.micro_batch >= 1 && opt.grad_accum >= 1 && opt.steps >= 1,
            "micro_batch, grad_accum and steps must be >= 1");
   MT_CHECK(opt.device.is_cpu() || world_ == 1, "device = \"{}\" with {} ranks: collectives on "
@@ -113,7 +120,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
                       precision_name(opt.precision)));
   } else if (opt.init_from.empty()) {
     sync_->init_weights(*model_, opt.seed);  // ZeRO: perhaps only this rank's own range
-  } else if (opt.tp > 1 && ckpt::can_load_range(opt.init_from, *opt.model)) {
+  } else if ((opt.tp > 1 || opt.pp > 1) && ckpt::can_load_range(opt.init_from, *opt.model)) {
     // A tp shard reads only its slices of each tensor (one tensor staged at
     // a time); under ZeRO keeping a range, only those inside its own range.
     const auto own = sync_->setup_range();
@@ -123,7 +130,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
     say(fmt::format("loaded weights from {} (this tp shard's slices{})",
                     ckpt::load_init_weights(opt.init_from, *opt.model, window),
                     own ? ", each rank its own range" : ""));
-  } else if (opt.tp > 1) {
+  } else if (opt.tp > 1 || opt.pp > 1) {
     // A file that loads whole (llm.c): read once into a
     // whole model on this rank, then the shard takes its slices.
     auto whole = opt.model->build();
@@ -147,6 +154,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   stepper_ = std::make_unique<TrainStep>(*model_, *sync_, opt.adam, opt.schedule, opt.clip);
   stepper_->set_mixed_precision(mixed_.get());
   if (opt.tp > 1) stepper_->set_tensor_parallel(&mesh_.comm(parallel::Axis::TP), tp_group_.get());
+  if (opt.pp > 1) setup_pipeline();
   // Effective batch: micro-batch x data-parallel ranks x accumulation
   // sequences per step (a tp group shares its batch).
   global_batch_ = static_cast<int64_t>(opt.micro_batch) * mesh_.size(parallel::Axis::DP) * opt.grad_accum;
@@ -159,7 +167,52 @@ comm::Communicator* TrainingRun::world_comm() const {
   return world_ > 1 ? const_cast<comm::Communicator*>(&mesh_.world()) : nullptr;
 }
 
+void TrainingRun::setup_pipeline() {
+  const int64_t pp = opt_.pp;
+  for (const ModelShard& s : parallel::pipeline_shards(opt_.model->num_layers(), pp, 1))
+    stage_specs_.push_back(opt_.model->sharded(s));
+  comm::Communicator& group = const_cast<comm::Communicator&>(mesh_.comm(parallel::Axis::PP));
+  pipe_ = std::make_unique<parallel::PipelineExecutor>(
+      group, stage_specs_, std::vector<Model*>{model_}, plan::parse_pipe_schedule(opt_.pipe_schedule),
+      opt_.grad_accum);
+  stepper_->set_pipeline(pipe_.get(), &group);
+  const ModelShard me = spec_.shard();
+  say(fmt::format("pipeline: {} stages, schedule {} over {} micro-batch(es) (bubble {:.1f}% of the "
+                  "compute by the formula); rank 0 holds layers [{}, {}) of {}", pp, opt_.pipe_schedule,
+                  opt_.grad_accum, 100 * plan::formula_bubble(plan::parse_pipe_schedule(opt_.pipe_schedule),
+                                                              pp, opt_.grad_accum, 1),
+                  me.layer_begin, me.layer_end, opt_.model->num_layers()));
+}
+
+Tensor TrainingRun::gather_pipeline_parameters() const {
+  const comm::Communicator& group = mesh_.comm(parallel::Axis::PP);
+  comm::Communicator& c = const_cast<comm::Communicator&>(group);
+  const Tensor& mine = model_->param_buffer();
+  if (c.rank() != 0) {
+    c.send(mine.raw(), static_cast<size_t>(mine.numel()), DType::F32, 0).wait();
+    return Tensor();
+  }
+  Tensor whole = Tensor::zeros({opt_.model->num_params()}, DType::F32, MemCategory::Other);
+  for (int s = 0; s < c.size(); ++s) {
+    const ModelSpec& stage = *stage_specs_[static_cast<size_t>(s)];
+    Tensor part = s == 0 ? mine : Tensor::zeros({stage.num_params()}, DType::F32, MemCategory::Other);
+    if (s > 0) c.recv(part.raw(), static_cast<size_t>(part.numel()), DType::F32, s).wait();
+    // By name into the logical layout (a tied parameter: the same values twice).
+    for (const ShardRun& r : shard_runs(opt_.model->layout(), stage.layout(), 0))
+      std::copy_n(part.data<float>() + r.shard, r.count, whole.data<float>() + r.logical);
+  }
+  return whole;
+}
+
+float TrainingRun::pipeline_forward(const MicroBatch& mb) {
+  const float loss = pipe_->forward_only(mb);
+  comm::Communicator& c = const_cast<comm::Communicator&>(mesh_.comm(parallel::Axis::PP));
+  const bool last = c.rank() + 1 == c.size();
+  return static_cast<float>(c.allreduce_scalar(last ? static_cast<double>(loss) : 0.0));
+}
+
 Tensor TrainingRun::logical_parameters() const {
+  if (pipe_) return gather_pipeline_parameters();
   if (const Tensor& p = model_->param_buffer(); !p.device().is_cpu()) {
     // Saving and sampling read the parameters on the host.
     Tensor host = Tensor::zeros({p.numel()}, DType::F32, MemCategory::Other);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 
 #include "meshtrain/io/model_file.h"
@@ -30,7 +31,8 @@ double now_s() {
 // parallelism each rank evaluates its slice and the means are averaged.
 // Masked (instruction) data: the mean over every target trained on, as the
 // training step's loss (train/train_step.h).
-float evaluate(Model& model, data::DataLoader& val, int64_t batches, comm::Communicator* comm) {
+float evaluate(const std::function<float(const MicroBatch&)>& forward, data::DataLoader& val,
+               int64_t batches, comm::Communicator* comm) {
   TraceScope trace(telemetry::global_tracer(), "eval", "compute");
   val.rewind();
   const bool weighted = val.shards().masked();
@@ -38,7 +40,7 @@ float evaluate(Model& model, data::DataLoader& val, int64_t batches, comm::Commu
   int64_t n = std::min<int64_t>(batches, val.batches_per_epoch());
   for (int64_t i = 0; i < n; ++i) {
     data::Batch b = val.next();
-    const float mean = model.forward(MicroBatch{b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
+    const float mean = forward(MicroBatch{b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
                                                 static_cast<int>(b.inputs.dim(0)),
                                                 static_cast<int>(b.inputs.dim(1))});
     if (!weighted) {
@@ -209,7 +211,11 @@ void TrainingRun::loop() {
     }
     const bool last = step + 1 == total_steps_;
     if (val_ && opt_.eval_every > 0 && ((step + 1) % opt_.eval_every == 0 || last)) {
-      t.val_loss = evaluate(*model_, *val_, opt_.eval_batches, comm_);
+      // Through the pipeline when there is one (every stage takes part).
+      auto forward = [&](const MicroBatch& mb) {
+        return pipe_ ? pipeline_forward(mb) : model_->forward(mb);
+      };
+      t.val_loss = evaluate(forward, *val_, opt_.eval_batches, comm_);
       note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1, *t.val_loss,
                        st.loss));
     }

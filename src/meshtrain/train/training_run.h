@@ -86,6 +86,16 @@ class TrainingRun {
   comm::Communicator* comm_ = nullptr;  // the data-parallel group; null with one rank
   std::unique_ptr<MixedPrecision> mixed_;
   std::unique_ptr<TrainStep> stepper_;
+  // Pipeline parallelism: this stage's executor and every stage's spec.
+  std::unique_ptr<parallel::PipelineExecutor> pipe_;
+  std::vector<std::shared_ptr<const ModelSpec>> stage_specs_;
+  void setup_pipeline();
+  // The whole model's parameters assembled on the pipeline's first rank from
+  // every stage's (collective over the pp group); empty elsewhere.
+  Tensor gather_pipeline_parameters() const;
+  // One micro-batch's forward through the pipeline (collective over pp):
+  // the loss, on every stage.
+  float pipeline_forward(const MicroBatch& mb);
   int64_t global_batch_ = 0, tokens_per_step_ = 0;
   MemoryPrediction predicted_;
   // resume()

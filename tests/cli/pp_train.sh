@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# `meshtrain train --set parallel.pp=P --nproc P`: the model's layers cut
+# into P stages, one per rank (and --nproc 2P: 2 data-parallel replicas of
+# the pipeline), trained with the schedule of parallel.schedule over
+# train.grad_accum micro-batches. For GPT and Llama (4 layers), GPipe and
+# 1F1B at 2 stages, 1F1B at 4 (one layer each) and dp 2 x pp 2: every step's loss and
+# gradient norm and the validation losses equal the single-rank run's
+# within 1e-5 (relative), the sample at the end is the same text, and the
+# final model file's every element equals the single rank's within 5e-5 (the
+# tied wte's two gradient halves are added in another order, and six AdamW
+# steps carry that rounding into the weights). Then
+# what pipeline runs do not do yet is refused with the reason.
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"  # BIN, TMP (removed at exit), fail
+source "$(dirname "$0")/lib/losses.sh"  # same_losses
+
+"$BIN" data synth --out "$TMP/data" --tokens 40000 >/dev/null
+run() {  # run NAME PRESET [ARGS...]
+  local name=$1 preset=$2
+  shift 2
+  "$BIN" train --set model.preset="$preset" --set model.n_layer=4 --set model.vocab_size=256 \
+    --set model.seq_len=32 --set data.train="$TMP/data/train_*.bin" --set data.val="$TMP/data/val_*.bin" \
+    --set train.steps=6 --set train.micro_batch=2 --set train.grad_accum=4 --set train.lr=3e-3 \
+    --set train.warmup=2 --set train.eval_every=3 --set train.eval_batches=2 --set train.threads=1 \
+    --set train.sample_every=6 --set telemetry.dir="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1 ||
+    { grep -av '^[ {}]' "$TMP/$name.log" | tail -20; fail "train $name failed"; }
+}
+same_model() {  # every element of every tensor of two safetensors files within 5e-5 (as dp_harness.h)
+  python3 - "$1" "$2" <<'PY'
+import array, json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        a = array.array("f")
+        s, e = v["data_offsets"]
+        a.frombytes(b[8 + n + s:8 + n + e])
+        out[k] = a
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+for k in a:
+    worst = max(abs(x - y) for x, y in zip(a[k], b[k]))
+    assert worst <= 5e-5, (k, worst)
+PY
+}
+for preset in char-2L llama-tiny; do
+  run "one_$preset" "$preset"
+  # dp 2 x pp 2 reads micro-batches of 2 per replica: one rank's reference reads 4.
+  run "one4_$preset" "$preset" --set train.micro_batch=4
+  for case in "gpipe 2 1" "1f1b 2 1" "1f1b 4 1" "1f1b 2 2"; do
+    set -- $case
+    name="dp$3_pp$2_$1_$preset"
+    ref="one_$preset"
+    [ "$3" = 1 ] || ref="one4_$preset"
+    run "$name" "$preset" --set parallel.pp="$2" --set parallel.schedule="$1" --nproc $(($2 * $3))
+    grep -aq "^pipeline: $2 stages, schedule $1 over 4 micro-batch(es)" "$TMP/$name.log" ||
+      fail "$name: no pipeline line"
+    set -- "$ref"
+    same_losses "$TMP/$1/metrics.jsonl" "$TMP/$name/metrics.jsonl" 1 1e-5 6 >/dev/null ||
+      fail "$name: losses differ from one rank"
+    python3 - "$TMP/$1/metrics.jsonl" "$TMP/$name/metrics.jsonl" <<'PY' || fail "$name: norms or val losses differ"
+import json, sys
+rows = lambda p: [json.loads(l) for l in open(p) if l.strip()]
+for a, b in zip(rows(sys.argv[1]), rows(sys.argv[2])):
+    for k in ("grad_norm", "val_loss"):
+        if k in a or k in b:
+            assert abs(a[k] - b[k]) <= 1e-5 * abs(a[k]), (a["step"], k, a[k], b[k])
+PY
+    diff <(grep -a "| sample:" "$TMP/$1.log") <(grep -a "| sample:" "$TMP/$name.log") >/dev/null ||
+      fail "$name: another sample than one rank's"
+    same_model "$TMP/$1/model.safetensors" "$TMP/$name/model.safetensors" ||
+      fail "$name: final model differs"
+  done
+done
+
+# Not yet: refused with the reason, before anything trains.
+refused() {  # refused TEXT ARGS...
+  local text=$1
+  shift
+  if "$BIN" train --set model.preset=char-2L --set data.train="$TMP/data/train_*.bin" --set train.steps=1 \
+    "$@" >"$TMP/refused.log" 2>&1; then fail "accepted: $*"; fi
+  grep -aqF "$text" "$TMP/refused.log" || { cat "$TMP/refused.log" | tail -5; fail "no '$text' for: $*"; }
+}
+refused "parallel.pp = 2 needs a multiple of 2 rank(s) but the job has 3" --set parallel.pp=2 --nproc 3
+refused "parallel.pp = 2 x parallel.dp = 2 needs 4 rank(s) but the job has 2" --set parallel.pp=2 --set parallel.dp=2 --nproc 2
+refused "parallel.pp = 2 with parallel.tp = 2 is not available" --set parallel.pp=2 --set parallel.tp=2 --nproc 4
+refused "parallel.pp = 2 with zero.stage = 1 is not available" --set parallel.pp=2 --set zero.stage=1 --nproc 4
+refused "parallel.pp = 2 with checkpoints" --set parallel.pp=2 --set checkpoint.every=2 --set checkpoint.dir="$TMP/ck" --nproc 2
+refused 'parallel.schedule' --set parallel.pp=2 --set parallel.schedule=pipedream --nproc 2
+refused "pipeline of 4 stage(s) x 1 chunk(s) needs at least 4 layers; the model has 2" --set parallel.pp=4 --nproc 4
+echo "ok"
