@@ -60,6 +60,12 @@ for preset in char-2L llama-tiny; do
     run "$name" "$preset" --set parallel.pp="$2" --set parallel.schedule="$1" --nproc $(($2 * $3))
     grep -aq "^pipeline: $2 stages, schedule $1 over 4 micro-batch(es)" "$TMP/$name.log" ||
       fail "$name: no pipeline line"
+    # The breakdown shows the pipeline's wait, and the bubble beside its formula.
+    grep -aq "^  pipeline wait " "$TMP/$name.log" || fail "$name: no pipeline wait in the breakdown"
+    grep -aq "^pipeline bubble: stage 0 waited .* of its compute (median step; the $1 formula: " "$TMP/$name.log" ||
+      fail "$name: no measured bubble"
+    python3 -c "import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; assert all('pp_wait_ms' in r for r in rows) and max(r['pp_wait_ms'] for r in rows) > 0" \
+      "$TMP/$name/metrics.jsonl" || fail "$name: no pipeline wait in metrics.jsonl"
     set -- "$ref"
     same_losses "$TMP/$1/metrics.jsonl" "$TMP/$name/metrics.jsonl" 1 1e-5 6 >/dev/null ||
       fail "$name: losses differ from one rank"

@@ -31,8 +31,14 @@ std::string breakdown_table(const BreakdownStats& s, const std::string& title) {
   std::string t = title + "\n";
   t += fmt::format("  {:<16} {:>11} {:>11} {:>10}\n", "phase", "median ms", "mean ms", "% of step");
   t += row("data wait", md.data_wait_s, mn.data_wait_s, mn.step_s);
-  t += row("forward", md.forward_s, mn.forward_s, mn.step_s);
-  t += row("backward", md.backward_s, mn.backward_s, mn.step_s);
+  // A pipeline stage runs its forwards and backwards interleaved: one row.
+  if (mn.pp_wait_s > 0) {
+    t += row("fwd + bwd", md.forward_s, mn.forward_s, mn.step_s);
+    t += row("pipeline wait", md.pp_wait_s, mn.pp_wait_s, mn.step_s);
+  } else {
+    t += row("forward", md.forward_s, mn.forward_s, mn.step_s);
+    t += row("backward", md.backward_s, mn.backward_s, mn.step_s);
+  }
   t += row("optimizer", md.optimizer_s, mn.optimizer_s, mn.step_s);
   t += row("comm exposed", md.comm_exposed_s, mn.comm_exposed_s, mn.step_s);
   if (mn.comm_tp_s > 0) {

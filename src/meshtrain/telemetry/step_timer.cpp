@@ -78,6 +78,7 @@ BreakdownStats aggregate(const std::vector<StepBreakdown>& steps) {
   field(&StepBreakdown::comm_exposed_s, s.median.comm_exposed_s, s.mean.comm_exposed_s);
   field(&StepBreakdown::comm_total_s, s.median.comm_total_s, s.mean.comm_total_s);
   field(&StepBreakdown::comm_tp_s, s.median.comm_tp_s, s.mean.comm_tp_s);
+  field(&StepBreakdown::pp_wait_s, s.median.pp_wait_s, s.mean.pp_wait_s);
   field(&StepBreakdown::step_s, s.median.step_s, s.mean.step_s);
   return s;
 }
@@ -147,6 +148,7 @@ nlohmann::json StepTelemetry::to_json() const {
                       {"comm_exposed_ms", time.comm_exposed_s * 1e3},
                       {"comm_total_ms", time.comm_total_s * 1e3},
                       {"comm_tp_ms", time.comm_tp_s * 1e3},
+                      {"pp_wait_ms", time.pp_wait_s * 1e3},
                       {"other_ms", time.other_s() * 1e3},
                       {"tokens", tokens},
                       {"samples", samples},
@@ -179,6 +181,7 @@ std::vector<std::pair<std::string, double>> StepTelemetry::scalars() const {
       {"time/comm_exposed_ms", time.comm_exposed_s * 1e3},
       {"time/comm_total_ms", time.comm_total_s * 1e3},
       {"time/comm_tp_ms", time.comm_tp_s * 1e3},
+      {"time/pp_wait_ms", time.pp_wait_s * 1e3},
       {"time/other_ms", time.other_s() * 1e3},
       {"throughput/tokens_per_s", tokens_per_s()},
       {"throughput/samples_per_s", samples_per_s()},

@@ -32,8 +32,13 @@ struct StepBreakdown {
   // inside forward and backward that block compute. The data-parallel part
   // is comm_exposed_s - comm_tp_s.
   double comm_tp_s = 0;
+  // Pipeline parallelism: blocked on the neighbouring stages (the bubble and
+  // the transfers); forward_s then holds forward and backward together.
+  double pp_wait_s = 0;
 
-  double parts_s() const { return data_wait_s + forward_s + backward_s + optimizer_s + comm_exposed_s; }
+  double parts_s() const {
+    return data_wait_s + forward_s + backward_s + optimizer_s + comm_exposed_s + pp_wait_s;
+  }
   double other_s() const { return step_s - parts_s(); }
   // Fraction of comm_total that was hidden behind compute (1 when no comm).
   double comm_overlap() const {

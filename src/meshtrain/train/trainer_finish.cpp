@@ -6,6 +6,7 @@
 
 #include "meshtrain/core/memory.h"
 #include "meshtrain/io/model_file.h"
+#include "meshtrain/plan/pipeline_schedule.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/train/step_time_prediction.h"
 #include "meshtrain/train/training_run.h"
@@ -69,6 +70,14 @@ TrainerSummary TrainingRun::finish() {
   if (!lead_) return sum;
   if (summary_.steps() > 0) {
     fmt::print("{}", summary_.text());
+    if (pipe_) {
+      // Every stage idles about as long in a step; rank 0 is stage 0.
+      const telemetry::StepBreakdown& md = summary_.breakdown().median;
+      const plan::PipeSchedule kind = plan::parse_pipe_schedule(opt_.pipe_schedule);
+      fmt::print("pipeline bubble: stage 0 waited {:.1f}% of its compute (median step; the {} "
+                 "formula: {:.1f}%)\n", md.forward_s > 0 ? 100 * md.pp_wait_s / md.forward_s : 0.0,
+                 opt_.pipe_schedule, 100 * plan::formula_bubble(kind, opt_.pp, opt_.grad_accum, 1));
+    }
     // The planner's prediction of this step on this machine, beside the
     // measured median (docs/PLANNER.md, "Own runs").
     RunLayout run;
