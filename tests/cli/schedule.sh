@@ -43,6 +43,7 @@ assert len(ops) == 2 * 4 * 3, len(ops)  # per stage: 4 F, 4 b, 4 w
 assert {e["args"]["name"] for e in ev if e["ph"] == "M"} == {"stage 0", "stage 1"}
 for tid in (0, 1):
     mine = sorted((e["ts"], e["ts"] + e["dur"]) for e in ops if e["tid"] == tid)
+    # 1e-9 us: the trace's times are sums of floating-point op times.
     assert all(a[1] <= b[0] + 1e-9 for a, b in zip(mine, mine[1:])), "overlapping ops"
 PY
 

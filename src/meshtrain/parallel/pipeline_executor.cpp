@@ -102,7 +102,6 @@ void PipelineExecutor::sum_tied_gradients() {
   for (const TiedParam& t : tied_) {
     float* g = chunks_[static_cast<size_t>(t.chunk)]->grad_buffer().data<float>() + t.begin;
     const int64_t peer = t.other_vs % p_;
-    std::vector<float> theirs(static_cast<size_t>(t.n));
     if (peer == rank_) {  // both holders here (one stage with several chunks)
       if (!t.first) continue;  // the lower holder writes both
       Model& other = *chunks_[static_cast<size_t>(t.other_vs / p_)];
@@ -112,6 +111,7 @@ void PipelineExecutor::sum_tied_gradients() {
       for (int64_t i = 0; i < t.n; ++i) h[i] = g[i] = g[i] + h[i];
       continue;
     }
+    std::vector<float> theirs(static_cast<size_t>(t.n));
     comm::Work sent = pp_.send(g, static_cast<size_t>(t.n), DType::F32, static_cast<int>(peer));
     pp_.recv(theirs.data(), static_cast<size_t>(t.n), DType::F32, static_cast<int>(peer)).wait();
     sent.wait();
@@ -124,7 +124,6 @@ float PipelineExecutor::forward_only(const MicroBatch& mb) {
   const int64_t V = p_ * v_;
   float loss = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> in, out;
-  std::vector<comm::Work> sends;
   for (int c = 0; c < static_cast<int>(v_); ++c) {  // virtual stages in order along the pipeline
     const int64_t vs = virtual_stage(c);
     Model& model = *chunks_[static_cast<size_t>(c)];
