@@ -148,7 +148,7 @@ ModelMemory GPTSpec::memory(int B, int T, int threads, const Recompute& recomput
     // A = an input or output gradient (N x the widest dimension); B = a
     // weight (out x in) or the input of a weight-gradient product (N x in).
     const int64_t N = static_cast<int64_t>(B) * T, C = d.C, A = d.A, F = d.F, Vl = d.Vl;
-    m.workspace += 4 * (N * std::max({C, 3 * A, F, Vl}) +
+    m.host_gemm_scratch = 4 * (N * std::max({C, 3 * A, F, Vl}) +
                         std::max({3 * A * C, C * A, F * C, Vl * C, N * C, N * A, N * F}));
   }
   return m;

@@ -155,7 +155,7 @@ ModelMemory LlamaSpec::memory(int B, int T, int nthreads, const Recompute& recom
     // (OC x C) or an input (N x C) of a weight-gradient product.
     const int64_t N = static_cast<int64_t>(B) * T, C = dims_.C, H = dims_.H, A = dims_.A;
     const int64_t Q = dims_.Q, Vl = dims_.Vl;
-    m.workspace += 4 * (N * std::max({C, Q, 2 * H, Vl, A}) +
+    m.host_gemm_scratch = 4 * (N * std::max({C, Q, 2 * H, Vl, A}) +
                         std::max({Q * C, 2 * H * C, C * H, C * A, Vl * C, N * C, N * H, N * A}));
   }
   return m;

@@ -141,7 +141,11 @@ struct ParamLayout {
 // The memory a model's training step allocates besides parameter state.
 struct ModelMemory {
   int64_t activations = 0;  // MemCategory::Activations
-  int64_t workspace = 0;    // MemCategory::Workspace
+  int64_t workspace = 0;    // MemCategory::Workspace, on the model's device
+  // The CPU GEMMs' f32 copies of 16-bit operands (kernels/cpu/gemm_bf16.h):
+  // Workspace in host memory whatever the model's device (the guarded
+  // device runs the CPU kernels; a GPU's GEMMs need none).
+  int64_t host_gemm_scratch = 0;
   // Parameters outside the trained flat buffer (LoRA's frozen base: its f32
   // values and, under mixed precision, its 16-bit copy), MemCategory::Parameters.
   int64_t frozen_params = 0;

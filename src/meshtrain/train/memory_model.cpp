@@ -3,7 +3,8 @@
 namespace meshtrain {
 
 MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, int threads,
-                                         const Recompute& recompute, Precision precision) {
+                                         const Recompute& recompute, Precision precision,
+                                         Device device) {
   const int64_t P = spec.num_params();
   MemoryPrediction m;
   // A LoRA model's adapters have no 16-bit copy of their own (nn/lora_model.h).
@@ -12,7 +13,7 @@ MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, in
   m.optimizer = 8 * P;
   const ModelMemory mm = spec.memory(B, T, threads, recompute, precision);
   m.activations = mm.activations;
-  m.workspace = mm.workspace;
+  m.workspace = mm.workspace + (device.is_cpu() ? mm.host_gemm_scratch : 0);
   m.frozen_params = mm.frozen_params;
   m.params += mm.frozen_params;
   return m;

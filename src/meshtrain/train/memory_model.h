@@ -23,8 +23,11 @@ struct MemoryPrediction {
 // parameter) to the parameters, stores GEMM-only activations in 16 bits, and
 // (fp16, or bf16 without the oneDNN path) needs the f32 widening scratch of
 // the largest GEMM operands (kernels/cpu/gemm_bf16.h).
+// `device`: where the model lives; its workspace leaves out the CPU GEMMs'
+// host scratch unless that is the CPU.
 MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, int threads,
                                          const Recompute& recompute = {},
-                                         Precision precision = Precision::FP32);
+                                         Precision precision = Precision::FP32,
+                                         Device device = Device::cpu());
 
 }  // namespace meshtrain

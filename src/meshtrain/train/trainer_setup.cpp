@@ -61,7 +61,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
            opt.device.str(), world_);
   // Refuse, before allocating, what the formulas say cannot fit the limit.
   predicted_ = predict_training_memory(spec_, opt.micro_batch, T_, thread_count(), opt.recompute,
-                                       opt.precision);
+                                       opt.precision, opt.device);
   check_memory_limit(memory_plan(0), opt.memory_limit_bytes);
   say(cpu_report_line());
   if (!opt.device.is_cpu())
