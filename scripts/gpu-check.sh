@@ -16,6 +16,9 @@
 #                                    # $OUT (or gpu-results/). With 15 device
 #                                    # minutes a session, run tests and bench
 #                                    # as two calls of under 5 minutes each.
+#   Time caps (seconds): GPU_CHECK_TEST_S per test binary, GPU_CHECK_TRAIN_S
+#   for train_cuda.sh, GPU_CHECK_GEMM_S per benchmark binary, GPU_CHECK_BENCH_S
+#   for train_vs_torch_gpu.py (GPU_CHECK_BENCH_ARGS: its arguments).
 #
 # The bundle keeps the CPU libraries (OpenBLAS, oneDNN, fmt, PCRE2, OpenMP)
 # as shared objects next to the binaries; CUDA's own libraries (cudart,
@@ -67,7 +70,7 @@ run_tests() {
     local name one status=0
     name=$(basename "$t")
     one="$dir/$name.out"
-    timeout 300 "$t" --gtest_color=no > "$one" 2>&1 || status=$?
+    timeout "${GPU_CHECK_TEST_S:-300}" "$t" --gtest_color=no > "$one" 2>&1 || status=$?
     { echo "=== $name (exit $status)"; cat "$one"; } >> "$log"
     [ "$status" = 0 ] || failed=1
     echo "$name: exit $status, $(grep -c '^\[       OK \]' "$one") passed, $(grep -c '^\[  SKIPPED \] .* ([0-9]* ms)$' "$one") skipped, $(grep -c '^\[  FAILED  \] .* ([0-9]* ms)$' "$one") failed" >> "$summary"
@@ -76,7 +79,7 @@ run_tests() {
   grep -E '^\[  FAILED  \] [^ ]+ \(' "$log" | sort -u >> "$summary" || true
   # Whole training runs on the GPU against the CPU (tests/cuda/train_cuda.sh).
   local status=0
-  timeout 300 bash tests/cuda/train_cuda.sh "$dir/bin/meshtrain" > "$dir/train_cuda.out" 2>&1 || status=$?
+  timeout "${GPU_CHECK_TRAIN_S:-300}" bash tests/cuda/train_cuda.sh "$dir/bin/meshtrain" > "$dir/train_cuda.out" 2>&1 || status=$?
   { echo "=== train_cuda.sh (exit $status)"; cat "$dir/train_cuda.out"; } >> "$log"
   { echo "train_cuda.sh: exit $status"; grep -E 'largest relative|measured|FAIL' "$dir/train_cuda.out"; } >> "$summary" || true
   [ "$status" = 0 ] || failed=1
@@ -86,11 +89,11 @@ run_tests() {
 run_bench() {
   for b in "$dir"/bin/cuda_*_bench; do
     [ -x "$b" ] || continue
-    { echo "=== $(basename "$b")"; timeout 120 "$b" 2>&1 || echo "(exit $?)"; } | tee -a "$log" >> "$summary"
+    { echo "=== $(basename "$b")"; timeout "${GPU_CHECK_GEMM_S:-120}" "$b" 2>&1 || echo "(exit $?)"; } | tee -a "$log" >> "$summary"
   done
   # Training throughput against PyTorch (eager and torch.compile) on this GPU.
   { echo "=== train_vs_torch_gpu.py"
-    timeout 420 python3 bench/cuda/train_vs_torch_gpu.py --binary "$dir/bin/meshtrain" 2>&1 || echo "(exit $?)"
+    PYTHONUNBUFFERED=1 timeout "${GPU_CHECK_BENCH_S:-420}" python3 bench/cuda/train_vs_torch_gpu.py --binary "$dir/bin/meshtrain" ${GPU_CHECK_BENCH_ARGS:-} 2>&1 || echo "(exit $?)"
   } | tee -a "$log" | grep -vE '^(step|round) ' >> "$summary"
 }
 

@@ -364,6 +364,104 @@ INSTANTIATE_TEST_SUITE_P(shapes, cuda_kernels_attention,
                                            AttnShape{1, 1, 12, 3},     // one position, hd 4
                                            AttnShape{3, 33, 63, 7}));  // odd hd 9
 
+// Mixed precision's attention: the products on the tensor cores with 16-bit
+// operands (head sizes 64 and 128), the rest in f32. Against the CPU's f32
+// attention by relative norm error, each part of the output on its own:
+// rounding the operands to bf16 (8 bits) gives errors of about 2^-9 = 2e-3
+// (1.4e-3 to 2.2e-3 in the CPU emulation of these kernels,
+// tests/unit/attention_tc_emulation_test.cpp), fp16 (11 bits) about 2.6e-4.
+struct AttnHalfCase {
+  AttnShape shape;
+  HalfFormat fmt;
+};
+
+class cuda_kernels_attention_half : public ::testing::TestWithParam<AttnHalfCase> {};
+
+// ||got - want|| over columns [begin, begin + count) of each row, relative to
+// ||want|| over columns [norm_begin, norm_begin + norm_count).
+::testing::AssertionResult rel_close(const std::vector<float>& got, const std::vector<float>& want,
+                                     size_t begin, size_t count, size_t stride, size_t norm_begin,
+                                     size_t norm_count, double tol, const char* what) {
+  double num = 0, den = 0;
+  for (size_t r = 0; r < want.size() / stride; ++r) {
+    for (size_t i = begin; i < begin + count; ++i) {
+      const double d = static_cast<double>(got[r * stride + i]) - want[r * stride + i];
+      num += d * d;
+    }
+    for (size_t i = norm_begin; i < norm_begin + norm_count; ++i)
+      den += static_cast<double>(want[r * stride + i]) * want[r * stride + i];
+  }
+  const double rel = std::sqrt(num / (den + 1e-30));
+  if (rel <= tol) return ::testing::AssertionSuccess();  // NaN fails here
+  return ::testing::AssertionFailure() << what << ": relative error " << rel << " > " << tol;
+}
+
+TEST_P(cuda_kernels_attention_half, forward_backward) {
+  MT_REQUIRE_GPU();
+  const auto [shape, fmt] = GetParam();
+  const auto [B, T, C, NH] = shape;
+  const int64_t hd = C / NH;
+  const double tol = fmt == HalfFormat::BF16 ? 6e-3 : 1e-3;
+  const auto qkv = uniform(B * T * 3 * C, 70), dout = uniform(B * T * C, 71);
+  std::vector<float> ws(cpu::attention_workspace_floats(T, hd));
+  std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
+  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, ws.data(), 1);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
+                          ws.data(), 1);
+  // Every output element must be written: they start as NaN.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  FB g_out(std::vector<float>(B * T * C, nan)), g_lse(std::vector<float>(B * NH * T, nan));
+  FB g_qkv(qkv), g_dout(dout), g_dqkv(std::vector<float>(B * T * 3 * C, nan));
+  gpu().attention_forward_half(stream(), fmt, g_out.get(), g_lse.get(), g_qkv.get(), B, T, C, NH,
+                               nullptr, 1);
+  EXPECT_TRUE(rel_close(g_out.host(), out, 0, C, C, 0, C, tol, "out"));
+  // lse is about log T; its error is the scores' (absolute, a few 2^-9 |s|).
+  EXPECT_TRUE(close(g_lse.host(), lse, 4 * tol, 0));
+  g_out.upload(out);
+  g_lse.upload(lse);
+  gpu().attention_backward_half(stream(), fmt, g_dqkv.get(), g_dout.get(), g_qkv.get(),
+                                g_out.get(), g_lse.get(), B, T, C, NH, nullptr, 1);
+  const auto first = g_dqkv.host();
+  // dq and dk relative to the whole gradient: they vanish where a row sees
+  // one key (T = 1), and dS = P (dP - D) then holds only the rounding.
+  EXPECT_TRUE(rel_close(first, dqkv, 0, C, 3 * C, 0, 3 * C, tol, "dq"));
+  EXPECT_TRUE(rel_close(first, dqkv, C, C, 3 * C, 0, 3 * C, tol, "dk"));
+  EXPECT_TRUE(rel_close(first, dqkv, 2 * C, C, 3 * C, 2 * C, C, tol, "dv"));
+  FB g_dqkv2(B * T * 3 * C);
+  gpu().attention_backward_half(stream(), fmt, g_dqkv2.get(), g_dout.get(), g_qkv.get(),
+                                g_out.get(), g_lse.get(), B, T, C, NH, nullptr, 1);
+  EXPECT_TRUE(same_bits(g_dqkv2.host(), first));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    shapes, cuda_kernels_attention_half,
+    ::testing::Values(AttnHalfCase{{2, 100, 128, 2}, HalfFormat::BF16},  // hd 64, a partial tile
+                      AttnHalfCase{{2, 100, 128, 2}, HalfFormat::F16},
+                      AttnHalfCase{{1, 130, 256, 2}, HalfFormat::BF16},  // hd 128
+                      AttnHalfCase{{1, 130, 256, 2}, HalfFormat::F16},
+                      AttnHalfCase{{3, 64, 384, 6}, HalfFormat::BF16},   // whole tiles
+                      AttnHalfCase{{1, 1, 64, 1}, HalfFormat::BF16},     // one position
+                      AttnHalfCase{{2, 257, 768, 12}, HalfFormat::BF16}));  // GPT-2's heads
+
+// Head sizes the tensor-core tiles do not take run the f32 kernels: the same bits.
+TEST(cuda_kernels, attention_half_other_head_sizes_are_f32) {
+  MT_REQUIRE_GPU();
+  const int64_t B = 2, T = 37, C = 100, NH = 5;  // hd 20
+  const auto qkv = uniform(B * T * 3 * C, 72), dout = uniform(B * T * C, 73);
+  FB g_qkv(qkv), g_dout(dout), o1(B * T * C), l1(B * NH * T), o2(B * T * C), l2(B * NH * T);
+  FB d1(B * T * 3 * C), d2(B * T * 3 * C);
+  gpu().attention_forward(stream(), o1.get(), l1.get(), g_qkv.get(), B, T, C, NH, nullptr, 1);
+  gpu().attention_forward_half(stream(), HalfFormat::BF16, o2.get(), l2.get(), g_qkv.get(), B, T, C,
+                               NH, nullptr, 1);
+  EXPECT_TRUE(same_bits(o2.host(), o1.host()));
+  EXPECT_TRUE(same_bits(l2.host(), l1.host()));
+  gpu().attention_backward(stream(), d1.get(), g_dout.get(), g_qkv.get(), o1.get(), l1.get(), B, T,
+                           C, NH, nullptr, 1);
+  gpu().attention_backward_half(stream(), HalfFormat::BF16, d2.get(), g_dout.get(), g_qkv.get(),
+                                o1.get(), l1.get(), B, T, C, NH, nullptr, 1);
+  EXPECT_TRUE(same_bits(d2.host(), d1.host()));
+}
+
 TEST(cuda_kernels, rope_forward_backward) {
   MT_REQUIRE_GPU();
   const int64_t B = 2, T = 37, NH = 5, hd = 20, C = NH * hd, stride = 3 * C;

@@ -52,6 +52,14 @@ class DeviceRuntime {
   virtual DeviceMemStats memory_stats(Device device) = 0;
   // Starts the per-category and total peaks again from what is in use now.
   virtual void reset_peaks(Device device) = 0;
+  // The device's dense matrix-multiply peak in GFLOP/s, with 16-bit operands
+  // (half_operands) or f32, and how it was derived; 0 where the runtime does
+  // not know it (the CPU measures its GEMMs instead). MFU's denominator.
+  struct Peak {
+    double gflops = 0;
+    std::string basis;
+  };
+  virtual Peak matrix_peak(Device, bool /*half_operands*/) { return {}; }
   // One line on what this runtime sees, for --version and logs: the devices
   // (name, memory) or why there are none.
   virtual std::string describe() = 0;

@@ -84,6 +84,8 @@ constexpr KernelTable cpu_kernels(Device device) {
       &Wrap<&cpu::swiglu_backward>::call,
       &Wrap<&cpu::attention_forward>::call,
       &Wrap<&cpu::attention_backward>::call,
+      &Wrap<&cpu::attention_forward_half>::call,
+      &Wrap<&cpu::attention_backward_half>::call,
       &Wrap<&cpu::rope_forward>::call,
       &Wrap<&cpu::rope_backward>::call,
       &Wrap<&cpu::encoder_forward>::call,

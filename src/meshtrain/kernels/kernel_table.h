@@ -68,6 +68,16 @@ struct KernelTable {
   void (*attention_backward)(Stream, float* dqkv, const float* dout, const float* qkv,
                              const float* out, const float* lse, int64_t B, int64_t T, int64_t C,
                              int64_t NH, float* workspace, int nthreads);
+  // Mixed precision's attention: the two products (Q K^T, P V and their
+  // gradients) may take operands rounded to `fmt`, accumulating in f32;
+  // softmax, statistics and outputs are f32. The CPU computes them in f32
+  // (its attention_forward), a GPU on its tensor cores.
+  void (*attention_forward_half)(Stream, HalfFormat fmt, float* out, float* lse, const float* qkv,
+                                 int64_t B, int64_t T, int64_t C, int64_t NH, float* workspace,
+                                 int nthreads);
+  void (*attention_backward_half)(Stream, HalfFormat fmt, float* dqkv, const float* dout,
+                                  const float* qkv, const float* out, const float* lse, int64_t B,
+                                  int64_t T, int64_t C, int64_t NH, float* workspace, int nthreads);
   void (*rope_forward)(Stream, float* x, int64_t B, int64_t T, int64_t nheads, int64_t hd,
                        int64_t row_stride, const RopeView& table);
   void (*rope_backward)(Stream, float* dx, int64_t B, int64_t T, int64_t nheads, int64_t hd,

@@ -246,7 +246,7 @@ PendingGradient GPT::start_reduce_input_grad(float* dinp, int64_t N) {
 // recompute, so recomputed activations are the same floats.
 void GPT::attention_core_forward(const GPTBlockActivations& s) {
   GPTActivations& a = *acts_;
-  k_->attention_forward(stream_, s.atty, s.att_lse, s.qkv, B_, T_, dims_.A, dims_.NH,
+  attention_forward(s.atty, s.att_lse, s.qkv, B_, T_, dims_.A, dims_.NH,
                         a.workspace.data<float>(), a.nthreads);
 }
 
@@ -314,7 +314,7 @@ void GPT::block_backward(int l, const float* residual, const GPTBlockActivations
   linear_backward(datty, g.attprojw, grad_data(g.attprojb), gather_grad(dres, N), att, p.attprojw,
                   N, A, C);
   float* dqkv = dbt4c;  // (N, 3A)
-  k_->attention_backward(stream_, dqkv, datty, s.qkv, s.atty, s.att_lse, B_, T_, A, dims_.NH,
+  attention_backward(dqkv, datty, s.qkv, s.atty, s.att_lse, B_, T_, A, dims_.NH,
                          a.workspace.data<float>(), a.nthreads);
   PendingGradient dln1 = column_parallel_backward(dbtc, g.qkvw, grad_data(g.qkvb), dqkv,
                                                   gather_rows({s.ln1, s.ln1_h}, N), p.qkvw, N, C,

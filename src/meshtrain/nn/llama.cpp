@@ -202,7 +202,7 @@ void Llama::attention_core_forward(const LlamaBlockActivations& s) {
     expand_kv(s.qkv, a.qkv_full);
     qkv = a.qkv_full;
   }
-  k_->attention_forward(stream_, s.atty, s.att_lse, qkv, B_, T_, dims_.A, dims_.NH, a.workspace.data<float>(),
+  attention_forward(s.atty, s.att_lse, qkv, B_, T_, dims_.A, dims_.NH, a.workspace.data<float>(),
                     a.nthreads);
 }
 
@@ -336,11 +336,11 @@ void Llama::block_backward(int l, const float* input, const LlamaBlockActivation
   linear_backward(a.datty, o.o, gather_rows(dres, a.gathered2, N), s.atty, N, A, C);
   if (dims_.gqa()) {
     expand_kv(s.qkv, a.qkv_full);  // the scratch may hold another block's
-    k_->attention_backward(stream_, a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, A, NH,
+    attention_backward(a.dqkv_full, a.datty, a.qkv_full, s.atty, s.att_lse, B_, T_, A, NH,
                        a.workspace.data<float>(), a.nthreads);
     fold_kv(a.dqkv_full, a.dqkv);
   } else {
-    k_->attention_backward(stream_, a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, A, NH,
+    attention_backward(a.dqkv, a.datty, s.qkv, s.atty, s.att_lse, B_, T_, A, NH,
                        a.workspace.data<float>(), a.nthreads);
   }
   k_->rope_backward(stream_, a.dqkv, B_, T_, NH, hd, Q, rope_view_);

@@ -112,6 +112,25 @@ class ModelBase : public Model {
   // `fill` writes its values into a host array, the buffer itself on the
   // CPU, a staging copy elsewhere that is then copied over.
   void fill_params_from_host(const Tensor& params, const std::function<void(float*)>& fill) const;
+  // Causal attention on packed qkv (B_ x T_ rows of 3A) in the model's
+  // precision: under mixed precision its products may take 16-bit operands
+  // (KernelTable::attention_*_half; the CPU's stay f32).
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int64_t A,
+                         int64_t NH, float* workspace, int nthreads) const {
+    if (half_.mixed())
+      k_->attention_forward_half(stream_, half_.format(), out, lse, qkv, B, T, A, NH, workspace, nthreads);
+    else
+      k_->attention_forward(stream_, out, lse, qkv, B, T, A, NH, workspace, nthreads);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* lse, int B, int T, int64_t A, int64_t NH, float* workspace,
+                          int nthreads) const {
+    if (half_.mixed())
+      k_->attention_backward_half(stream_, half_.format(), dqkv, dout, qkv, out, lse, B, T, A, NH,
+                                  workspace, nthreads);
+    else
+      k_->attention_backward(stream_, dqkv, dout, qkv, out, lse, B, T, A, NH, workspace, nthreads);
+  }
   // Zeroes n floats of the model's device memory, in stream order.
   void zero_floats(float* p, int64_t n) const {
     runtime_for(k_->device).fill_zero(p, sizeof(float) * static_cast<size_t>(n), stream_);

@@ -12,7 +12,8 @@
 
 namespace meshtrain {
 
-MixedPrecision::MixedPrecision(Model& model, MixedPrecisionOptions opt) : opt_(opt) {
+MixedPrecision::MixedPrecision(Model& model, MixedPrecisionOptions opt)
+    : opt_(opt), device_(model.param_buffer().device()) {
   model.set_precision(opt.precision);
   if (opt.precision == Precision::FP16) scaler_ = std::make_unique<LossScaler>(opt.loss_scale);
   if (const char* s = std::getenv("MESHTRAIN_TEST_INJECT_INF"); s && *s) {
@@ -51,19 +52,29 @@ void MixedPrecision::load_state(const nlohmann::json& j) {
   if (scaler_) scaler_->load_json(j);
 }
 
+namespace {
+// The 16-bit GEMMs' engine: the CPU's library and path, or a GPU's.
+std::string half_gemms(Device device, HalfFormat fmt) {
+  if (device.type != DeviceType::CUDA) return cpu::half_gemm_description(fmt);  // the guarded device runs the CPU's
+  const char* name = fmt == HalfFormat::BF16 ? "bf16" : "fp16";
+  return fmt::format("{} GEMMs and attention products on {}'s tensor cores (cuBLASLt, WMMA)", name,
+                     device.str());
+}
+}  // namespace
+
 std::string MixedPrecision::describe() const {
   switch (opt_.precision) {
     case Precision::FP32:
       return "precision: fp32";
     case Precision::BF16:
       return fmt::format("precision: bf16 mixed (f32 master weights, Adam state and gradients; "
-                         "bf16 GEMM operands) | {}", cpu::half_gemm_description(HalfFormat::BF16));
+                         "bf16 GEMM operands) | {}", half_gemms(device_, HalfFormat::BF16));
     case Precision::FP16: {
       const LossScalerConfig& c = scaler_->config();
       return fmt::format("precision: fp16 mixed (f32 master weights, Adam state and gradients; "
                          "fp16 storage) | {} | dynamic loss scale {:g}, x{:g} after {} good "
                          "steps, x{:g} on overflow (hysteresis {}, min {:g})",
-                         cpu::half_gemm_description(HalfFormat::F16), scaler_->scale(),
+                         half_gemms(device_, HalfFormat::F16), scaler_->scale(),
                          c.growth_factor, c.growth_interval, c.backoff_factor, c.hysteresis,
                          c.min_scale);
     }

@@ -59,6 +59,7 @@ class MixedPrecision {
 
  private:
   MixedPrecisionOptions opt_;
+  Device device_;  // the model's: which GEMMs describe() names
   std::unique_ptr<LossScaler> scaler_;
   bool last_overflow_ = false;
   int64_t inject_step_ = -1;

@@ -104,9 +104,17 @@ void TrainingRun::loop() {
   // bf16 run is not credited with beating fp32's peak; sgemm for fp32 and for
   // fp16 (whose GEMMs are sgemms after widening on CPUs). telemetry.peak_gflops
   // replaces the measurement (a known rate; a slow or emulated CPU).
-  const double peak_flops = (opt_.peak_gflops > 0 ? opt_.peak_gflops
+  // A GPU's is its datasheet's dense rate (DeviceRuntime::matrix_peak).
+  const DeviceRuntime::Peak device_peak =
+      opt_.device.is_cpu() ? DeviceRuntime::Peak{}
+                           : runtime_for(opt_.device).matrix_peak(opt_.device, is_mixed(opt_.precision));
+  const double peak_flops = (opt_.peak_gflops > 0    ? opt_.peak_gflops
+                             : device_peak.gflops > 0 ? device_peak.gflops
                              : opt_.precision == Precision::BF16 ? cpu::measure_bf16_gemm_gflops()
                                                                  : cpu::measure_sgemm_gflops()) * 1e9;
+  if (opt_.peak_gflops <= 0 && device_peak.gflops > 0)
+    say(fmt::format("MFU against {:.1f} TFLOP/s per {} ({}; telemetry.peak_gflops replaces it)",
+                    device_peak.gflops / 1e3, opt_.device.str(), device_peak.basis));
   const double flops_per_token = spec_.flops_per_token(T_);
 
   // Only rank 0 reports; the others stay quiet unless they fail. A resumed

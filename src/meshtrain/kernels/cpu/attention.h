@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "meshtrain/core/half.h"
+
 namespace meshtrain::cpu {
 
 constexpr int64_t kAttentionRowBlock = 64;
@@ -25,5 +27,18 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                         float* workspace, int nthreads);
+
+// Mixed precision's entries (KernelTable::attention_*_half): the CPU computes
+// the products in f32, which the 16-bit contract allows.
+inline void attention_forward_half(HalfFormat, float* out, float* lse, const float* qkv, int64_t B,
+                                   int64_t T, int64_t C, int64_t NH, float* workspace,
+                                   int nthreads) {
+  attention_forward(out, lse, qkv, B, T, C, NH, workspace, nthreads);
+}
+inline void attention_backward_half(HalfFormat, float* dqkv, const float* dout, const float* qkv,
+                                    const float* out, const float* lse, int64_t B, int64_t T,
+                                    int64_t C, int64_t NH, float* workspace, int nthreads) {
+  attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace, nthreads);
+}
 
 }  // namespace meshtrain::cpu

@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "meshtrain/kernels/cuda/attention.h"
+#include "meshtrain/kernels/cuda/attention_launch.cuh"
 #include "meshtrain/kernels/cuda/cuda_common.cuh"
 
 namespace meshtrain::cuda {
@@ -285,36 +286,17 @@ attention_backward_dkv_kernel(float* dqkv, const float* dout, const float* qkv, 
   }
 }
 
-// Opts the kernel into `bytes` of dynamic shared memory (above 48 KiB needs
-// it), or fails with the head size when the device has too little.
-void prepare_smem(const void* kernel, size_t bytes, int64_t hd, const char* name) {
-  int dev = 0, optin = 0;
-  MT_CUDA_CHECK(cudaGetDevice(&dev));
-  MT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  MT_OP_CHECK(bytes <= static_cast<size_t>(optin), name,
-              "head size too large for the shared-memory tiles (at most 256 on sm_90)");
-  if (bytes > 48 * 1024)
-    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(bytes)));
-}
-
-void check_shapes(int64_t B, int64_t T, int64_t C, int64_t NH, const char* name) {
-  MT_OP_CHECK(NH > 0 && C > 0 && C % NH == 0, name, "C channels do not split into NH heads");
-  MT_OP_CHECK(NH <= 65535 && B <= 65535, name, "NH and B must be at most 65535");
-  MT_OP_CHECK((T + kTile - 1) / kTile < (int64_t{1} << 31), name, "T too large");
-}
-
 }  // namespace
 
 void attention_forward(Stream s, float* out, float* lse, const float* qkv, int64_t B, int64_t T,
                        int64_t C, int64_t NH, float* /*workspace*/, int /*nthreads*/) {
   if (B <= 0 || T <= 0) return;
-  check_shapes(B, T, C, NH, "attention_forward");
+  attention_check_shapes(B, T, C, NH, kTile, "attention_forward");
   const int64_t hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t bytes = sizeof(float) * (4 * kTile * padded_ld(hd) + kTile * kTile);
-  prepare_smem(reinterpret_cast<const void*>(&attention_forward_kernel), bytes, hd,
-               "attention_forward");
+  attention_prepare_smem(reinterpret_cast<const void*>(&attention_forward_kernel), bytes,
+                         "attention_forward");
   const dim3 grid(static_cast<unsigned>((T + kTile - 1) / kTile), static_cast<unsigned>(NH),
                   static_cast<unsigned>(B));
   attention_forward_kernel<<<grid, kAttnThreads, bytes, stream_of(s)>>>(out, lse, qkv, T, C, NH, hd,
@@ -326,7 +308,7 @@ void attention_backward(Stream s, float* dqkv, const float* dout, const float* q
                         const float* out, const float* lse, int64_t B, int64_t T, int64_t C,
                         int64_t NH, float* /*workspace*/, int /*nthreads*/) {
   if (B <= 0 || T <= 0) return;
-  check_shapes(B, T, C, NH, "attention_backward");
+  attention_check_shapes(B, T, C, NH, kTile, "attention_backward");
   const int64_t hd = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t ld = padded_ld(hd);
@@ -334,14 +316,14 @@ void attention_backward(Stream s, float* dqkv, const float* dout, const float* q
                   static_cast<unsigned>(B));
   const cudaStream_t stream = stream_of(s);
   const size_t dq_bytes = sizeof(float) * (5 * kTile * ld + kTile * kTile);
-  prepare_smem(reinterpret_cast<const void*>(&attention_backward_dq_kernel), dq_bytes, hd,
-               "attention_backward");
+  attention_prepare_smem(reinterpret_cast<const void*>(&attention_backward_dq_kernel), dq_bytes,
+                         "attention_backward");
   attention_backward_dq_kernel<<<grid, kAttnThreads, dq_bytes, stream>>>(dqkv, dout, qkv, out, lse,
                                                                          T, C, NH, hd, scale);
   MT_CUDA_CHECK_LAUNCH("attention_backward (dq)");
   const size_t dkv_bytes = sizeof(float) * (6 * kTile * ld + 2 * kTile * kTile + 2 * kTile);
-  prepare_smem(reinterpret_cast<const void*>(&attention_backward_dkv_kernel), dkv_bytes, hd,
-               "attention_backward");
+  attention_prepare_smem(reinterpret_cast<const void*>(&attention_backward_dkv_kernel), dkv_bytes,
+                         "attention_backward");
   attention_backward_dkv_kernel<<<grid, kAttnThreads, dkv_bytes, stream>>>(dqkv, dout, qkv, out,
                                                                            lse, T, C, NH, hd, scale);
   MT_CUDA_CHECK_LAUNCH("attention_backward (dk, dv)");

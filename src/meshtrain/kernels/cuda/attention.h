@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "meshtrain/core/half.h"
 #include "meshtrain/core/stream.h"
 
 namespace meshtrain::cuda {
@@ -14,5 +15,15 @@ void attention_forward(Stream s, float* out, float* lse, const float* qkv, int64
 void attention_backward(Stream s, float* dqkv, const float* dout, const float* qkv,
                         const float* out, const float* lse, int64_t B, int64_t T, int64_t C,
                         int64_t NH, float* workspace, int nthreads);
+
+// The same with the two products on the tensor cores, 16-bit operands (`fmt`)
+// and f32 accumulation (attention_tc.cu); head sizes other than 64 and 128
+// run the f32 kernels above.
+void attention_forward_half(Stream s, HalfFormat fmt, float* out, float* lse, const float* qkv,
+                            int64_t B, int64_t T, int64_t C, int64_t NH, float* workspace,
+                            int nthreads);
+void attention_backward_half(Stream s, HalfFormat fmt, float* dqkv, const float* dout,
+                             const float* qkv, const float* out, const float* lse, int64_t B,
+                             int64_t T, int64_t C, int64_t NH, float* workspace, int nthreads);
 
 }  // namespace meshtrain::cuda

@@ -33,6 +33,8 @@ const KernelTable kCuda{
     &cuda::swiglu_backward,
     &cuda::attention_forward,
     &cuda::attention_backward,
+    &cuda::attention_forward_half,
+    &cuda::attention_backward_half,
     &cuda::rope_forward,
     &cuda::rope_backward,
     &cuda::encoder_forward,

@@ -1,6 +1,7 @@
 #include "meshtrain/kernels/cuda/device_runtime_cuda.h"
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <memory>
 #include <string>
@@ -105,6 +106,29 @@ class CudaRuntime final : public DeviceRuntime {
   }
   DeviceMemStats memory_stats(Device d) override { return allocator(d).stats(); }
   void reset_peaks(Device d) override { allocator(d).reset_peaks(); }
+  // SMs x clock x the architecture's dense rate per SM and clock: tensor
+  // cores with 16-bit operands, the f32 cores otherwise. H100/H200 SXM (132
+  // SMs of sm_90) are quoted at their datasheet's 989.4 TFLOP/s (bf16 dense,
+  // 1830 MHz), the figure MFU is conventionally reported against.
+  Peak matrix_peak(Device d, bool half_operands) override {
+    set_device(d);
+    int major = 0, minor = 0, sms = 0, khz = 0;
+    MT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d.index));
+    MT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d.index));
+    MT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d.index));
+    MT_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, d.index));
+    const int cc = major * 10 + minor;
+    if (cc == 90 && sms == 132)
+      return half_operands ? Peak{989.4e3, "H100/H200 SXM datasheet, dense bf16/fp16"}
+                           : Peak{66.9e3, "H100/H200 SXM datasheet, f32"};
+    // FLOP per clock per SM, dense: tensor 16-bit, then f32.
+    const double tensor = cc >= 90 ? 4096 : cc == 80 ? 2048 : cc >= 75 ? 1024 : 0;
+    const double f32 = cc == 80 ? 128 : 256;
+    const double rate = half_operands ? tensor : f32;
+    if (rate == 0 || khz <= 0) return {};
+    return {sms * rate * khz * 1e-6,
+            fmt::format("{} SMs x {} MHz x {:.0f} FLOP/clock (sm_{})", sms, khz / 1000, rate, cc)};
+  }
   std::string describe() override {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
