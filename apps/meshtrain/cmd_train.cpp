@@ -63,10 +63,10 @@ void refuse_unavailable(const TrainConfig& c) {
     if (cond) throw Error(what + " is not available in this build yet; remove the setting "
                                  "to train");
   };
-  // Pipeline parallelism trains on its own for now.
+  // What pipeline parallelism does not compose with yet.
   const bool pp = c.parallel.pp > 1;
-  refuse(pp && c.parallel.tp != 1,
-         fmt::format("parallel.pp = {} with parallel.tp = {}", c.parallel.pp, c.parallel.tp));
+  refuse(pp && c.parallel.sequence_parallel,
+         fmt::format("parallel.pp = {} with parallel.sequence_parallel", c.parallel.pp));
   refuse(pp && c.zero.stage > 0,
          fmt::format("parallel.pp = {} with zero.stage = {}", c.parallel.pp, c.zero.stage));
   refuse(pp && c.lora.rank > 0, fmt::format("parallel.pp = {} with LoRA", c.parallel.pp));
@@ -78,31 +78,31 @@ void refuse_unavailable(const TrainConfig& c) {
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));
 }
 
-// parallel.tp must divide the ranks the job has; parallel.dp must be the
-// rest ("auto" = all of it).
+// parallel.tp x parallel.pp must divide the ranks the job has; parallel.dp
+// must be the rest ("auto" = all of it).
 void check_dp(const TrainConfig& c, int world) {
-  if (c.parallel.pp > 1) {  // dp replicas of pp stages (refuse_unavailable: no tp with it yet)
-    const int pp = c.parallel.pp, dp = c.parallel.dp == 0 ? world / pp : c.parallel.dp;
-    MT_CHECK(world % pp == 0 && dp * pp == world, "parallel.pp = {}{} needs {} rank(s) but the "
-             "job has {}; run with --nproc {} (or mpirun -np {})", pp,
-             c.parallel.dp == 0 ? "" : fmt::format(" x parallel.dp = {}", dp),
-             c.parallel.dp == 0 ? fmt::format("a multiple of {}", pp) : std::to_string(dp * pp),
-             world, c.parallel.dp == 0 ? pp : dp * pp, c.parallel.dp == 0 ? pp : dp * pp);
-    return;
+  const int tp = c.parallel.tp, pp = c.parallel.pp, mp = tp * pp;
+  const std::string model_parallel =
+      pp == 1 ? fmt::format("parallel.tp = {}", tp)
+      : tp == 1 ? fmt::format("parallel.pp = {}", pp)
+                : fmt::format("parallel.tp = {} x parallel.pp = {}", tp, pp);
+  if (pp > 1) {  // the planner's wording: stages need their ranks
+    MT_CHECK(world % mp == 0, "{} needs a multiple of {} rank(s) but the job has {}; run with "
+             "--nproc {} (or mpirun -np {})", model_parallel, mp, world, mp, mp);
+  } else {
+    MT_CHECK(tp >= 1 && world % tp == 0, "parallel.tp = {} must divide the {} rank(s) of the job "
+             "(run with --nproc a multiple of {})", tp, world, tp);
   }
-  const int tp = c.parallel.tp;
-  MT_CHECK(tp >= 1 && world % tp == 0, "parallel.tp = {} must divide the {} rank(s) of the job "
-           "(run with --nproc a multiple of {})", tp, world, tp);
-  const int dp = world / tp;
+  const int dp = world / mp;
   if (c.parallel.dp == 0 || c.parallel.dp == dp) return;
-  if (tp == 1)
+  if (mp == 1)
     throw Error(fmt::format("parallel.dp = {} but the job has {} rank(s); run with --nproc {} (or "
                             "mpirun -np {}), or set parallel.dp = \"auto\"", c.parallel.dp, world,
                             c.parallel.dp, c.parallel.dp));
-  throw Error(fmt::format("parallel.dp = {} x parallel.tp = {} needs {} rank(s) but the job has {}; "
-                          "run with --nproc {} (or mpirun -np {}), or set parallel.dp = \"auto\"",
-                          c.parallel.dp, tp, c.parallel.dp * tp, world, c.parallel.dp * tp,
-                          c.parallel.dp * tp));
+  const int need = c.parallel.dp * mp;
+  throw Error(fmt::format("{} x parallel.dp = {} needs {} rank(s) but the job has {}; run with "
+                          "--nproc {} (or mpirun -np {}), or set parallel.dp = \"auto\"",
+                          model_parallel, c.parallel.dp, need, world, need, need));
 }
 
 bool inside_job(const comm::WorldInfo& w) { return w.source != "none"; }

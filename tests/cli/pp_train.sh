@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `meshtrain train --set parallel.pp=P --nproc P`: the model's layers cut
 # into P stages, one per rank (and --nproc 2P: 2 data-parallel replicas of
-# the pipeline), trained with the schedule of parallel.schedule over
-# train.grad_accum micro-batches. For GPT and Llama (4 layers), GPipe and
-# 1F1B at 2 stages, 1F1B at 4 (one layer each) and dp 2 x pp 2: every step's loss and
+# the pipeline; with parallel.tp, each stage split over tp ranks), trained
+# with the schedule of parallel.schedule over train.grad_accum
+# micro-batches. For GPT and Llama (4 layers), GPipe and 1F1B at 2 stages,
+# 1F1B at 4 (one layer each), dp 2 x pp 2, tp 2 x pp 2 and the whole mesh
+# dp 2 x tp 2 x pp 2 (8 ranks): every step's loss and
 # gradient norm and the validation losses equal the single-rank run's
 # within 1e-5 (relative), the sample at the end is the same text, and the
 # final model file's every element equals the single rank's within 5e-5 (the
@@ -52,12 +54,13 @@ for preset in char-2L llama-tiny; do
   run "one_$preset" "$preset"
   # dp 2 x pp 2 reads micro-batches of 2 per replica: one rank's reference reads 4.
   run "one4_$preset" "$preset" --set train.micro_batch=4
-  for case in "gpipe 2 1" "1f1b 2 1" "1f1b 4 1" "1f1b 2 2"; do
-    set -- $case
-    name="dp$3_pp$2_$1_$preset"
+  for case in "gpipe 2 1 1" "1f1b 2 1 1" "1f1b 4 1 1" "1f1b 2 2 1" "1f1b 2 1 2" "gpipe 2 2 2"; do
+    set -- $case  # schedule pp dp tp
+    name="dp$3_tp$4_pp$2_$1_$preset"
     ref="one_$preset"
     [ "$3" = 1 ] || ref="one4_$preset"
-    run "$name" "$preset" --set parallel.pp="$2" --set parallel.schedule="$1" --nproc $(($2 * $3))
+    run "$name" "$preset" --set parallel.pp="$2" --set parallel.tp="$4" --set parallel.schedule="$1" \
+      --nproc $(($2 * $3 * $4))
     grep -aq "^pipeline: $2 stages, schedule $1 over 4 micro-batch(es)" "$TMP/$name.log" ||
       fail "$name: no pipeline line"
     # The breakdown shows the pipeline's wait, and the bubble beside its formula.
@@ -94,7 +97,10 @@ refused() {  # refused TEXT ARGS...
 }
 refused "parallel.pp = 2 needs a multiple of 2 rank(s) but the job has 3" --set parallel.pp=2 --nproc 3
 refused "parallel.pp = 2 x parallel.dp = 2 needs 4 rank(s) but the job has 2" --set parallel.pp=2 --set parallel.dp=2 --nproc 2
-refused "parallel.pp = 2 with parallel.tp = 2 is not available" --set parallel.pp=2 --set parallel.tp=2 --nproc 4
+refused "parallel.pp = 2 with parallel.sequence_parallel is not available" --set parallel.pp=2 \
+  --set parallel.tp=2 --set parallel.sequence_parallel=true --nproc 4
+refused "parallel.tp = 2 x parallel.pp = 2 needs a multiple of 4 rank(s) but the job has 2" \
+  --set parallel.pp=2 --set parallel.tp=2 --nproc 2
 refused "parallel.pp = 2 with zero.stage = 1 is not available" --set parallel.pp=2 --set zero.stage=1 --nproc 4
 refused "parallel.pp = 2 with checkpoints" --set parallel.pp=2 --set checkpoint.every=2 --set checkpoint.dir="$TMP/ck" --nproc 2
 refused 'parallel.schedule' --set parallel.pp=2 --set parallel.schedule=pipedream --nproc 2

@@ -191,7 +191,9 @@ TEST(llama_tp, gradient_norm_counts_replicated_parameters_once) {
     // Shard layout: [0, 4) split (each rank its own values), [4, 6) replicated
     // (the same on both ranks, as tensor parallelism leaves the norms).
     std::vector<float> g = {1.f + c.rank(), 2.f, 0.f, 1.f, 3.f, 4.f};
-    TensorParallelNorm tp{&c, {{4, 6}}};
+    TensorParallelNorm tp;
+    tp.tp = &c;
+    tp.replicated = {{4, 6}};
     GradientCheck got = check_gradients(0.5, g.data(), 0, 6, nullptr, false, tp);
     // Logical squares: rank 0 split 1+4+0+1, rank 1 split 4+4+0+1, norms 9+16 once.
     const double want = std::sqrt(6.0 + 9.0 + 25.0);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <ranges>
 
+#include "meshtrain/core/device_runtime.h"
 #include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/optim/grad_clip.h"
 #include "meshtrain/parallel/zero_layout.h"
@@ -37,17 +38,33 @@ GradientCheck check_gradients(double loss, const float* grads, int64_t begin, in
 }
 
 namespace {
-// Squares of grads[b, e) that this rank contributes: under tensor
-// parallelism the replicated parameters are counted by tp rank 0 only.
-double own_squares(const float* grads, int64_t b, int64_t e, const TensorParallelNorm& tp,
+// The parameters whose squares this rank leaves to another: replicated ones
+// on tp ranks other than 0, a tied one held first by another stage; merged,
+// so a range in both lists is subtracted once.
+std::vector<ElemSpan> counted_by_others(const TensorParallelNorm& mp) {
+  std::vector<ElemSpan> out = mp.counted_elsewhere;
+  if (mp.tp && mp.tp->rank() != 0) out.insert(out.end(), mp.replicated.begin(), mp.replicated.end());
+  std::sort(out.begin(), out.end(), [](ElemSpan a, ElemSpan b) { return a.begin < b.begin; });
+  std::vector<ElemSpan> merged;
+  for (const ElemSpan& r : out) {
+    if (!merged.empty() && r.begin <= merged.back().end)
+      merged.back().end = std::max(merged.back().end, r.end);
+    else
+      merged.push_back(r);
+  }
+  return merged;
+}
+
+// Squares of grads[b, e) that this rank contributes.
+double own_squares(const float* grads, int64_t b, int64_t e, const std::vector<ElemSpan>& others,
                    Device device) {
   const KernelTable& k = kernels_for(device);
   const Stream s = default_stream(device);
   double sq = k.sum_squares(s, grads + b, e - b);
   // Non-finite values must reach every rank's decision, so they are kept
   // out of the subtraction below (inf - inf would hide them as NaN anyway).
-  if (tp.tp && tp.tp->rank() != 0 && std::isfinite(sq))
-    for (const ElemSpan& r : tp.replicated) {
+  if (std::isfinite(sq))
+    for (const ElemSpan& r : others) {
       const int64_t rb = std::max(r.begin, b), re = std::min(r.end, e);
       if (rb < re) sq -= k.sum_squares(s, grads + rb, re - rb);
     }
@@ -67,32 +84,34 @@ GradientCheck check_gradients(double loss, const float* grads, int64_t begin, in
   // has one non-zero term (exact in any order); replicated, each rank
   // computes every slot itself.
   const int n = comm ? comm->size() : 1;
+  const std::vector<ElemSpan> others = counted_by_others(tp);
   std::vector<double> partial(static_cast<size_t>(n), 0.0);
   if (sharded && comm) {
-    partial[static_cast<size_t>(comm->rank())] = own_squares(grads, begin, end, tp, device);
+    partial[static_cast<size_t>(comm->rank())] = own_squares(grads, begin, end, others, device);
     comm->allreduce(partial.data(), partial.size(), DType::F64, comm::ReduceOp::Sum).wait();
   } else {
     for (int r = 0; r < n; ++r) {
       const ElemSpan s = parallel::ZeroLayout(end - begin, n, r).own();
-      partial[static_cast<size_t>(r)] = own_squares(grads, begin + s.begin, begin + s.end, tp, device);
+      partial[static_cast<size_t>(r)] = own_squares(grads, begin + s.begin, begin + s.end, others, device);
     }
   }
   double sq = 0.0;
   for (double p : partial) sq += p;
   const bool finite = std::isfinite(sq);
   if (tp.tp) sq = tp.tp->allreduce_scalar(sq, comm::ReduceOp::Sum);
+  if (tp.pp) sq = tp.pp->allreduce_scalar(sq, comm::ReduceOp::Sum);
   c.norm = std::sqrt(std::max(0.0, sq));
   c.finite = std::isfinite(loss) && finite && std::isfinite(sq);
   // Every rank must skip (or not) together, so the decision is reduced too.
-  if (comm) c.finite = comm->allreduce_scalar(int64_t{c.finite}, comm::ReduceOp::Min) == 1;
-  if (tp.tp)
-    c.finite = tp.tp->allreduce_scalar(int64_t{c.finite}, comm::ReduceOp::Min) == 1;
+  for (comm::Communicator* g : {comm, tp.tp, tp.pp})
+    if (g) c.finite = g->allreduce_scalar(int64_t{c.finite}, comm::ReduceOp::Min) == 1;
   return c;
 }
 
 void TrainStep::set_tensor_parallel(const comm::Communicator* tp,
                                     const parallel::CommTensorParallelGroup* group) {
-  tp_norm_ = {};
+  tp_norm_.tp = nullptr;
+  tp_norm_.replicated.clear();
   tp_group_ = group;
   if (!tp || !tp->valid() || tp->size() == 1) return;
   tp_comm_ = *tp;  // a handle on the same group
@@ -103,11 +122,10 @@ void TrainStep::set_tensor_parallel(const comm::Communicator* tp,
 
 void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Communicator* pp) {
   pipe_ = exec;
-  counted_elsewhere_.clear();
+  tp_norm_.pp = nullptr;
+  tp_norm_.counted_elsewhere.clear();
   if (!exec) return;
   MT_CHECK(pp && pp->valid(), "a pipeline step needs its pipeline group");
-  MT_CHECK(!tp_norm_.tp, "pipeline parallelism with tensor parallelism is not available yet: use "
-           "parallel.tp = 1 with parallel.pp");
   MT_CHECK(!sync_.sharded(), "pipeline parallelism with ZeRO is not available yet: use zero.stage "
            "= 0 with parallel.pp");
   // Each stage's replicas reduce their gradients around every backward, as
@@ -115,9 +133,11 @@ void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Commu
   exec->set_backward_hooks({[this](bool last) { sync_.begin_backward(last); },
                             [this](bool last) { return sync_.end_backward(last); }});
   pp_comm_ = *pp;
+  tp_norm_.pp = &pp_comm_;
   // The norm counts a tied parameter once: by its first holder.
+  tp_norm_.counted_elsewhere.clear();
   for (const ParamInfo& p : model_.layout().params)
-    if (exec->tied_elsewhere_first(p.name)) counted_elsewhere_.push_back({p.begin, p.end()});
+    if (exec->tied_elsewhere_first(p.name)) tp_norm_.counted_elsewhere.push_back({p.begin, p.end()});
 }
 
 TrainStep::TrainStep(Model& model, parallel::GradientSync& sync, AdamWConfig adam,
@@ -189,6 +209,7 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     const bool last = i + 1 == micro.size();
     sync_.begin_backward(last);
     model_.backward(token_weighted_ ? static_cast<float>(loss_scale * dp * counts[i] / total) : scale);
+    settle_device();
     const double t2 = now_s(), tp2 = tp_seconds();
     // Communication the backward could not hide: not counted as backward.
     const double waited = sync_.end_backward(last);
@@ -215,12 +236,8 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
   if (mp_)
     mp_->maybe_inject_overflow(step, comm ? comm->rank() : 0, const_cast<float*>(g), opt_->begin(),
                                opt_->end(), model_.grad_buffer().device());
-  // Pipeline stages add their squares over the pp group like tp shards
-  // (a tied parameter counted by its first holder only).
-  const TensorParallelNorm pp_norm{pipe_ ? &pp_comm_ : nullptr, counted_elsewhere_};
-  const GradientCheck check =
-      check_gradients(loss, g, opt_->begin(), opt_->end(), comm, sync_.sharded(),
-                      pipe_ ? pp_norm : tp_norm_, model_.grad_buffer().device());
+  const GradientCheck check = check_gradients(loss, g, opt_->begin(), opt_->end(), comm,
+                                              sync_.sharded(), tp_norm_, model_.grad_buffer().device());
   st.grad_norm = check.norm / loss_scale;
   st.lr = schedule_.at(step);
   st.finite = check.finite;
@@ -239,8 +256,14 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
                clip_coefficient(st.grad_norm, clip_) / loss_scale);
     sync_.after_update();  // ZeRO: gathers the updated parameters (async)
   }
+  settle_device();
   st.optimizer_s = now_s() - t2;
   return st;
+}
+
+void TrainStep::settle_device() const {
+  const Device d = model_.param_buffer().device();
+  if (!d.is_cpu()) runtime_for(d).synchronize(default_stream(d));
 }
 
 }  // namespace meshtrain

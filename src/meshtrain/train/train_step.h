@@ -37,12 +37,16 @@ struct GradientCheck {
 GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
                               comm::Communicator* comm, bool sharded);
 
-// Tensor parallelism's share of the norm: the logical model's squares are
-// the split parameters' summed over the tp group plus the replicated ones
-// (the same on every tp rank) counted once, by tp rank 0.
+// Model parallelism's share of the norm. Tensor parallelism: the logical
+// model's squares are the split parameters' summed over the tp group plus the
+// replicated ones (the same on every tp rank) counted once, by tp rank 0.
+// Pipeline parallelism: each stage's squares summed over the pp group, a
+// parameter held by two stages (a tied embedding) counted by its first holder.
 struct TensorParallelNorm {
   comm::Communicator* tp = nullptr;  // null: no tensor parallelism
   std::vector<ElemSpan> replicated;  // the layout's replicated parameters
+  comm::Communicator* pp = nullptr;  // null: no pipeline parallelism
+  std::vector<ElemSpan> counted_elsewhere;  // by another stage
 };
 // `grads` lives on `device`; its squares are summed by that device's kernels.
 GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
@@ -108,6 +112,9 @@ class TrainStep {
   void set_pipeline(parallel::PipelineExecutor* exec, const comm::Communicator* pp);
 
  private:
+  // Waits for the model's device: its ops are queued, so a phase's time is
+  // taken once the device has done its work (nothing to wait for on the CPU).
+  void settle_device() const;
   Model& model_;
   parallel::GradientSync& sync_;
   std::unique_ptr<AdamW> opt_;
@@ -116,12 +123,11 @@ class TrainStep {
   MixedPrecision* mp_ = nullptr;
   std::function<double()> before_update_;
   comm::Communicator tp_comm_;  // the tp group tp_norm_ reduces over
-  TensorParallelNorm tp_norm_;
+  TensorParallelNorm tp_norm_;  // and the pipeline's share, with set_pipeline
   const parallel::CommTensorParallelGroup* tp_group_ = nullptr;
   bool token_weighted_ = false;
   parallel::PipelineExecutor* pipe_ = nullptr;
   comm::Communicator pp_comm_;            // the pipeline group
-  std::vector<ElemSpan> counted_elsewhere_;  // tied parameters another stage counts in the norm
 };
 
 }  // namespace meshtrain

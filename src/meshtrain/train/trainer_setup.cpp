@@ -23,11 +23,14 @@ std::shared_ptr<const ModelSpec> shard_spec_of(const TrainerOptions& opt) {
   const int rank = opt.comm.valid() ? opt.comm.rank() : 0;
   MT_CHECK(opt.tp >= 1 && opt.pp >= 1 && world % (opt.tp * opt.pp) == 0, "parallel.tp = {} x "
            "parallel.pp = {} must divide the {} rank(s) of the job", opt.tp, opt.pp, world);
-  if (opt.pp > 1) {  // this rank's stage: pp outermost in the mesh
-    MT_CHECK(opt.tp == 1, "parallel.pp with parallel.tp is not available yet");
-    const parallel::MeshShape shape{world / opt.pp, 1, opt.pp};
-    const int stage = parallel::mesh_coords(shape, rank).pp;
-    return opt.model->sharded(parallel::pipeline_shards(opt.model->num_layers(), opt.pp, 1)[stage]);
+  if (opt.pp > 1) {  // this rank's stage (pp outermost in the mesh) and tp shard
+    MT_CHECK(!opt.sequence_parallel, "parallel.pp with sequence parallelism is not available yet");
+    const parallel::MeshShape shape{world / (opt.tp * opt.pp), opt.tp, opt.pp};
+    const parallel::MeshCoords at = parallel::mesh_coords(shape, rank);
+    ModelShard shard = parallel::pipeline_shards(opt.model->num_layers(), opt.pp, 1)[at.pp];
+    shard.tp_rank = at.tp;
+    shard.tp_size = opt.tp;
+    return opt.model->sharded(shard);
   }
   if (opt.tp == 1) return opt.model;
   ModelShard shard{rank % opt.tp, opt.tp};
@@ -98,9 +101,12 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   if (opt.tp > 1) {
     tp_group_ = parallel::make_tp_group(mesh_.comm(parallel::Axis::TP));
     model_->set_tensor_parallel_group(tp_group_);
-    tp_ckpt_ = std::make_unique<TensorParallelCheckpoint>(opt.model, mesh_);
-    say(fmt::format("mesh: dp {} x tp {} (world rank r holds tp shard r % {} of dp group r / {}){}; "
-                    "tp collectives over {}", mesh_.size(parallel::Axis::DP), opt.tp, opt.tp, opt.tp,
+    // Checkpoints of tp shards (pipelines do not checkpoint yet).
+    if (opt.pp == 1) tp_ckpt_ = std::make_unique<TensorParallelCheckpoint>(opt.model, mesh_);
+    say(fmt::format("mesh: dp {} x tp {}{} (world rank r holds tp shard r % {}{}){}; tp collectives "
+                    "over {}", mesh_.size(parallel::Axis::DP), opt.tp,
+                    opt.pp > 1 ? fmt::format(" x pp {}", opt.pp) : "", opt.tp,
+                    opt.pp > 1 ? fmt::format(" of stage r / {}", world_ / opt.pp) : "",
                     opt.sequence_parallel ? ", sequence parallel" : "",
                     mesh_.comm(parallel::Axis::TP).transport()));
   }
@@ -169,8 +175,13 @@ comm::Communicator* TrainingRun::world_comm() const {
 
 void TrainingRun::setup_pipeline() {
   const int64_t pp = opt_.pp;
-  for (const ModelShard& s : parallel::pipeline_shards(opt_.model->num_layers(), pp, 1))
+  // Every stage as this rank's tp shard of it: the pp group is the ranks of
+  // one tp coordinate, each stage's activations whole on every tp rank.
+  for (ModelShard s : parallel::pipeline_shards(opt_.model->num_layers(), pp, 1)) {
+    s.tp_rank = mesh_.rank(parallel::Axis::TP);
+    s.tp_size = opt_.tp;
     stage_specs_.push_back(opt_.model->sharded(s));
+  }
   comm::Communicator& group = const_cast<comm::Communicator&>(mesh_.comm(parallel::Axis::PP));
   pipe_ = std::make_unique<parallel::PipelineExecutor>(
       group, stage_specs_, std::vector<Model*>{model_}, plan::parse_pipe_schedule(opt_.pipe_schedule),
@@ -185,22 +196,31 @@ void TrainingRun::setup_pipeline() {
 }
 
 Tensor TrainingRun::gather_pipeline_parameters() const {
-  const comm::Communicator& group = mesh_.comm(parallel::Axis::PP);
-  comm::Communicator& c = const_cast<comm::Communicator&>(group);
+  // World rank 0 assembles the model from the tp x pp ranks of data-parallel
+  // replica 0, each shard of each stage placed by name (and tp slice).
+  comm::Communicator& world = const_cast<comm::Communicator&>(mesh_.world());
+  const parallel::MeshShape shape = mesh_.shape();
+  const parallel::MeshCoords me = parallel::mesh_coords(shape, rank_);
   const Tensor& mine = model_->param_buffer();
-  if (c.rank() != 0) {
-    c.send(mine.raw(), static_cast<size_t>(mine.numel()), DType::F32, 0).wait();
+  if (me.dp != 0) return Tensor();
+  if (rank_ != 0) {
+    world.send(mine.raw(), static_cast<size_t>(mine.numel()), DType::F32, 0).wait();
     return Tensor();
   }
   Tensor whole = Tensor::zeros({opt_.model->num_params()}, DType::F32, MemCategory::Other);
-  for (int s = 0; s < c.size(); ++s) {
-    const ModelSpec& stage = *stage_specs_[static_cast<size_t>(s)];
-    Tensor part = s == 0 ? mine : Tensor::zeros({stage.num_params()}, DType::F32, MemCategory::Other);
-    if (s > 0) c.recv(part.raw(), static_cast<size_t>(part.numel()), DType::F32, s).wait();
-    // By name into the logical layout (a tied parameter: the same values twice).
-    for (const ShardRun& r : shard_runs(opt_.model->layout(), stage.layout(), 0))
-      std::copy_n(part.data<float>() + r.shard, r.count, whole.data<float>() + r.logical);
-  }
+  for (int s = 0; s < opt_.pp; ++s)
+    for (int t = 0; t < opt_.tp; ++t) {
+      ModelShard shard = parallel::pipeline_shards(opt_.model->num_layers(), opt_.pp, 1)[s];
+      shard.tp_rank = t;
+      shard.tp_size = opt_.tp;
+      const auto stage = opt_.model->sharded(shard);
+      const int from = parallel::mesh_rank(shape, {0, t, s});
+      Tensor part = from == 0 ? mine : Tensor::zeros({stage->num_params()}, DType::F32, MemCategory::Other);
+      if (from != 0) world.recv(part.raw(), static_cast<size_t>(part.numel()), DType::F32, from).wait();
+      // By name into the logical layout (a tied parameter: the same values twice).
+      for (const ShardRun& r : shard_runs(opt_.model->layout(), stage->layout(), t))
+        std::copy_n(part.data<float>() + r.shard, r.count, whole.data<float>() + r.logical);
+    }
   return whole;
 }
 
