@@ -70,9 +70,6 @@ void refuse_unavailable(const TrainConfig& c) {
   refuse(pp && c.zero.stage > 0,
          fmt::format("parallel.pp = {} with zero.stage = {}", c.parallel.pp, c.zero.stage));
   refuse(pp && c.lora.rank > 0, fmt::format("parallel.pp = {} with LoRA", c.parallel.pp));
-  refuse(pp && (c.checkpoint.every > 0 || (c.checkpoint.resume != "never" && c.checkpoint.resume != "auto")),
-         fmt::format("parallel.pp = {} with checkpoints (checkpoint.every, checkpoint.resume)",
-                     c.parallel.pp));
   refuse(pp && c.device != "cpu", fmt::format("parallel.pp = {} on device \"{}\"", c.parallel.pp, c.device));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));

@@ -5,7 +5,8 @@
 # with the schedule of parallel.schedule over train.grad_accum
 # micro-batches. For GPT and Llama (4 layers), GPipe and 1F1B at 2 stages,
 # 1F1B at 4 (one layer each), dp 2 x pp 2, tp 2 x pp 2 and the whole mesh
-# dp 2 x tp 2 x pp 2 (8 ranks): every step's loss and
+# dp 2 x tp 2 x pp 2 (8 ranks): each stage's memory equals its prediction
+# (1F1B's activations p/m of GPipe's on stage 0), every step's loss and
 # gradient norm and the validation losses equal the single-rank run's
 # within 1e-5 (relative), the sample at the end is the same text, and the
 # final model file's every element equals the single rank's within 5e-5 (the
@@ -69,6 +70,14 @@ for preset in char-2L llama-tiny; do
       fail "$name: no measured bubble"
     python3 -c "import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; assert all('pp_wait_ms' in r for r in rows) and max(r['pp_wait_ms'] for r in rows) > 0" \
       "$TMP/$name/metrics.jsonl" || fail "$name: no pipeline wait in metrics.jsonl"
+    # Each stage's memory, every category, equals its prediction: its own
+    # layers, and as many micro-batches of activations as its schedule holds.
+    python3 - "$TMP/$name/memory.json" <<'PY' || fail "$name: a stage's memory differs from its prediction"
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    for c in ("parameters", "gradients", "optimizer", "activations", "workspace"):
+        assert r["peak"][c] == r["predicted"][c], (r["rank"], c, r["peak"][c], r["predicted"][c])
+PY
     set -- "$ref"
     same_losses "$TMP/$1/metrics.jsonl" "$TMP/$name/metrics.jsonl" 1 1e-5 6 >/dev/null ||
       fail "$name: losses differ from one rank"
@@ -87,6 +96,14 @@ PY
   done
 done
 
+# Stage 0 holds all m = 4 micro-batches' activations under GPipe, p = 2 under 1F1B.
+python3 - "$TMP/dp1_tp1_pp2_gpipe_char-2L/memory.json" "$TMP/dp1_tp1_pp2_1f1b_char-2L/memory.json" <<'PY' ||
+import json, sys
+g, f = (json.load(open(p))[0]["peak"]["activations"] for p in sys.argv[1:])
+assert f * 4 == g * 2, (g, f)
+PY
+  fail "1F1B's activation peak is not p/m of GPipe's"
+
 # Not yet: refused with the reason, before anything trains.
 refused() {  # refused TEXT ARGS...
   local text=$1
@@ -102,7 +119,6 @@ refused "parallel.pp = 2 with parallel.sequence_parallel is not available" --set
 refused "parallel.tp = 2 x parallel.pp = 2 needs a multiple of 4 rank(s) but the job has 2" \
   --set parallel.pp=2 --set parallel.tp=2 --nproc 2
 refused "parallel.pp = 2 with zero.stage = 1 is not available" --set parallel.pp=2 --set zero.stage=1 --nproc 4
-refused "parallel.pp = 2 with checkpoints" --set parallel.pp=2 --set checkpoint.every=2 --set checkpoint.dir="$TMP/ck" --nproc 2
 refused 'parallel.schedule' --set parallel.pp=2 --set parallel.schedule=pipedream --nproc 2
 refused "pipeline of 4 stage(s) x 1 chunk(s) needs at least 4 layers; the model has 2" --set parallel.pp=4 --nproc 4
 echo "ok"

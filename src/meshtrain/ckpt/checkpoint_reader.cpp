@@ -120,10 +120,10 @@ void CheckpointReader::check_model(const ModelSpec& model) const {
   now.erase("base_dtype");
   const std::string diff = model_description_difference(saved, now);
   MT_CHECK(diff.empty(), "checkpoint {}/{} is from another model: {}", impl_->dir, kIndexFileName, diff);
-  // Checkpoints hold the logical model: a tensor-parallel shard compares its
-  // logical size.
-  int64_t logical = 0;
-  for (const ParamInfo& p : model.layout().params) logical += shape_numel(p.logical_shape());
+  // Checkpoints hold the logical model: a shard (tp slices, pipeline stage)
+  // compares the whole model's size.
+  const int64_t logical =
+      model.shard().is_full() ? model.num_params() : model.sharded(ModelShard{})->num_params();
   if (const BufferEntry* p = impl_->index.find_buffer(kParams))
     MT_CHECK(p->numel == logical,
              "checkpoint {}/{} is from another model: {} parameters (checkpoint) vs {} (model)",

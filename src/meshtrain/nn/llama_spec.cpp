@@ -145,7 +145,8 @@ ModelMemory LlamaSpec::memory(int B, int T, int nthreads, const Recompute& recom
   ModelMemory m{4 * LlamaActivations::buffer_floats(dims_, B, T, recompute, precision),
                 4 * LlamaActivations::workspace_floats(dims_, T, nthreads)};
   // The rotary angles (cos and sin) of every position of the context, every rotated pair.
-  m.workspace += 4 * 2 * static_cast<int64_t>(cfg_.seq_len) * (cfg_.head_dim() / 2);
+  m.shared_workspace = 4 * 2 * static_cast<int64_t>(cfg_.seq_len) * (cfg_.head_dim() / 2);
+  m.workspace += m.shared_workspace;
   const bool widened = precision == Precision::FP16 ||
                        (precision == Precision::BF16 &&
                         cpu::bf16_gemm_path() == cpu::HalfGemmPath::FallbackSgemm);

@@ -142,6 +142,9 @@ struct ParamLayout {
 struct ModelMemory {
   int64_t activations = 0;  // MemCategory::Activations
   int64_t workspace = 0;    // MemCategory::Workspace, on the model's device
+  // Of workspace: what a model allocates once however many activation slots
+  // it holds (Llama's rotary angles); the rest is per slot.
+  int64_t shared_workspace = 0;
   // The CPU GEMMs' f32 copies of 16-bit operands (kernels/cpu/gemm_bf16.h):
   // Workspace in host memory whatever the model's device (the guarded
   // device runs the CPU kernels; a GPU's GEMMs need none).

@@ -34,6 +34,12 @@ std::vector<int> slots_needed(const std::vector<plan::PipeOp>& ops, int64_t chun
 
 }  // namespace
 
+std::vector<int> pipeline_activation_slots(plan::PipeSchedule kind, int64_t stages,
+                                           int64_t micro_batches, int64_t chunks, int64_t stage) {
+  const auto ops = plan::pipeline_schedule(kind, stages, micro_batches, chunks);
+  return slots_needed(ops[static_cast<size_t>(stage)], chunks);
+}
+
 std::vector<ModelShard> pipeline_shards(int n_layer, int64_t stages, int64_t chunks) {
   const int64_t V = stages * chunks;
   MT_CHECK(V >= 1 && n_layer >= V, "pipeline of {} stage(s) x {} chunk(s) needs at least {} layers; "

@@ -33,6 +33,12 @@ namespace meshtrain::parallel {
 // are fewer layers than virtual stages.
 std::vector<ModelShard> pipeline_shards(int n_layer, int64_t stages, int64_t chunks);
 
+// The activation slots each of `stage`'s chunks holds under a schedule: the
+// most micro-batches it keeps between a forward and the backward that frees
+// it (GPipe m; 1F1B p - stage; the executor allocates exactly these).
+std::vector<int> pipeline_activation_slots(plan::PipeSchedule kind, int64_t stages,
+                                           int64_t micro_batches, int64_t chunks, int64_t stage);
+
 struct PipelineTiming {
   double compute_s = 0;   // forward and backward
   double sync_wait_s = 0;  // waited for the data-parallel gradient reductions

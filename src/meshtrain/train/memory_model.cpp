@@ -4,7 +4,7 @@ namespace meshtrain {
 
 MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, int threads,
                                          const Recompute& recompute, Precision precision,
-                                         Device device) {
+                                         Device device, int activation_slots) {
   const int64_t P = spec.num_params();
   MemoryPrediction m;
   // A LoRA model's adapters have no 16-bit copy of their own (nn/lora_model.h).
@@ -12,8 +12,10 @@ MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, in
   m.grads = 4 * P;
   m.optimizer = 8 * P;
   const ModelMemory mm = spec.memory(B, T, threads, recompute, precision);
-  m.activations = mm.activations;
-  m.workspace = mm.workspace + (device.is_cpu() ? mm.host_gemm_scratch : 0);
+  const int64_t slots = activation_slots;
+  m.activations = slots * mm.activations;
+  m.workspace = slots * (mm.workspace - mm.shared_workspace) + mm.shared_workspace +
+                (device.is_cpu() ? mm.host_gemm_scratch : 0);  // the GEMMs' scratch is per thread
   m.frozen_params = mm.frozen_params;
   m.params += mm.frozen_params;
   return m;

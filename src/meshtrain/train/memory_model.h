@@ -24,10 +24,12 @@ struct MemoryPrediction {
 // (fp16, or bf16 without the oneDNN path) needs the f32 widening scratch of
 // the largest GEMM operands (kernels/cpu/gemm_bf16.h).
 // `device`: where the model lives; its workspace leaves out the CPU GEMMs'
-// host scratch unless that is the CPU.
+// host scratch unless that is the CPU. `activation_slots`: the micro-batches
+// a pipeline stage holds at once (Model::set_activation_slots), each with
+// its activations and its own scratch.
 MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, int threads,
                                          const Recompute& recompute = {},
                                          Precision precision = Precision::FP32,
-                                         Device device = Device::cpu());
+                                         Device device = Device::cpu(), int activation_slots = 1);
 
 }  // namespace meshtrain

@@ -310,46 +310,65 @@ void check_memory_limit(const MemoryPlan& plan, double limit_bytes) {
 std::string memory_report_text(const std::vector<RankMemory>& predicted,
                                const std::vector<std::vector<double>>& peaks) {
   const size_t n = peaks.size();
+  // One predicted column when every rank's prediction is the same (dp, tp,
+  // ZeRO's equal shares), else one beside each rank (pipeline stages).
+  // (Setup's peak, which ZeRO's uneven ranges shift by a few bytes, is
+  // rank 0's in the single column.)
+  auto same = [](const RankMemory& a, const RankMemory& b) {
+    return a.params == b.params && a.grads == b.grads && a.optimizer == b.optimizer &&
+           a.activations == b.activations && a.comm == b.comm && a.workspace == b.workspace;
+  };
+  bool alike = true;
+  for (const RankMemory& p : predicted) alike = alike && same(p, predicted.front());
+  auto pred_of = [&](size_t r) -> const RankMemory& {
+    return predicted[std::min(r, predicted.size() - 1)];
+  };
   std::string out = fmt::format("{:<22}", "memory peak (MB)");
-  for (size_t r = 0; r < n; ++r) out += fmt::format(" {:>10}", fmt::format("rank {}", r));
-  out += fmt::format(" {:>10}\n", "predicted");
+  for (size_t r = 0; r < n; ++r) {
+    out += fmt::format(" {:>10}", fmt::format("rank {}", r));
+    if (!alike) out += fmt::format(" {:>10}", "predicted");
+  }
+  if (alike) out += fmt::format(" {:>10}", "predicted");
+  out += "\n";
+  // A row: each rank's measured value (and its prediction when they differ).
+  auto row = [&](const char* name, auto measured, auto pred) {
+    out += fmt::format("{:<22}", name);
+    for (size_t r = 0; r < n; ++r) {
+      out += fmt::format(" {:>10}", mb(measured(r)));
+      if (!alike) out += fmt::format(" {:>10}", mb(static_cast<double>(pred(pred_of(r)))));
+    }
+    if (alike) out += fmt::format(" {:>10}", mb(static_cast<double>(pred(predicted.front()))));
+    out += "\n";
+  };
   auto cat = [](MemCategory c) { return static_cast<size_t>(c); };
   struct Row {
     const char* name;
-    std::vector<MemCategory> cats;
+    MemCategory cat;
     int64_t RankMemory::*pred;
   };
   const Row rows[] = {
-      {"parameters", {MemCategory::Parameters}, &RankMemory::params},
-      {"gradients", {MemCategory::Gradients}, &RankMemory::grads},
-      {"optimizer state", {MemCategory::OptimizerState}, &RankMemory::optimizer},
-      {"activations", {MemCategory::Activations}, &RankMemory::activations},
-      {"comm buffers", {MemCategory::CommBuffers}, &RankMemory::comm},
-      {"workspace", {MemCategory::Workspace}, &RankMemory::workspace},
+      {"parameters", MemCategory::Parameters, &RankMemory::params},
+      {"gradients", MemCategory::Gradients, &RankMemory::grads},
+      {"optimizer state", MemCategory::OptimizerState, &RankMemory::optimizer},
+      {"activations", MemCategory::Activations, &RankMemory::activations},
+      {"comm buffers", MemCategory::CommBuffers, &RankMemory::comm},
+      {"workspace", MemCategory::Workspace, &RankMemory::workspace},
   };
-  for (const Row& row : rows) {
-    out += fmt::format("{:<22}", row.name);
-    for (size_t r = 0; r < n; ++r) {
-      double v = 0;
-      for (MemCategory c : row.cats) v += peaks[r][cat(c)];
-      out += fmt::format(" {:>10}", mb(v));
-    }
-    out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().*row.pred)));
-  }
-  out += fmt::format("{:<22}", "model states");
-  for (size_t r = 0; r < n; ++r)
-    out += fmt::format(" {:>10}", mb(peaks[r][cat(MemCategory::Parameters)] +
-                                     peaks[r][cat(MemCategory::Gradients)] +
-                                     peaks[r][cat(MemCategory::OptimizerState)]));
-  out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().model_states())));
+  for (const Row& rw : rows)
+    row(rw.name, [&](size_t r) { return peaks[r][cat(rw.cat)]; },
+        [&](const RankMemory& p) { return p.*rw.pred; });
+  row("model states",
+      [&](size_t r) {
+        return peaks[r][cat(MemCategory::Parameters)] + peaks[r][cat(MemCategory::Gradients)] +
+               peaks[r][cat(MemCategory::OptimizerState)];
+      },
+      [](const RankMemory& p) { return p.model_states(); });
   // Extra values after the categories: the training's total peak, the setup's.
   if (!peaks.empty() && peaks.front().size() >= kMemCategoryCount + 2) {
-    out += fmt::format("{:<22}", "total (training)");
-    for (size_t r = 0; r < n; ++r) out += fmt::format(" {:>10}", mb(peaks[r][kMemCategoryCount]));
-    out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().total())));
-    out += fmt::format("{:<22}", "total (setup)");
-    for (size_t r = 0; r < n; ++r) out += fmt::format(" {:>10}", mb(peaks[r][kMemCategoryCount + 1]));
-    out += fmt::format(" {:>10}\n", mb(static_cast<double>(predicted.front().setup)));
+    row("total (training)", [&](size_t r) { return peaks[r][kMemCategoryCount]; },
+        [](const RankMemory& p) { return p.total(); });
+    row("total (setup)", [&](size_t r) { return peaks[r][kMemCategoryCount + 1]; },
+        [](const RankMemory& p) { return p.setup; });
   }
   return out;
 }

@@ -14,16 +14,11 @@ void TrainingRun::resume() {
   // each read only their own range of a checkpoint and gather the rest from
   // the owners.
   if (auto r = sync_->resume_range()) own_params_ = ckpt::ElemRange{r->begin, r->end};
-  // Pipeline stages do not read checkpoints yet: one that would be resumed is an error.
-  MT_CHECK(!pipe_ || opt_.checkpoint.resume == "never" || opt_.checkpoint.dir.empty() ||
-               !ckpt::find_latest_complete(opt_.checkpoint.dir, nullptr),
-           "{} holds a checkpoint, and resuming a pipeline-parallel run (parallel.pp = {}) is not "
-           "available yet; set checkpoint.resume = \"never\" or another checkpoint.dir",
-           opt_.checkpoint.dir, opt_.pp);
-  // Under tensor parallelism every rank of the world agrees on the (logical) checkpoint.
-  if (!pipe_) resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(),
-                             tp_ckpt_ ? world_comm() : comm_, global_batch_, own_params_,
-                             tp_ckpt_.get());
+  // Under tensor or pipeline parallelism every rank of the world agrees on
+  // the (logical) checkpoint.
+  resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(),
+                             mp_ckpt_ ? world_comm() : comm_, global_batch_, own_params_,
+                             mp_ckpt_.get());
   start_step_ = resumed_ ? resumed_->step : 0;
   if (resumed_) {
     mixed_->load_state(resumed_->loss_scaler);  // fp16: continue at the saved scale

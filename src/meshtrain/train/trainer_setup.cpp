@@ -16,26 +16,29 @@
 namespace meshtrain {
 
 namespace {
-// The shard of the model this world rank holds (tp innermost in the mesh).
-std::shared_ptr<const ModelSpec> shard_spec_of(const TrainerOptions& opt) {
+// The shard of the model a world rank holds: its tp shard (tp innermost in
+// the mesh) of its pipeline stage (pp outermost).
+ModelShard shard_of(const TrainerOptions& opt, int world, int rank) {
+  if (opt.pp == 1) {
+    ModelShard shard{rank % opt.tp, opt.tp};
+    shard.sequence_parallel = opt.sequence_parallel;
+    return shard;
+  }
+  MT_CHECK(!opt.sequence_parallel, "parallel.pp with sequence parallelism is not available yet");
+  const parallel::MeshShape shape{world / (opt.tp * opt.pp), opt.tp, opt.pp};
+  const parallel::MeshCoords at = parallel::mesh_coords(shape, rank);
+  ModelShard shard = parallel::pipeline_shards(opt.model->num_layers(), opt.pp, 1)[at.pp];
+  shard.tp_rank = at.tp;
+  shard.tp_size = opt.tp;
+  return shard;
+}
+
+std::shared_ptr<const ModelSpec> shard_spec_of(const TrainerOptions& opt, int world, int rank) {
   MT_CHECK(opt.model, "no model to train");
-  const int world = opt.comm.valid() ? opt.comm.size() : 1;
-  const int rank = opt.comm.valid() ? opt.comm.rank() : 0;
   MT_CHECK(opt.tp >= 1 && opt.pp >= 1 && world % (opt.tp * opt.pp) == 0, "parallel.tp = {} x "
            "parallel.pp = {} must divide the {} rank(s) of the job", opt.tp, opt.pp, world);
-  if (opt.pp > 1) {  // this rank's stage (pp outermost in the mesh) and tp shard
-    MT_CHECK(!opt.sequence_parallel, "parallel.pp with sequence parallelism is not available yet");
-    const parallel::MeshShape shape{world / (opt.tp * opt.pp), opt.tp, opt.pp};
-    const parallel::MeshCoords at = parallel::mesh_coords(shape, rank);
-    ModelShard shard = parallel::pipeline_shards(opt.model->num_layers(), opt.pp, 1)[at.pp];
-    shard.tp_rank = at.tp;
-    shard.tp_size = opt.tp;
-    return opt.model->sharded(shard);
-  }
-  if (opt.tp == 1) return opt.model;
-  ModelShard shard{rank % opt.tp, opt.tp};
-  shard.sequence_parallel = opt.sequence_parallel;
-  return opt.model->sharded(shard);
+  if (opt.tp == 1 && opt.pp == 1) return opt.model;
+  return opt.model->sharded(shard_of(opt, world, rank));
 }
 
 int sequence_length(const TrainerOptions& opt) {
@@ -48,7 +51,8 @@ int sequence_length(const TrainerOptions& opt) {
 
 TrainingRun::TrainingRun(const TrainerOptions& opt)
     : opt_(opt),
-      shard_spec_(shard_spec_of(opt)),
+      shard_spec_(shard_spec_of(opt, opt.comm.valid() ? opt.comm.size() : 1,
+                                opt.comm.valid() ? opt.comm.rank() : 0)),
       spec_(*shard_spec_),
       T_(sequence_length(opt)),
       world_(opt.comm.valid() ? opt.comm.size() : 1),
@@ -63,8 +67,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
            "device memory are not available yet; train on one rank (--nproc 1) or on the CPU",
            opt.device.str(), world_);
   // Refuse, before allocating, what the formulas say cannot fit the limit.
-  predicted_ = predict_training_memory(spec_, opt.micro_batch, T_, thread_count(), opt.recompute,
-                                       opt.precision, opt.device);
+  predicted_ = predicted_for(rank_);
   check_memory_limit(memory_plan(0), opt.memory_limit_bytes);
   say(cpu_report_line());
   if (!opt.device.is_cpu())
@@ -101,14 +104,20 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   if (opt.tp > 1) {
     tp_group_ = parallel::make_tp_group(mesh_.comm(parallel::Axis::TP));
     model_->set_tensor_parallel_group(tp_group_);
-    // Checkpoints of tp shards (pipelines do not checkpoint yet).
-    if (opt.pp == 1) tp_ckpt_ = std::make_unique<TensorParallelCheckpoint>(opt.model, mesh_);
     say(fmt::format("mesh: dp {} x tp {}{} (world rank r holds tp shard r % {}{}){}; tp collectives "
                     "over {}", mesh_.size(parallel::Axis::DP), opt.tp,
                     opt.pp > 1 ? fmt::format(" x pp {}", opt.pp) : "", opt.tp,
                     opt.pp > 1 ? fmt::format(" of stage r / {}", world_ / opt.pp) : "",
                     opt.sequence_parallel ? ", sequence parallel" : "",
                     mesh_.comm(parallel::Axis::TP).transport()));
+  }
+  if (opt.tp > 1 || opt.pp > 1) {
+    // Checkpoints in the logical layout from every (stage, tp) shard.
+    std::vector<std::shared_ptr<const ModelSpec>> shards;
+    for (int s = 0; s < opt.pp; ++s)
+      for (int t = 0; t < opt.tp; ++t)
+        shards.push_back(shard_spec_of(opt, world_, parallel::mesh_rank(mesh_.shape(), {0, t, s})));
+    mp_ckpt_ = std::make_unique<ModelParallelCheckpoint>(opt.model, shards, mesh_);
   }
   sync_ = synced_.sync.get();
   comm_ = sync_->comm();
@@ -175,13 +184,12 @@ comm::Communicator* TrainingRun::world_comm() const {
 
 void TrainingRun::setup_pipeline() {
   const int64_t pp = opt_.pp;
-  // Every stage as this rank's tp shard of it: the pp group is the ranks of
-  // one tp coordinate, each stage's activations whole on every tp rank.
-  for (ModelShard s : parallel::pipeline_shards(opt_.model->num_layers(), pp, 1)) {
-    s.tp_rank = mesh_.rank(parallel::Axis::TP);
-    s.tp_size = opt_.tp;
-    stage_specs_.push_back(opt_.model->sharded(s));
-  }
+  // Every stage as this rank's tp shard of it (the specs of this rank's pp
+  // group, the ranks of one (dp, tp) coordinate): activations are whole on
+  // every tp rank, so each sends to the same tp rank of the next stage.
+  parallel::MeshCoords at = parallel::mesh_coords(mesh_.shape(), rank_);
+  for (at.pp = 0; at.pp < pp; ++at.pp)
+    stage_specs_.push_back(shard_spec_of(opt_, world_, parallel::mesh_rank(mesh_.shape(), at)));
   comm::Communicator& group = const_cast<comm::Communicator&>(mesh_.comm(parallel::Axis::PP));
   pipe_ = std::make_unique<parallel::PipelineExecutor>(
       group, stage_specs_, std::vector<Model*>{model_}, plan::parse_pipe_schedule(opt_.pipe_schedule),
@@ -210,11 +218,8 @@ Tensor TrainingRun::gather_pipeline_parameters() const {
   Tensor whole = Tensor::zeros({opt_.model->num_params()}, DType::F32, MemCategory::Other);
   for (int s = 0; s < opt_.pp; ++s)
     for (int t = 0; t < opt_.tp; ++t) {
-      ModelShard shard = parallel::pipeline_shards(opt_.model->num_layers(), opt_.pp, 1)[s];
-      shard.tp_rank = t;
-      shard.tp_size = opt_.tp;
-      const auto stage = opt_.model->sharded(shard);
       const int from = parallel::mesh_rank(shape, {0, t, s});
+      const auto stage = shard_spec_of(opt_, world_, from);
       Tensor part = from == 0 ? mine : Tensor::zeros({stage->num_params()}, DType::F32, MemCategory::Other);
       if (from != 0) world.recv(part.raw(), static_cast<size_t>(part.numel()), DType::F32, from).wait();
       // By name into the logical layout (a tied parameter: the same values twice).
@@ -239,14 +244,14 @@ Tensor TrainingRun::logical_parameters() const {
     host.copy_from(p);
     return host;
   }
-  if (!tp_ckpt_) return model_->param_buffer();
-  return tp_ckpt_->gather_whole(model_->param_buffer());
+  if (!mp_ckpt_) return model_->param_buffer();
+  return mp_ckpt_->gather_whole(model_->param_buffer());
 }
 
 Tensor TrainingRun::product_parameters() const {
   // A merged (LoRA) or assembled (tp) copy of the whole model is about to be
   // made: the activations make room for it (the next forward allocates them).
-  if (model_->frozen_base() || tp_ckpt_) model_->release_activations();
+  if (model_->frozen_base() || mp_ckpt_) model_->release_activations();
   const Tensor whole = logical_parameters();
   if (!model_->frozen_base()) return whole;
   return lead_ ? model_->merged_parameters(whole) : Tensor();  // only rank 0 saves and samples
@@ -260,9 +265,21 @@ void TrainingRun::say(const std::string& line) const {
   if (lead_) fmt::print("{}\n", line);
 }
 
+MemoryPrediction TrainingRun::predicted_for(int world_rank) const {
+  if (opt_.pp == 1)  // every tp shard is the same size
+    return predict_training_memory(spec_, opt_.micro_batch, T_, thread_count(), opt_.recompute,
+                                   opt_.precision, opt_.device);
+  const int slots = parallel::pipeline_activation_slots(
+      plan::parse_pipe_schedule(opt_.pipe_schedule), opt_.pp, opt_.grad_accum, 1,
+      parallel::mesh_coords(mesh_.shape(), world_rank).pp)[0];
+  return predict_training_memory(*shard_spec_of(opt_, world_, world_rank), opt_.micro_batch, T_,
+                                 thread_count(), opt_.recompute, opt_.precision, opt_.device, slots);
+}
+
 MemoryPlan TrainingRun::memory_plan(int rank) const {
   MemoryPlan plan;
-  plan.model = shard_spec_;  // the tp shard of tp rank 0 (every shard is the same size)
+  // The rank's own shard (under tp alone every shard is the same size).
+  plan.model = opt_.pp == 1 ? shard_spec_ : shard_spec_of(opt_, world_, rank);
   plan.B = opt_.micro_batch;
   plan.T = T_;
   plan.threads = thread_count();
@@ -279,7 +296,7 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   if (opt_.dp.grad_dtype == DType::BF16) plan.grad_wire = 2;  // comm.grad_dtype = bf16
   plan.setup_own_range = setup_from_own_range(plan.zero_stage, opt_.precision, opt_.init_from, *plan.model);
   plan.setup_staging = file_staging_bytes(opt_.init_from, *opt_.model);
-  plan.base = predicted_;
+  plan.base = rank == rank_ ? predicted_ : predicted_for(rank);
   // The copy product_parameters() makes for saving and sampling.
   if (const auto base = spec_.frozen_base(); base && rank == 0) {
     plan.product_copy = 4 * base->num_params();

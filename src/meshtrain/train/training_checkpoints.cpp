@@ -34,7 +34,7 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
                                            AdamW& adam, comm::Communicator* comm,
                                            int64_t global_batch,
                                            std::optional<ckpt::ElemRange> own_params,
-                                           const TensorParallelCheckpoint* tp) {
+                                           const ModelParallelCheckpoint* tp) {
   if (opt.resume == "never") return std::nullopt;
   std::vector<ckpt::FillRequest> fills = ckpt::model_fill_requests(model, &adam);
   if (tp) {
@@ -101,7 +101,7 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
 
 TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::Communicator* comm,
                                            nlohmann::json config, ckpt::MeshShape mesh,
-                                           int64_t global_batch, const TensorParallelCheckpoint* tp)
+                                           int64_t global_batch, const ModelParallelCheckpoint* tp)
     : every_(opt.every), config_(std::move(config)), mesh_(mesh), global_batch_(global_batch),
       tp_(tp) {
   if (every_ <= 0) return;

@@ -16,7 +16,7 @@
 #include "meshtrain/data/data_loader.h"
 #include "meshtrain/nn/model.h"
 #include "meshtrain/optim/adamw.h"
-#include "meshtrain/train/tp_checkpoint.h"
+#include "meshtrain/train/model_parallel_checkpoint.h"
 
 namespace meshtrain {
 
@@ -54,7 +54,7 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
                                            AdamW& adam, comm::Communicator* comm,
                                            int64_t global_batch,
                                            std::optional<ckpt::ElemRange> own_params = {},
-                                           const TensorParallelCheckpoint* tp = nullptr);
+                                           const ModelParallelCheckpoint* tp = nullptr);
 
 // Saves every `every` steps. Construct on every rank (collective).
 class TrainingCheckpointer {
@@ -63,7 +63,7 @@ class TrainingCheckpointer {
   // parallelism, with `tp` set); `mesh` is recorded in the index.
   TrainingCheckpointer(const CheckpointOptions& opt, comm::Communicator* comm,
                        nlohmann::json config, ckpt::MeshShape mesh, int64_t global_batch,
-                       const TensorParallelCheckpoint* tp = nullptr);
+                       const ModelParallelCheckpoint* tp = nullptr);
   bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
   // Records the run length train.max_minutes decided in the configuration
   // every later checkpoint saves (ResumePoint::budgeted_steps reads it back).
@@ -86,14 +86,14 @@ class TrainingCheckpointer {
   void wait();
 
  private:
-  // Tensor parallelism: the save in the logical layout (tp_checkpoint.h).
+  // Tensor parallelism: the save in the logical layout (model_parallel_checkpoint.h).
   ckpt::SaveRequest logical_request(int64_t step, const Model& model, AdamW& adam,
                                     std::optional<ckpt::ElemRange> own_params);
   int64_t every_;
   nlohmann::json config_;
   ckpt::MeshShape mesh_;
   int64_t global_batch_;
-  const TensorParallelCheckpoint* tp_ = nullptr;
+  const ModelParallelCheckpoint* tp_ = nullptr;
   // Tensor parallelism: this rank's blocks of the logical params, exp_avg,
   // exp_avg_sq (what the writer copies), kept until the snapshot is taken.
   std::vector<float> blocks_[3];

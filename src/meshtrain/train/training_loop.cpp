@@ -87,10 +87,10 @@ void TrainingRun::loop() {
   // Collective on every rank (the writer splits its own communicator).
   // Under tensor parallelism the whole world writes the logical checkpoint.
   auto checkpoints = std::make_unique<TrainingCheckpointer>(
-      opt_.checkpoint, tp_ckpt_ ? world_comm() : comm_,
+      opt_.checkpoint, mp_ckpt_ ? world_comm() : comm_,
       opt_.resolved_config_json.empty() ? nlohmann::json::object()
                                        : nlohmann::json::parse(opt_.resolved_config_json),
-      ckpt::MeshShape{mesh_.size(parallel::Axis::DP), opt_.tp, 1}, global_batch_, tp_ckpt_.get());
+      ckpt::MeshShape{mesh_.size(parallel::Axis::DP), opt_.tp, opt_.pp}, global_batch_, mp_ckpt_.get());
   // An async save's snapshot is copied while the next step's forward and
   // backward run; the update, the first write to what it copies, waits for it.
   stepper_->set_before_update([&checkpoints] { return checkpoints->wait_for_snapshot(); });

@@ -29,7 +29,7 @@
 #include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/mixed_precision.h"
 #include "meshtrain/train/train_step.h"
-#include "meshtrain/train/tp_checkpoint.h"
+#include "meshtrain/train/model_parallel_checkpoint.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
@@ -71,7 +71,7 @@ class TrainingRun {
   bool lead_ = true;  // prints, writes metrics, saves the model
   parallel::Mesh mesh_;
   // Tensor parallelism: checkpoints in the logical layout (null at tp = 1).
-  std::unique_ptr<TensorParallelCheckpoint> tp_ckpt_;
+  std::unique_ptr<ModelParallelCheckpoint> mp_ckpt_;
   std::shared_ptr<parallel::CommTensorParallelGroup> tp_group_;  // times the tp collectives
   std::unique_ptr<telemetry::Tracer> tracer_;
   // Clears the global tracer pointer when the run goes, also when setup
@@ -90,14 +90,17 @@ class TrainingRun {
   std::unique_ptr<parallel::PipelineExecutor> pipe_;
   std::vector<std::shared_ptr<const ModelSpec>> stage_specs_;
   void setup_pipeline();
-  // The whole model's parameters assembled on the pipeline's first rank from
-  // every stage's (collective over the pp group); empty elsewhere.
+  // The whole model's parameters assembled on world rank 0 from data-parallel
+  // replica 0's tp x pp ranks (collective over them); empty elsewhere.
   Tensor gather_pipeline_parameters() const;
   // One micro-batch's forward through the pipeline (collective over pp):
   // the loss, on every stage.
   float pipeline_forward(const MicroBatch& mb);
   int64_t global_batch_ = 0, tokens_per_step_ = 0;
-  MemoryPrediction predicted_;
+  MemoryPrediction predicted_;  // this rank's
+  // A world rank's activations and workspace by the formulas: its shard's,
+  // times the activation slots its pipeline stage holds.
+  MemoryPrediction predicted_for(int world_rank) const;
   // resume()
   std::optional<ResumePoint> resumed_;
   std::optional<ckpt::ElemRange> own_params_;
