@@ -67,8 +67,10 @@ void refuse_unavailable(const TrainConfig& c) {
   const bool pp = c.parallel.pp > 1;
   refuse(pp && c.parallel.sequence_parallel,
          fmt::format("parallel.pp = {} with parallel.sequence_parallel", c.parallel.pp));
-  refuse(pp && c.zero.stage > 0,
-         fmt::format("parallel.pp = {} with zero.stage = {}", c.parallel.pp, c.zero.stage));
+  // ZeRO-3 gathers each unit's parameters in one micro-batch's forward-then-
+  // backward order; a pipeline interleaves several micro-batches' passes.
+  refuse(pp && c.zero.stage == 3,
+         fmt::format("parallel.pp = {} with zero.stage = 3", c.parallel.pp));
   refuse(pp && c.lora.rank > 0, fmt::format("parallel.pp = {} with LoRA", c.parallel.pp));
   refuse(pp && c.device != "cpu", fmt::format("parallel.pp = {} on device \"{}\"", c.parallel.pp, c.device));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",

@@ -96,6 +96,10 @@ void PipelineExecutor::find_tied_params() {
   }
 }
 
+bool PipelineExecutor::tied(const std::string& name) const {
+  return std::any_of(tied_.begin(), tied_.end(), [&](const TiedParam& t) { return t.name == name; });
+}
+
 bool PipelineExecutor::tied_elsewhere_first(const std::string& name) const {
   return std::any_of(tied_.begin(), tied_.end(),
                      [&](const TiedParam& t) { return t.name == name && !t.first; });

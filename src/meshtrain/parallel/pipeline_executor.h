@@ -85,6 +85,8 @@ class PipelineExecutor {
   // Whether parameter `name` of this rank is also held by a lower virtual
   // stage (which then counts it, e.g. in the gradient norm).
   bool tied_elsewhere_first(const std::string& name) const;
+  // Whether parameter `name` of this rank is also held by another virtual stage.
+  bool tied(const std::string& name) const;
   int64_t stages() const { return p_; }
 
  private:

@@ -126,8 +126,6 @@ void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Commu
   tp_norm_.counted_elsewhere.clear();
   if (!exec) return;
   MT_CHECK(pp && pp->valid(), "a pipeline step needs its pipeline group");
-  MT_CHECK(!sync_.sharded(), "pipeline parallelism with ZeRO is not available yet: use zero.stage "
-           "= 0 with parallel.pp");
   // Each stage's replicas reduce their gradients around every backward, as
   // the micro-batch loop does without a pipeline.
   exec->set_backward_hooks({[this](bool last) { sync_.begin_backward(last); },
@@ -136,8 +134,17 @@ void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Commu
   tp_norm_.pp = &pp_comm_;
   // The norm counts a tied parameter once: by its first holder.
   tp_norm_.counted_elsewhere.clear();
-  for (const ParamInfo& p : model_.layout().params)
+  for (const ParamInfo& p : model_.layout().params) {
     if (exec->tied_elsewhere_first(p.name)) tp_norm_.counted_elsewhere.push_back({p.begin, p.end()});
+    // The stages add a tied parameter's whole gradients after the data-parallel
+    // reduction, which ZeRO leaves as each rank's own range of its stage's
+    // buffer, ranges that differ between the stages.
+    MT_CHECK(!sync_.sharded() || !exec->tied(p.name), "{} with parallel.pp is not available for "
+             "this model yet: its parameter {} is held by two pipeline stages (GPT's tied "
+             "embedding), whose gradients the stages add whole after the data-parallel reduction, "
+             "and ZeRO keeps only each rank's own range of them; use zero.stage = 0, or a model "
+             "without tied embeddings (Llama)", sync_.name(), p.name);
+  }
 }
 
 TrainStep::TrainStep(Model& model, parallel::GradientSync& sync, AdamWConfig adam,
