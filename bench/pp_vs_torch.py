@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Pipeline parallelism, interleaved with its peer: meshtrain at one rank and
+at pp = 2 with GPipe and 1F1B (`meshtrain train --set parallel.pp=2`), and
+PyTorch's torch.distributed.pipelining with the same schedules
+(tools/peers/bench_pp_torch.py, gloo), on the same GPT preset, micro-batch,
+micro-batch count and threads per rank, alternating so machine noise hits all
+alike. Prints medians, each pipeline's efficiency (tokens/s over p times one
+rank's) beside the schedule's bound m / (m + p - 1), meshtrain's measured
+bubble (stage 0's wait) beside the formula (p - 1) / m, and the ratio to
+PyTorch per schedule.
+
+  python3 bench/pp_vs_torch.py --preset char-6L --seq 256 --micro-batch 1 --micro-batches 8 --rounds 3
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from bench_util import MESHTRAIN, ROOT, cpu_model, print_table, run_json
+
+
+def ours(a, data, work, name, nproc, schedule):
+    """One meshtrain run: its median tokens/s after the warm-up, and stage 0's measured bubble."""
+    d = os.path.join(work, name)
+    cmd = [a.binary, "train", "--set", f"model.preset={a.preset}", "--set", f"data.train={data}",
+           "--set", f"train.steps={a.warmup + a.steps}", "--set", f"train.micro_batch={a.micro_batch}",
+           "--set", f"train.grad_accum={a.micro_batches}", "--set", "train.eval_every=0",
+           "--set", f"train.threads={a.threads}", "--set", f"telemetry.dir={d}"]
+    if a.seq:
+        cmd += ["--set", f"model.seq_len={a.seq}"]
+    if nproc > 1:
+        cmd += ["--set", f"parallel.pp={nproc}", "--set", f"parallel.schedule={schedule}",
+                "--nproc", str(nproc)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{(p.stdout + p.stderr)[-2000:]}")
+    rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
+    m = re.search(r"pipeline bubble: stage 0 waited ([0-9.]+)%", p.stdout)
+    return statistics.median(r["tokens_per_s"] for r in rows[a.warmup:]), float(m.group(1)) if m else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="char-6L")
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--micro-batches", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1, help="threads per rank")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--binary", default=MESHTRAIN)
+    a = ap.parse_args()
+    p, m = 2, a.micro_batches
+    peer = [sys.executable, os.path.join(ROOT, "tools", "peers", "bench_pp_torch.py"), "--preset", a.preset,
+            "--seq", str(a.seq), "--micro-batch", str(a.micro_batch), "--micro-batches", str(m),
+            "--threads", str(a.threads), "--steps", str(a.steps), "--warmup", str(a.warmup), "--json"]
+    names = ["meshtrain one rank", "meshtrain gpipe", "meshtrain 1f1b", "torch gpipe", "torch 1f1b"]
+    tok = {k: [] for k in names}
+    bubble = {k: [] for k in names}
+    version = ""
+    with tempfile.TemporaryDirectory() as work:
+        data = os.path.join(work, "data")
+        subprocess.run([a.binary, "data", "synth", "--out", data, "--tokens", "400000"], check=True,
+                       capture_output=True)
+        data = os.path.join(data, "train_*.bin")
+        for r in range(a.rounds):
+            for i, name in enumerate(names):
+                schedule = name.split()[-1]
+                if name.startswith("torch"):
+                    j = run_json(peer + ["--schedule", schedule], a.threads)
+                    t, b, version = j["tokens_per_s"], None, j["torch_version"]
+                else:
+                    t, b = ours(a, data, work, f"r{r}_{i}", 1 if "one" in name else p, schedule)
+                tok[name].append(t)
+                if b is not None:
+                    bubble[name].append(b)
+                print(f"round {r + 1} {name}: {t:.0f} tok/s" + (f", bubble {b:.1f}%" if b is not None else ""),
+                      flush=True)
+    med = {k: statistics.median(v) for k, v in tok.items()}
+    one = med["meshtrain one rank"]
+    bound = m / (m + p - 1)
+    rows = []
+    for k in names:
+        eff = med[k] / (p * one) if "one" not in k else 1.0
+        b = f"{statistics.median(bubble[k]):.1f}% (formula {100 * (p - 1) / m:.1f}%)" if bubble[k] else "-"
+        rows.append([k, f"{med[k]:.0f}", f"{eff:.2f}" + (f" ({eff / bound:.0%} of the bound {bound:.2f})"
+                                                        if "one" not in k else ""), b])
+    print_table(f"{a.preset}, pp {p}, {m} micro-batches of {a.micro_batch} x {a.seq}, {a.threads} thread(s) per "
+                f"rank, medians of {a.rounds} interleaved rounds ({a.steps} timed steps each); {cpu_model()}",
+                ["run", "tokens/s", "efficiency vs p x one meshtrain rank", "stage 0 bubble"], rows)
+    for s in ("gpipe", "1f1b"):
+        print(f"meshtrain / torch {s}: {med['meshtrain ' + s] / med['torch ' + s]:.2f}x")
+    print(f"PyTorch {version}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
