@@ -101,6 +101,23 @@ PY
   done
 done
 
+# The trace shows each stage's passes and transfers per micro-batch.
+run trace_pp char-2L --set parallel.pp=2 --set telemetry.trace=true --nproc 2
+python3 - "$TMP/trace_pp/trace.json" <<'PY' || fail "the trace does not show the pipeline"
+import json, sys
+t = json.load(open(sys.argv[1]))
+events = t["traceEvents"] if isinstance(t, dict) else t
+by_pid = {}
+for e in events:
+    if e.get("cat") == "pipeline":
+        by_pid.setdefault(e.get("pid"), set()).add(e["name"])
+assert len(by_pid) == 2, sorted(by_pid)
+names = set().union(*by_pid.values())
+for want in ("forward micro-batch 3", "backward micro-batch 3", "send activation micro-batch 0",
+             "recv activation micro-batch 0", "send gradient micro-batch 3", "recv gradient micro-batch 3"):
+    assert want in names, (want, sorted(names)[:20])
+PY
+
 # Stage 0 holds all m = 4 micro-batches' activations under GPipe, p = 2 under 1F1B.
 python3 - "$TMP/dp1_tp1_pp2_z0_gpipe_char-2L/memory.json" "$TMP/dp1_tp1_pp2_z0_1f1b_char-2L/memory.json" <<'PY' ||
 import json, sys

@@ -32,6 +32,23 @@ std::vector<int> slots_needed(const std::vector<plan::PipeOp>& ops, int64_t chun
   return peak;
 }
 
+// "<what> micro-batch" (the trace adds the micro-batch's index).
+std::string_view instr_trace_name(const plan::PipeInstr& in) {
+  switch (in.kind) {
+    case plan::PipeInstrKind::RecvActivation: return "recv activation micro-batch";
+    case plan::PipeInstrKind::RecvGradient: return "recv gradient micro-batch";
+    case plan::PipeInstrKind::Forward: return "forward micro-batch";
+    case plan::PipeInstrKind::Backward:
+      return in.op.part == plan::BackwardPart::Input    ? "backward (input) micro-batch"
+             : in.op.part == plan::BackwardPart::Weight ? "backward (weight) micro-batch"
+                                                        : "backward micro-batch";
+    case plan::PipeInstrKind::SendActivation: return "send activation micro-batch";
+    case plan::PipeInstrKind::SendGradient: return "send gradient micro-batch";
+    case plan::PipeInstrKind::OptimizerStep: return "optimizer step after micro-batch";
+  }
+  return "pipeline op micro-batch";
+}
+
 }  // namespace
 
 std::vector<int> pipeline_activation_slots(plan::PipeSchedule kind, int64_t stages,
@@ -187,6 +204,10 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
   };
   for (const plan::PipeInstr& in : instrs_[static_cast<size_t>(rank_)]) {
     const plan::PipeOp& op = in.op;
+    // Each instruction is a span of the trace ("pipeline" category), so the
+    // timeline shows every stage's passes, transfers and the bubble between.
+    telemetry::TraceScope span(telemetry::global_tracer(), instr_trace_name(in), op.micro_batch,
+                               "pipeline", {{"chunk", op.chunk}, {"peer", in.peer}});
     const int64_t vs = virtual_stage(static_cast<int>(op.chunk));
     const MicroBatch& mb = micro[static_cast<size_t>(op.micro_batch)];
     Model& model = *chunks_[static_cast<size_t>(op.chunk)];
