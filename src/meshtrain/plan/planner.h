@@ -90,8 +90,12 @@ struct Layout {
   // non-adjacent groups of layers; the bubble shrinks by that factor and the
   // pipeline sends grow by it. 1 = plain 1F1B.
   int64_t chunks = 1;
-  // The engine runs it today (no pipeline parallelism yet: pp = 1).
-  bool runnable_today() const { return pp == 1; }
+  // The engine runs it today: pipelines of one chunk per rank (GPipe or
+  // 1F1B) without sequence parallelism or ZeRO (ZeRO-1/2 run for models
+  // whose stages share no parameter, which the layout does not know).
+  bool runnable_today() const {
+    return pp == 1 || (chunks == 1 && !sequence_parallel && zero_stage == 0);
+  }
   std::string describe() const;
 };
 
