@@ -150,7 +150,9 @@ void run_plan(const PlanOpts& o) {
     const plan::MemoryBreakdown& m = r.memory;
     const plan::TimeBreakdown& t = r.time;
     fmt::print("\n#{} {}{}\n", i + 1, r.layout.describe(),
-               r.layout.runnable_today() ? "" : "  (not in the engine yet: interleaved chunks, or sp or ZeRO with pp)");
+               r.layout.runnable_today()
+                   ? ""
+                   : "  (not in the engine yet: interleaved chunks, or sp or ZeRO with pp)");
     fmt::print("   {:.0f} tokens/s, step {:.3f} s, MFU {:.1f}%, HFU {:.1f}%", r.tokens_per_s, t.step(),
                r.mfu * 100, r.hfu * 100);
     if (r.cost_per_million_tokens > 0) fmt::print(", ${:.3f} per million tokens", r.cost_per_million_tokens);

@@ -20,6 +20,8 @@
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/launch/elastic.h"
 #include "meshtrain/launch/heartbeat.h"
+#include "meshtrain/parallel/pipeline_executor.h"
+#include "meshtrain/plan/pipeline_schedule.h"
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/model_from_config.h"
@@ -113,25 +115,38 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
   const int threads = c.train.threads > 0 ? c.train.threads
                                           : static_cast<int>(std::max(1L, cores / std::max(1, ranks)));
   const int T = spec->seq_len();
-  const int tp = c.parallel.tp, dp = ranks / tp;
-  MemoryPlan plan;
-  ModelShard shard{0, tp};
-  shard.sequence_parallel = c.parallel.sequence_parallel;
-  plan.setup_staging = file_staging_bytes(c.init_from, *spec);
-  plan.model = tp > 1 ? spec->sharded(shard) : std::move(spec);  // shards are equal
-  plan.B = c.train.micro_batch;
-  plan.T = T;
-  plan.threads = threads;
-  plan.world = dp;
-  plan.zero_stage = dp > 1 ? c.zero.stage : 0;
-  plan.persist_threshold = c.zero.persist_threshold;
+  const int tp = c.parallel.tp, pp = c.parallel.pp, dp = ranks / (tp * pp);
   const Precision precision = precision_from_name(c.precision);
-  plan.base = predict_training_memory(*plan.model, plan.B, T, threads, recompute_from_config(c.recompute),
-                                      precision);
-  if (is_mixed(precision)) plan.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
-  if (c.comm.grad_dtype == "bf16") plan.grad_wire = 2;
-  plan.setup_own_range = setup_from_own_range(plan.zero_stage, precision, c.init_from, *plan.model);
-  check_memory_limit(plan, c.memory.limit_mb * 1e6);
+  // Every pipeline stage (tp shards are equal): its layers and the
+  // micro-batches of activations its schedule holds.
+  const std::vector<ModelShard> stages =
+      pp > 1 ? parallel::pipeline_shards(spec->num_layers(), pp, 1) : std::vector<ModelShard>(1);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    MemoryPlan need;
+    ModelShard shard = stages[s];
+    shard.tp_rank = 0;
+    shard.tp_size = tp;
+    shard.sequence_parallel = c.parallel.sequence_parallel;
+    need.setup_staging = file_staging_bytes(c.init_from, *spec);
+    need.model = shard.is_full() ? spec : spec->sharded(shard);
+    need.B = c.train.micro_batch;
+    need.T = T;
+    need.threads = threads;
+    need.world = dp;
+    need.zero_stage = dp > 1 ? c.zero.stage : 0;
+    need.persist_threshold = c.zero.persist_threshold;
+    const int slots = pp > 1 ? parallel::pipeline_activation_slots(
+                                   plan::parse_pipe_schedule(c.parallel.schedule), pp,
+                                   c.train.grad_accum, 1, static_cast<int64_t>(s))[0]
+                             : 1;
+    need.base = predict_training_memory(*need.model, need.B, T, threads,
+                                        recompute_from_config(c.recompute), precision,
+                                        Device::cpu(), slots);
+    if (is_mixed(precision)) need.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
+    if (c.comm.grad_dtype == "bf16") need.grad_wire = 2;
+    need.setup_own_range = setup_from_own_range(need.zero_stage, precision, c.init_from, *need.model);
+    check_memory_limit(need, c.memory.limit_mb * 1e6);
+  }
 }
 
 // Starts `nproc` ranks of this binary with the same arguments (minus --nproc);

@@ -126,6 +126,19 @@ assert f * 4 == g * 2, (g, f)
 PY
   fail "1F1B's activation peak is not p/m of GPipe's"
 
+# memory.limit_mb is checked per stage with its schedule's activation slots:
+# 30 MB holds 1F1B's stage 0 (2 of 8 micro-batches, 17.4 MB) but not GPipe's (48.6 MB).
+limit() {  # limit SCHEDULE
+  "$BIN" train --set model.preset=char-2L --set model.n_layer=4 --set model.seq_len=64 \
+    --set data.train="$TMP/data/train_*.bin" --set train.steps=1 --set train.micro_batch=4 \
+    --set train.grad_accum=8 --set train.threads=1 --set train.eval_every=0 --set parallel.pp=2 \
+    --set parallel.schedule="$1" --set memory.limit_mb=30 --set telemetry.dir="$TMP/limit_$1" --nproc 2
+}
+limit 1f1b >"$TMP/limit_1f1b.log" 2>&1 || { tail -5 "$TMP/limit_1f1b.log"; fail "1F1B within the limit refused"; }
+if limit gpipe >"$TMP/limit_gpipe.log" 2>&1; then fail "GPipe over memory.limit_mb trained"; fi
+grep -aq "this configuration needs 48.6 MB per rank" "$TMP/limit_gpipe.log" ||
+  { tail -5 "$TMP/limit_gpipe.log"; fail "no per-stage memory error for GPipe"; }
+
 # Not yet: refused with the reason, before anything trains.
 refused() {  # refused TEXT ARGS...
   local text=$1

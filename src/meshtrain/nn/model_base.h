@@ -118,7 +118,8 @@ class ModelBase : public Model {
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int64_t A,
                          int64_t NH, float* workspace, int nthreads) const {
     if (half_.mixed())
-      k_->attention_forward_half(stream_, half_.format(), out, lse, qkv, B, T, A, NH, workspace, nthreads);
+      k_->attention_forward_half(stream_, half_.format(), out, lse, qkv, B, T, A, NH, workspace,
+                                 nthreads);
     else
       k_->attention_forward(stream_, out, lse, qkv, B, T, A, NH, workspace, nthreads);
   }

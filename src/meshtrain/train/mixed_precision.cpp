@@ -55,7 +55,8 @@ void MixedPrecision::load_state(const nlohmann::json& j) {
 namespace {
 // The 16-bit GEMMs' engine: the CPU's library and path, or a GPU's.
 std::string half_gemms(Device device, HalfFormat fmt) {
-  if (device.type != DeviceType::CUDA) return cpu::half_gemm_description(fmt);  // the guarded device runs the CPU's
+  // The guarded test device runs the CPU's kernels.
+  if (device.type != DeviceType::CUDA) return cpu::half_gemm_description(fmt);
   const char* name = fmt == HalfFormat::BF16 ? "bf16" : "fp16";
   return fmt::format("{} GEMMs and attention products on {}'s tensor cores (cuBLASLt, WMMA)", name,
                      device.str());

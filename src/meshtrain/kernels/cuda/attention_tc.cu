@@ -76,7 +76,8 @@ void attention_forward_half(Stream s, HalfFormat fmt, float* out, float* lse, co
   if (B <= 0 || T <= 0) return;
   attention_check_shapes(B, T, C, NH, kRows, "attention_forward_half");
   const int64_t hd = C / NH;
-  if (!tc_head_size(hd)) return attention_forward(s, out, lse, qkv, B, T, C, NH, workspace, nthreads);
+  if (!tc_head_size(hd))
+    return attention_forward(s, out, lse, qkv, B, T, C, NH, workspace, nthreads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const cudaStream_t st = stream_of(s);
   const bool bf = fmt == HalfFormat::BF16;

@@ -45,8 +45,9 @@ __device__ __forceinline__ __half round_to<__half>(float x) {
 
 template <typename E>
 using FragA = wmma::fragment<wmma::matrix_a, kF, kF, kF, E, wmma::row_major>;
+// B given as rows of its transpose (the K or V tile's rows): read column-major.
 template <typename E>
-using FragBt = wmma::fragment<wmma::matrix_b, kF, kF, kF, E, wmma::col_major>;  // rows read as columns
+using FragBt = wmma::fragment<wmma::matrix_b, kF, kF, kF, E, wmma::col_major>;
 template <typename E>
 using FragB = wmma::fragment<wmma::matrix_b, kF, kF, kF, E, wmma::row_major>;
 using FragC = wmma::fragment<wmma::accumulator, kF, kF, kF, float>;
@@ -164,14 +165,16 @@ attention_forward_tc_kernel(float* out, float* lse, const float* qkv, int64_t T,
   E* Vs = Ks + kRows * L::ldh;
   float* Sw = reinterpret_cast<float*>(smem + L::tiles) + warp * kF * kLdS;
   E* Pw = reinterpret_cast<E*>(smem + L::tiles + L::s_strips) + warp * kF * kLdP;
-  float* Ow = reinterpret_cast<float*>(smem + L::tiles + L::s_strips + L::p_strips) + warp * kF * L::ldo;
+  float* Ow = reinterpret_cast<float*>(smem + L::tiles + L::s_strips + L::p_strips) +
+              warp * kF * L::ldo;
   const int64_t qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t C3 = 3 * C, q0 = qt * kRows;
   const float* base = qkv + b * T * C3 + h * HD;
 
   load_rows<E, HD>(Qs, base, q0, T, C3);
   for (int idx = lane; idx < kF * L::ldo; idx += 32) Ow[idx] = 0.f;
-  const int r = lane >> 1, c0 = (lane & 1) * (kRows / 2);  // this lane's row and columns
+  // This lane's row of the warp's strip, its half of the scores and of the output.
+  const int r = lane >> 1, c0 = (lane & 1) * (kRows / 2), d0 = (lane & 1) * (HD / 2);
   const int64_t i = q0 + warp * kF + r;
   float m = -INFINITY, l = 0.f;
 
@@ -205,21 +208,23 @@ attention_forward_tc_kernel(float* out, float* lse, const float* qkv, int64_t T,
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     l = l * alpha + sum;
     m = m_new;
-    for (int d = (lane & 1) * (HD / 2); d < ((lane & 1) + 1) * (HD / 2); ++d) Ow[r * L::ldo + d] *= alpha;
+    for (int d = d0; d < d0 + HD / 2; ++d) Ow[r * L::ldo + d] *= alpha;
     __syncwarp();
     FragC acc[HD / kF];
 MT_UNROLL
-    for (int n = 0; n < HD / kF; ++n) wmma::load_matrix_sync(acc[n], Ow + n * kF, L::ldo, wmma::mem_row_major);
+    for (int n = 0; n < HD / kF; ++n)
+      wmma::load_matrix_sync(acc[n], Ow + n * kF, L::ldo, wmma::mem_row_major);
     accumulate_pb<E, HD>(acc, Pw, Vs);
 MT_UNROLL
-    for (int n = 0; n < HD / kF; ++n) wmma::store_matrix_sync(Ow + n * kF, acc[n], L::ldo, wmma::mem_row_major);
+    for (int n = 0; n < HD / kF; ++n)
+      wmma::store_matrix_sync(Ow + n * kF, acc[n], L::ldo, wmma::mem_row_major);
     __syncwarp();
   }
 
   if (i < T) {
     float* o = out + (b * T + i) * C + h * HD;
     const float inv = 1.f / l;
-    for (int d = (lane & 1) * (HD / 2); d < ((lane & 1) + 1) * (HD / 2); ++d) o[d] = Ow[r * L::ldo + d] * inv;
+    for (int d = d0; d < d0 + HD / 2; ++d) o[d] = Ow[r * L::ldo + d] * inv;
     if ((lane & 1) == 0) lse[(b * NH + h) * T + i] = m + logf(l);
   }
 }
