@@ -20,7 +20,7 @@
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
 #include "meshtrain/launch/elastic.h"
 #include "meshtrain/launch/heartbeat.h"
-#include "meshtrain/parallel/pipeline_executor.h"
+#include "meshtrain/parallel/pipeline_stages.h"
 #include "meshtrain/plan/pipeline_schedule.h"
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/memory_report.h"
@@ -73,6 +73,10 @@ void refuse_unavailable(const TrainConfig& c) {
   // backward order; a pipeline interleaves several micro-batches' passes.
   refuse(pp && c.zero.stage == 3,
          fmt::format("parallel.pp = {} with zero.stage = 3", c.parallel.pp));
+  // ZeRO-2 reduces each backward's gradients as it goes, from the top of the
+  // buffer down; an interleaved rank's backwards each write one chunk's part.
+  refuse(pp && c.parallel.chunks > 1 && c.zero.stage == 2,
+         fmt::format("parallel.chunks = {} with zero.stage = 2", c.parallel.chunks));
   refuse(pp && c.lora.rank > 0, fmt::format("parallel.pp = {} with LoRA", c.parallel.pp));
   refuse(pp && c.device != "cpu", fmt::format("parallel.pp = {} on device \"{}\"", c.parallel.pp, c.device));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
@@ -119,29 +123,29 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
   const Precision precision = precision_from_name(c.precision);
   // Every pipeline stage (tp shards are equal): its layers and the
   // micro-batches of activations its schedule holds.
-  const std::vector<ModelShard> stages =
-      pp > 1 ? parallel::pipeline_shards(spec->num_layers(), pp, 1) : std::vector<ModelShard>(1);
-  for (size_t s = 0; s < stages.size(); ++s) {
+  const parallel::PipelineLayout layout{plan::parse_pipe_schedule(c.parallel.schedule), pp,
+                                        c.parallel.chunks, c.train.grad_accum};
+  for (int64_t s = 0; s < pp; ++s) {
     MemoryPlan need;
-    ModelShard shard = stages[s];
-    shard.tp_rank = 0;
-    shard.tp_size = tp;
-    shard.sequence_parallel = c.parallel.sequence_parallel;
+    parallel::PipelineRankSpec part{spec, 1};
+    if (pp > 1) {
+      part = parallel::pipeline_rank_spec(*spec, layout, s, 0, tp);
+    } else if (tp > 1 || c.parallel.sequence_parallel) {
+      ModelShard shard{0, tp};
+      shard.sequence_parallel = c.parallel.sequence_parallel;
+      part.spec = spec->sharded(shard);
+    }
     need.setup_staging = file_staging_bytes(c.init_from, *spec);
-    need.model = shard.is_full() ? spec : spec->sharded(shard);
+    need.model = part.spec;
     need.B = c.train.micro_batch;
     need.T = T;
     need.threads = threads;
     need.world = dp;
     need.zero_stage = dp > 1 ? c.zero.stage : 0;
     need.persist_threshold = c.zero.persist_threshold;
-    const int slots = pp > 1 ? parallel::pipeline_activation_slots(
-                                   plan::parse_pipe_schedule(c.parallel.schedule), pp,
-                                   c.train.grad_accum, 1, static_cast<int64_t>(s))[0]
-                             : 1;
     need.base = predict_training_memory(*need.model, need.B, T, threads,
                                         recompute_from_config(c.recompute), precision,
-                                        Device::cpu(), slots);
+                                        Device::cpu(), part.activation_slots);
     if (is_mixed(precision)) need.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
     if (c.comm.grad_dtype == "bf16") need.grad_wire = 2;
     need.setup_own_range = setup_from_own_range(need.zero_stage, precision, c.init_from, *need.model);
@@ -276,6 +280,7 @@ void run_train(const TrainArgs& a) {
   o.tp = c.parallel.tp;
   o.pp = c.parallel.pp;
   o.pipe_schedule = c.parallel.schedule;
+  o.pipe_chunks = c.parallel.chunks;
   o.sequence_parallel = c.parallel.sequence_parallel;
   o.zero_persist_threshold = c.zero.persist_threshold;
   o.memory_limit_bytes = c.memory.limit_mb * 1e6;

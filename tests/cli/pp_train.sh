@@ -57,17 +57,22 @@ for preset in char-2L llama-tiny; do
   # dp 2 x pp 2 reads micro-batches of 2 per replica: one rank's reference reads 4.
   run "one4_$preset" "$preset" --set train.micro_batch=4
   # ZeRO 1/2 over dp: Llama (GPT's tied wte with ZeRO is refused, below).
-  zero_cases=()
-  [ "$preset" = llama-tiny ] && zero_cases=("gpipe 2 2 1 1" "1f1b 2 2 2 2")
-  for case in "gpipe 2 1 1 0" "1f1b 2 1 1 0" "1f1b 4 1 1 0" "1f1b 2 2 1 0" "1f1b 2 1 2 0" \
-    "gpipe 2 2 2 0" "${zero_cases[@]}"; do
-    set -- $case  # schedule pp dp tp zero
-    name="dp$3_tp$4_pp$2_z$5_$1_$preset"
+  # Interleaved: 2 chunks per rank (each one layer), with dp and ZeRO-1
+  # (Llama), with tp (GPT); GPipe over chunks too.
+  extra_cases=("interleaved 2 1 1 0 2")
+  [ "$preset" = llama-tiny ] && extra_cases+=("gpipe 2 2 1 1 1" "1f1b 2 2 2 2 1" "interleaved 2 2 1 1 2")
+  [ "$preset" = char-2L ] && extra_cases+=("interleaved 2 1 2 0 2" "gpipe 2 1 1 0 2")
+  for case in "gpipe 2 1 1 0 1" "1f1b 2 1 1 0 1" "1f1b 4 1 1 0 1" "1f1b 2 2 1 0 1" "1f1b 2 1 2 0 1" \
+    "gpipe 2 2 2 0 1" "${extra_cases[@]}"; do
+    set -- $case  # schedule pp dp tp zero chunks
+    name="dp$3_tp$4_pp$2_v$6_z$5_$1_$preset"
     ref="one_$preset"
     [ "$3" = 1 ] || ref="one4_$preset"
     run "$name" "$preset" --set parallel.pp="$2" --set parallel.tp="$4" --set parallel.schedule="$1" \
-      --set zero.stage="$5" --nproc $(($2 * $3 * $4))
-    grep -aq "^pipeline: $2 stages, schedule $1 over 4 micro-batch(es)" "$TMP/$name.log" ||
+      --set parallel.chunks="$6" --set zero.stage="$5" --nproc $(($2 * $3 * $4))
+    chunks=""
+    [ "$6" = 1 ] || chunks=" x $6 chunks"
+    grep -aq "^pipeline: $2 stages$chunks, schedule $1 over 4 micro-batch(es)" "$TMP/$name.log" ||
       fail "$name: no pipeline line"
     # The breakdown shows the pipeline's wait, and the bubble beside its formula.
     grep -aq "^  pipeline wait " "$TMP/$name.log" || fail "$name: no pipeline wait in the breakdown"
@@ -119,7 +124,7 @@ for want in ("forward micro-batch 3", "backward micro-batch 3", "send activation
 PY
 
 # Stage 0 holds all m = 4 micro-batches' activations under GPipe, p = 2 under 1F1B.
-python3 - "$TMP/dp1_tp1_pp2_z0_gpipe_char-2L/memory.json" "$TMP/dp1_tp1_pp2_z0_1f1b_char-2L/memory.json" <<'PY' ||
+python3 - "$TMP/dp1_tp1_pp2_v1_z0_gpipe_char-2L/memory.json" "$TMP/dp1_tp1_pp2_v1_z0_1f1b_char-2L/memory.json" <<'PY' ||
 import json, sys
 g, f = (json.load(open(p))[0]["peak"]["activations"] for p in sys.argv[1:])
 assert f * 4 == g * 2, (g, f)
@@ -157,5 +162,15 @@ refused "parallel.pp = 2 with zero.stage = 3 is not available" --set parallel.pp
 refused "zero-1 with parallel.pp is not available for this model yet: its parameter wte.weight is held by two pipeline stages" \
   --set parallel.pp=2 --set zero.stage=1 --nproc 4
 refused 'parallel.schedule' --set parallel.pp=2 --set parallel.schedule=pipedream --nproc 2
+refused "parallel.chunks must be 2 or more under the interleaved schedule" \
+  --set parallel.pp=2 --set parallel.schedule=interleaved --nproc 2
+refused "parallel.chunks = 2 under 1F1B is the interleaved schedule" \
+  --set parallel.pp=2 --set parallel.chunks=2 --nproc 2
+refused "train.grad_accum must be a multiple of parallel.pp = 2 under the interleaved schedule" --set parallel.pp=2 \
+  --set parallel.schedule=interleaved --set parallel.chunks=2 --set train.grad_accum=3 --nproc 2
+refused "parallel.chunks = 2 with zero.stage = 2 is not available" --set model.n_layer=4 \
+  --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set zero.stage=2 --set train.grad_accum=2 --nproc 4
+refused "pipeline of 2 stage(s) x 2 chunk(s) needs at least 4 layers; the model has 2" \
+  --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set train.grad_accum=2 --nproc 2
 refused "pipeline of 4 stage(s) x 1 chunk(s) needs at least 4 layers; the model has 2" --set parallel.pp=4 --nproc 4
 echo "ok"

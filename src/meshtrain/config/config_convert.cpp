@@ -192,7 +192,19 @@ TrainConfig convert_config(const nlohmann::json& j,
   }
   c.parallel.tp = r.small_int("parallel.tp", 1);
   c.parallel.pp = r.small_int("parallel.pp", 1);
-  c.parallel.schedule = r.choice("parallel.schedule", {"gpipe", "1f1b"});
+  c.parallel.schedule = r.choice("parallel.schedule", {"gpipe", "1f1b", "interleaved"});
+  c.parallel.chunks = r.small_int("parallel.chunks", 1);
+  if (c.parallel.schedule == "interleaved" && c.parallel.chunks < 2)
+    r.error("parallel.chunks", fmt::format("must be 2 or more under the interleaved schedule (model "
+                                           "chunks per pipeline rank), got {}; set parallel.chunks = "
+                                           "2, or parallel.schedule = \"1f1b\"", c.parallel.chunks));
+  if (c.parallel.schedule == "interleaved" && c.train.grad_accum % std::max(1, c.parallel.pp) != 0)
+    r.error("train.grad_accum", fmt::format("must be a multiple of parallel.pp = {} under the "
+                                            "interleaved schedule (micro-batches go in rounds of the "
+                                            "stages), got {}", c.parallel.pp, c.train.grad_accum));
+  if (c.parallel.schedule == "1f1b" && c.parallel.chunks > 1)
+    r.error("parallel.chunks", fmt::format("= {} under 1F1B is the interleaved schedule; set "
+                                           "parallel.schedule = \"interleaved\"", c.parallel.chunks));
   c.parallel.bucket_mb = r.in_range("parallel.bucket_mb", 1e-6, 1e6, false);
   c.parallel.first_bucket_mb = r.in_range("parallel.first_bucket_mb", 1e-6, 1e6, false);
   c.parallel.sequence_parallel = r.boolean("parallel.sequence_parallel");

@@ -62,6 +62,7 @@ J to_json(const TrainConfig& c) {
   parallel["tp"] = c.parallel.tp;
   parallel["pp"] = c.parallel.pp;
   parallel["schedule"] = c.parallel.schedule;
+  parallel["chunks"] = c.parallel.chunks;
   parallel["bucket_mb"] = c.parallel.bucket_mb;
   parallel["first_bucket_mb"] = c.parallel.first_bucket_mb;
   parallel["sequence_parallel"] = c.parallel.sequence_parallel;

@@ -63,7 +63,8 @@ struct ParallelSection {
   int dp = 0;  // data-parallel ranks; 0 = "auto" (world size / (tp * pp))
   int tp = 1;
   int pp = 1;
-  std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b (plan/pipeline_schedule.h)
+  std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved (plan/pipeline_schedule.h)
+  int chunks = 1;  // model chunks (virtual stages) per pipeline rank; interleaved needs >= 2
   double bucket_mb = 25;       // data-parallel gradient bucket size (MiB)
   double first_bucket_mb = 1;  // the first bucket, small so reduction starts early (MiB)
   bool sequence_parallel = false;  // tp > 1: norms and residual stream split over tp too

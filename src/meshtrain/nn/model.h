@@ -271,6 +271,10 @@ class Model {
   virtual void set_activation_slots(int n);
   virtual void select_slot(int slot);
   virtual int activation_slots() const { return 1; }
+  // The pipeline chunks (virtual stages) this model holds, in chunk order:
+  // itself, or for a rank of an interleaved schedule one model per chunk on
+  // views of this model's buffers (nn/chunked_model.h).
+  virtual std::vector<Model*> pipeline_chunks() { return {this}; }
 
   virtual void zero_grad() = 0;
   // Logits of the last forward, (B, T, logits_stride()); the first

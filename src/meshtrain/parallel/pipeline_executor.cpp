@@ -94,6 +94,16 @@ PipelineExecutor::PipelineExecutor(comm::Communicator pp,
   const auto ops = plan::pipeline_schedule(kind, p_, m_, v_);
   instrs_ = plan::pipeline_instructions(ops, v_);
   plan::check_instructions(instrs_);
+  // The step's last backward (whole, or a weight part): the gradient sync
+  // reduces during it (BackwardHooks). With several chunks it must be chunk
+  // 0's, the one at the top of a chunked model's buffer (nn/chunked_model.h).
+  const auto& mine = instrs_[static_cast<size_t>(rank_)];
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (mine[i].kind == plan::PipeInstrKind::Backward && mine[i].op.part != plan::BackwardPart::Input)
+      final_backward_ = static_cast<int64_t>(i);
+  MT_CHECK(final_backward_ >= 0 && mine[static_cast<size_t>(final_backward_)].op.chunk == 0,
+           "pipeline schedule {}: stage {} does not end its step with chunk 0's backward",
+           plan::pipe_schedule_name(kind), rank_);
   const std::vector<int> slots = slots_needed(ops[static_cast<size_t>(rank_)], v_);
   for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->set_activation_slots(slots[c]);
   find_tied_params();
@@ -185,7 +195,6 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
     for (int k = chunks_[static_cast<size_t>(c)]->activation_slots() - 1; k >= 0; --k)
       free[static_cast<size_t>(c)].push_back(k);
   std::map<std::pair<int64_t, int64_t>, int> slot_of;
-  std::vector<int64_t> backwards_done(static_cast<size_t>(v_), 0);  // per chunk (whole or weight parts)
   // Received data per (chunk, micro-batch), and the sends in flight with their buffers.
   std::map<std::pair<int64_t, int64_t>, std::vector<float>> received;
   std::vector<std::pair<comm::Work, std::vector<float>>> sends;
@@ -202,7 +211,9 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
     model.select_slot(slot_of.at(key));
     return model;
   };
-  for (const plan::PipeInstr& in : instrs_[static_cast<size_t>(rank_)]) {
+  const auto& mine = instrs_[static_cast<size_t>(rank_)];
+  for (size_t index = 0; index < mine.size(); ++index) {
+    const plan::PipeInstr& in = mine[index];
     const plan::PipeOp& op = in.op;
     // Each instruction is a span of the trace ("pipeline" category), so the
     // timeline shows every stage's passes, transfers and the bubble between.
@@ -238,14 +249,12 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
         const double t0 = now_s();
         Model& m = select(op);
         auto it = received.find({op.chunk, op.micro_batch});
-        const bool finishes = op.part != plan::BackwardPart::Input;
-        const bool last = finishes && backwards_done[static_cast<size_t>(op.chunk)] + 1 == m_;
+        const bool last = static_cast<int64_t>(index) == final_backward_;
         if (hooks_.begin) hooks_.begin(last);
         m.backward_stage(it == received.end() ? nullptr : it->second.data(), loss_scale);
         if (it != received.end()) received.erase(it);
         const double t1 = now_s();
         if (hooks_.end) timing_.sync_wait_s += hooks_.end(last);
-        if (finishes) ++backwards_done[static_cast<size_t>(op.chunk)];
         timing_.compute_s += t1 - t0;
         break;
       }

@@ -66,9 +66,9 @@ class PipelineExecutor {
   std::vector<float> run(const std::vector<MicroBatch>& micro, float loss_scale);
 
   // Data parallelism over each stage's replicas: called around every
-  // backward of the step, `last` on each chunk's final one (the gradient
-  // sync's begin_backward/end_backward, parallel/gradient_sync.h); `end`
-  // returns the seconds it waited. Optional.
+  // backward of the step, `last` on the stage's final one, which is chunk
+  // 0's (the gradient sync's begin_backward/end_backward,
+  // parallel/gradient_sync.h); `end` returns the seconds it waited. Optional.
   struct BackwardHooks {
     std::function<void(bool last)> begin;
     std::function<double(bool last)> end;
@@ -107,6 +107,7 @@ class PipelineExecutor {
   int64_t p_ = 1, v_ = 1, m_ = 1;
   int rank_ = 0;
   std::vector<std::vector<plan::PipeInstr>> instrs_;
+  int64_t final_backward_ = -1;  // index of this rank's last backward instruction
   std::vector<TiedParam> tied_;
   PipelineTiming timing_;
   BackwardHooks hooks_;

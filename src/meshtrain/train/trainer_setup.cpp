@@ -7,6 +7,7 @@
 
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/nn/shard_slicing.h"
+#include "meshtrain/parallel/pipeline_stages.h"
 #include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/plan/pipeline_schedule.h"
 #include "meshtrain/core/threads.h"
@@ -16,29 +17,30 @@
 namespace meshtrain {
 
 namespace {
-// The shard of the model a world rank holds: its tp shard (tp innermost in
-// the mesh) of its pipeline stage (pp outermost).
-ModelShard shard_of(const TrainerOptions& opt, int world, int rank) {
-  if (opt.pp == 1) {
-    ModelShard shard{rank % opt.tp, opt.tp};
-    shard.sequence_parallel = opt.sequence_parallel;
-    return shard;
-  }
+parallel::PipelineLayout pipeline_layout(const TrainerOptions& opt) {
+  return {plan::parse_pipe_schedule(opt.pipe_schedule), opt.pp, opt.pipe_chunks, opt.grad_accum};
+}
+
+// What a world rank of a pipeline holds: its tp shard (tp innermost in the
+// mesh) of its pipeline stage (pp outermost), all its chunks.
+parallel::PipelineRankSpec pipeline_part(const TrainerOptions& opt, int world, int rank) {
   MT_CHECK(!opt.sequence_parallel, "parallel.pp with sequence parallelism is not available yet");
   const parallel::MeshShape shape{world / (opt.tp * opt.pp), opt.tp, opt.pp};
   const parallel::MeshCoords at = parallel::mesh_coords(shape, rank);
-  ModelShard shard = parallel::pipeline_shards(opt.model->num_layers(), opt.pp, 1)[at.pp];
-  shard.tp_rank = at.tp;
-  shard.tp_size = opt.tp;
-  return shard;
+  return parallel::pipeline_rank_spec(*opt.model, pipeline_layout(opt), at.pp, at.tp, opt.tp);
 }
 
 std::shared_ptr<const ModelSpec> shard_spec_of(const TrainerOptions& opt, int world, int rank) {
   MT_CHECK(opt.model, "no model to train");
   MT_CHECK(opt.tp >= 1 && opt.pp >= 1 && world % (opt.tp * opt.pp) == 0, "parallel.tp = {} x "
            "parallel.pp = {} must divide the {} rank(s) of the job", opt.tp, opt.pp, world);
-  if (opt.tp == 1 && opt.pp == 1) return opt.model;
-  return opt.model->sharded(shard_of(opt, world, rank));
+  MT_CHECK(opt.pp > 1 || opt.pipe_chunks == 1, "parallel.chunks = {} needs pipeline stages "
+           "(parallel.pp > 1)", opt.pipe_chunks);
+  if (opt.pp > 1) return pipeline_part(opt, world, rank).spec;
+  if (opt.tp == 1) return opt.model;
+  ModelShard shard{rank % opt.tp, opt.tp};
+  shard.sequence_parallel = opt.sequence_parallel;
+  return opt.model->sharded(shard);
 }
 
 int sequence_length(const TrainerOptions& opt) {
@@ -187,20 +189,29 @@ void TrainingRun::setup_pipeline() {
   // Every stage as this rank's tp shard of it (the specs of this rank's pp
   // group, the ranks of one (dp, tp) coordinate): activations are whole on
   // every tp rank, so each sends to the same tp rank of the next stage.
-  parallel::MeshCoords at = parallel::mesh_coords(mesh_.shape(), rank_);
-  for (at.pp = 0; at.pp < pp; ++at.pp)
-    stage_specs_.push_back(shard_spec_of(opt_, world_, parallel::mesh_rank(mesh_.shape(), at)));
+  stage_specs_ = parallel::pipeline_virtual_stage_specs(*opt_.model, pipeline_layout(opt_),
+                                                        mesh_.rank(parallel::Axis::TP), opt_.tp);
   comm::Communicator& group = const_cast<comm::Communicator&>(mesh_.comm(parallel::Axis::PP));
-  pipe_ = std::make_unique<parallel::PipelineExecutor>(
-      group, stage_specs_, std::vector<Model*>{model_}, plan::parse_pipe_schedule(opt_.pipe_schedule),
-      opt_.grad_accum);
+  const parallel::PipelineLayout layout = pipeline_layout(opt_);
+  MT_CHECK(layout.chunks == 1 || sync_->name() != "zero-2", "parallel.chunks = {} with zero.stage "
+           "= 2 is not available: ZeRO-2 reduces every backward's gradients from the top of the "
+           "buffer down, and each backward of an interleaved rank writes one chunk's part; use "
+           "zero.stage = 1", layout.chunks);
+  pipe_ = std::make_unique<parallel::PipelineExecutor>(group, stage_specs_, model_->pipeline_chunks(),
+                                                       layout.schedule, opt_.grad_accum);
   stepper_->set_pipeline(pipe_.get(), &group);
-  const ModelShard me = spec_.shard();
-  say(fmt::format("pipeline: {} stages, schedule {} over {} micro-batch(es) (bubble {:.1f}% of the "
-                  "compute by the formula); rank 0 holds layers [{}, {}) of {}", pp, opt_.pipe_schedule,
-                  opt_.grad_accum, 100 * plan::formula_bubble(plan::parse_pipe_schedule(opt_.pipe_schedule),
-                                                              pp, opt_.grad_accum, 1),
-                  me.layer_begin, me.layer_end, opt_.model->num_layers()));
+  // Rank 0's layers: one range per chunk (virtual stage c x pp).
+  std::string layers;
+  for (int64_t c = 0; c < layout.chunks; ++c) {
+    const ModelShard s = stage_specs_[static_cast<size_t>(c * pp)]->shard();
+    layers += fmt::format("{}[{}, {})", c ? ", " : "", s.layer_begin, s.layer_end);
+  }
+  say(fmt::format("pipeline: {} stages{}, schedule {} over {} micro-batch(es) (bubble {:.1f}% of the "
+                  "compute by the formula); rank 0 holds layers {} of {}", pp,
+                  layout.chunks > 1 ? fmt::format(" x {} chunks", layout.chunks) : "",
+                  opt_.pipe_schedule, opt_.grad_accum,
+                  100 * plan::formula_bubble(layout.schedule, pp, opt_.grad_accum, layout.chunks),
+                  layers, opt_.model->num_layers()));
 }
 
 Tensor TrainingRun::gather_pipeline_parameters() const {
@@ -269,11 +280,9 @@ MemoryPrediction TrainingRun::predicted_for(int world_rank) const {
   if (opt_.pp == 1)  // every tp shard is the same size
     return predict_training_memory(spec_, opt_.micro_batch, T_, thread_count(), opt_.recompute,
                                    opt_.precision, opt_.device);
-  const int slots = parallel::pipeline_activation_slots(
-      plan::parse_pipe_schedule(opt_.pipe_schedule), opt_.pp, opt_.grad_accum, 1,
-      parallel::mesh_coords(mesh_.shape(), world_rank).pp)[0];
-  return predict_training_memory(*shard_spec_of(opt_, world_, world_rank), opt_.micro_batch, T_,
-                                 thread_count(), opt_.recompute, opt_.precision, opt_.device, slots);
+  const parallel::PipelineRankSpec part = pipeline_part(opt_, world_, world_rank);
+  return predict_training_memory(*part.spec, opt_.micro_batch, T_, thread_count(), opt_.recompute,
+                                 opt_.precision, opt_.device, part.activation_slots);
 }
 
 MemoryPlan TrainingRun::memory_plan(int rank) const {
