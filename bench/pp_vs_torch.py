@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Pipeline parallelism, interleaved with its peer: meshtrain at one rank and
-at pp = 2 with GPipe and 1F1B (`meshtrain train --set parallel.pp=2`), and
-PyTorch's torch.distributed.pipelining with the same schedules
+at pp = 2 with GPipe, 1F1B and interleaved 1F1B over --chunks chunks per
+rank (`meshtrain train --set parallel.pp=2`), and PyTorch's
+torch.distributed.pipelining with the same schedules
 (tools/peers/bench_pp_torch.py, gloo), on the same GPT preset, micro-batch,
 micro-batch count and threads per rank, alternating so machine noise hits all
 alike. Prints medians, each pipeline's efficiency (tokens/s over p times one
-rank's) beside the schedule's bound m / (m + p - 1), meshtrain's measured
-bubble (stage 0's wait) beside the formula (p - 1) / m, and the ratio to
-PyTorch per schedule.
+rank's) beside the schedule's bound m / (m + (p - 1) / v), meshtrain's
+measured bubble (stage 0's wait) beside the formula (p - 1) / (v m), and the
+ratio to PyTorch per schedule.
 
   python3 bench/pp_vs_torch.py --preset char-6L --seq 256 --micro-batch 1 --micro-batches 8 --rounds 3
 """
@@ -34,6 +35,7 @@ def ours(a, data, work, name, nproc, schedule):
         cmd += ["--set", f"model.seq_len={a.seq}"]
     if nproc > 1:
         cmd += ["--set", f"parallel.pp={nproc}", "--set", f"parallel.schedule={schedule}",
+                "--set", f"parallel.chunks={a.chunks if schedule == 'interleaved' else 1}",
                 "--nproc", str(nproc)]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -51,6 +53,7 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--micro-batches", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1, help="threads per rank")
+    ap.add_argument("--chunks", type=int, default=2, help="model chunks per rank (interleaved)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
@@ -59,8 +62,10 @@ def main():
     p, m = 2, a.micro_batches
     peer = [sys.executable, os.path.join(ROOT, "tools", "peers", "bench_pp_torch.py"), "--preset", a.preset,
             "--seq", str(a.seq), "--micro-batch", str(a.micro_batch), "--micro-batches", str(m),
-            "--threads", str(a.threads), "--steps", str(a.steps), "--warmup", str(a.warmup), "--json"]
-    names = ["meshtrain one rank", "meshtrain gpipe", "meshtrain 1f1b", "torch gpipe", "torch 1f1b"]
+            "--threads", str(a.threads), "--steps", str(a.steps), "--warmup", str(a.warmup),
+            "--chunks", str(a.chunks), "--json"]
+    schedules = ["gpipe", "1f1b", "interleaved"]
+    names = ["meshtrain one rank"] + [f"{who} {s}" for s in schedules for who in ("meshtrain", "torch")]
     tok = {k: [] for k in names}
     bubble = {k: [] for k in names}
     version = ""
@@ -84,17 +89,18 @@ def main():
                       flush=True)
     med = {k: statistics.median(v) for k, v in tok.items()}
     one = med["meshtrain one rank"]
-    bound = m / (m + p - 1)
     rows = []
     for k in names:
+        v = a.chunks if k.endswith("interleaved") else 1
+        bound, formula = m / (m + (p - 1) / v), (p - 1) / (v * m)
         eff = med[k] / (p * one) if "one" not in k else 1.0
-        b = f"{statistics.median(bubble[k]):.1f}% (formula {100 * (p - 1) / m:.1f}%)" if bubble[k] else "-"
+        b = f"{statistics.median(bubble[k]):.1f}% (formula {100 * formula:.1f}%)" if bubble[k] else "-"
         rows.append([k, f"{med[k]:.0f}", f"{eff:.2f}" + (f" ({eff / bound:.0%} of the bound {bound:.2f})"
                                                         if "one" not in k else ""), b])
     print_table(f"{a.preset}, pp {p}, {m} micro-batches of {a.micro_batch} x {a.seq}, {a.threads} thread(s) per "
                 f"rank, medians of {a.rounds} interleaved rounds ({a.steps} timed steps each); {cpu_model()}",
                 ["run", "tokens/s", "efficiency vs p x one meshtrain rank", "stage 0 bubble"], rows)
-    for s in ("gpipe", "1f1b"):
+    for s in schedules:
         print(f"meshtrain / torch {s}: {med['meshtrain ' + s] / med['torch ' + s]:.2f}x")
     print(f"PyTorch {version}")
 

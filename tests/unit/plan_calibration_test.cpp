@@ -150,6 +150,25 @@ TEST(plan_calibration, predicted_step_follows_the_run_layout) {
   const auto tp2 = predict_step_time(*spec, tp, machine(), why);
   EXPECT_LT(tp2->time.compute, 0.6 * one->time.compute);
   EXPECT_GT(tp2->time.tp_comm, 0);
+  // Pipelines: each stage about half the layers (the last also the head, so
+  // 0.5-0.6); the bubble (pp - 1) / m of the stage's work, divided by the
+  // chunks when interleaved; sends both ways per micro-batch.
+  RunLayout pipe = run;
+  pipe.pp = 2;
+  pipe.grad_accum = 8;
+  RunLayout whole = run;
+  whole.grad_accum = 8;
+  const auto pp2 = predict_step_time(*spec, pipe, machine(), why);
+  const auto acc8 = predict_step_time(*spec, whole, machine(), why);
+  ASSERT_TRUE(pp2 && acc8) << why;
+  EXPECT_GT(pp2->time.compute, 0.5 * acc8->time.compute);
+  EXPECT_LT(pp2->time.compute, 0.6 * acc8->time.compute);
+  EXPECT_NEAR(pp2->time.bubble, pp2->time.compute / 8, 1e-12);
+  EXPECT_GT(pp2->time.pp_comm, 0);
+  pipe.chunks = 2;
+  const auto interleaved = predict_step_time(*spec, pipe, machine(), why);
+  EXPECT_NEAR(interleaved->time.bubble, interleaved->time.compute / 16, 1e-12);
+  EXPECT_GT(interleaved->time.pp_comm, pp2->time.pp_comm);
 }
 
 TEST(plan_calibration, no_machine_file_or_lora_says_why) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch peer for meshtrain's pipeline parallelism (bench/pp_vs_torch.py):
-torch.distributed.pipelining (PipelineStage with ScheduleGPipe or
-Schedule1F1B) over gloo, one CPU process per stage, one thread each by
-default, training the GPT of tools/peers/bench_train_torch.py cut into
+torch.distributed.pipelining (PipelineStage with ScheduleGPipe,
+Schedule1F1B, or ScheduleInterleaved1F1B over --chunks stages per rank)
+over gloo, one CPU process per rank, one thread each by default, training the GPT of tools/peers/bench_train_torch.py cut into
 contiguous layer ranges like meshtrain's pipeline_shards (the first stage
 embeds, the last holds ln_f and the head). torch's pipelining cannot tie a
 parameter across ranks, so the last stage's head is its own copy of wte (the
@@ -75,7 +75,8 @@ def stage_module(gpt, rank, n):
 
 
 def worker(rank, args, out_q):
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                              ScheduleInterleaved1F1B)
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -85,15 +86,21 @@ def worker(rank, args, out_q):
     L, H, C, T, V = PRESETS[args.preset]
     seq = args.seq or T
     gpt = GPT(L, H, C, T, V)
-    module = stage_module(gpt, rank, args.nproc)
-    opt, impl = make_optimizer(module, args.optim_impl)
-    stage = PipelineStage(module, rank, args.nproc, torch.device("cpu"))
+    p = args.nproc
+    v = args.chunks if args.schedule == "interleaved" else 1
+    # Virtual stage c * p + rank on this rank, as meshtrain's chunks.
+    modules = [stage_module(gpt, c * p + rank, v * p) for c in range(v)]
+    opt, impl = make_optimizer(nn.ModuleList(modules), args.optim_impl)
+    stages = [PipelineStage(m, c * p + rank, v * p, torch.device("cpu")) for c, m in enumerate(modules)]
 
     def loss_fn(logits, target):
         return F.cross_entropy(logits[..., :V].reshape(-1, V), target.reshape(-1))
 
-    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[args.schedule]
-    schedule = kind(stage, n_microbatches=args.micro_batches, loss_fn=loss_fn)
+    if args.schedule == "interleaved":
+        schedule = ScheduleInterleaved1F1B(stages, n_microbatches=args.micro_batches, loss_fn=loss_fn)
+    else:
+        kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[args.schedule]
+        schedule = kind(stages[0], n_microbatches=args.micro_batches, loss_fn=loss_fn)
     batch = args.micro_batch * args.micro_batches
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, V, (batch, seq), generator=g)
@@ -136,7 +143,8 @@ def main():
     ap.add_argument("--seq", type=int, default=0, help="context (0: the preset's)")
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--micro-batches", type=int, default=8)
-    ap.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
+    ap.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved"])
+    ap.add_argument("--chunks", type=int, default=2, help="model chunks per rank (interleaved)")
     ap.add_argument("--nproc", type=int, default=2, help="pipeline stages, one process each")
     ap.add_argument("--threads", type=int, default=1, help="threads per stage")
     ap.add_argument("--steps", type=int, default=6)

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/parallel/pipeline_stages.h"
 
 namespace meshtrain {
 
@@ -64,7 +65,7 @@ std::optional<StepTimePrediction> predict_step_time(const ModelSpec& spec, const
     r.cluster.fp32_tflops *= k;
     r.cluster.memory_gbps *= k;
   }
-  const int world = run.dp * run.tp;
+  const int world = run.dp * run.tp * run.pp;
   r.cluster.gpus_per_node = std::max(r.cluster.gpus_per_node, world);  // one machine: every link is local
   r.model = *shape;
   r.model.seq = run.seq;
@@ -75,13 +76,24 @@ std::optional<StepTimePrediction> predict_step_time(const ModelSpec& spec, const
   r.fp32 = run.precision != Precision::BF16;  // fp16's GEMMs are sgemms after widening
   // The engine's exact stored activations of one micro-batch (no recompute).
   const int threads = std::max(1, run.threads_per_rank);
-  const std::shared_ptr<const ModelSpec> shard =
-      run.tp > 1 ? spec.sharded(ModelShard{0, run.tp, run.sequence_parallel}) : nullptr;
-  const ModelSpec& local = shard ? *shard : spec;
-  r.stored_activation_bytes = static_cast<double>(
-      local.memory(run.micro_batch, run.seq, threads, Recompute::none(), run.precision).activations);
+  r.stored_activation_bytes = 0;
+  if (run.pp > 1) {
+    // The last stage (the planner's slowest: its layers and the head), all its chunks.
+    const parallel::PipelineLayout pipe{plan::PipeSchedule::OneFOneB, run.pp, run.chunks, run.grad_accum};
+    const auto stages = parallel::pipeline_virtual_stage_specs(spec, pipe, 0, run.tp);
+    for (int64_t c = 0; c < run.chunks; ++c)
+      r.stored_activation_bytes += static_cast<double>(
+          stages[static_cast<size_t>(plan::virtual_stage(run.pp - 1, c, run.pp))]
+              ->memory(run.micro_batch, run.seq, threads, Recompute::none(), run.precision).activations);
+  } else {
+    const std::shared_ptr<const ModelSpec> shard =
+        run.tp > 1 ? spec.sharded(ModelShard{0, run.tp, run.sequence_parallel}) : nullptr;
+    const ModelSpec& local = shard ? *shard : spec;
+    r.stored_activation_bytes = static_cast<double>(
+        local.memory(run.micro_batch, run.seq, threads, Recompute::none(), run.precision).activations);
+  }
   plan::Layout l;
-  l.dp = run.dp, l.tp = run.tp, l.pp = 1;
+  l.dp = run.dp, l.tp = run.tp, l.pp = run.pp, l.chunks = run.chunks;
   l.micro_batch = run.micro_batch, l.micro_batches = run.grad_accum;
   l.zero_stage = run.zero_stage;
   l.recompute = policy_of(run.recompute);
@@ -101,9 +113,12 @@ std::optional<StepTimePrediction> predict_step_time(const ModelSpec& spec, const
 
 std::string step_time_line(const StepTimePrediction& p, double measured_s) {
   const plan::TimeBreakdown& t = p.time;
-  return fmt::format("predicted {:.3f} s (compute {:.3f} + recompute {:.3f} + tp {:.3f} + dp exposed "
+  const std::string pipeline = t.bubble > 0 || t.pp_comm > 0
+                                   ? fmt::format(" + bubble {:.3f} + pp sends {:.3f}", t.bubble, t.pp_comm)
+                                   : "";
+  return fmt::format("predicted {:.3f} s (compute {:.3f} + recompute {:.3f} + tp {:.3f}{} + dp exposed "
                      "{:.3f} + update {:.3f}) vs measured {:.3f} s ({:+.1f}%)", t.step(), t.compute,
-                     t.recompute, t.tp_comm, t.dp_exposed, t.optimizer, measured_s,
+                     t.recompute, t.tp_comm, pipeline, t.dp_exposed, t.optimizer, measured_s,
                      (t.step() / measured_s - 1) * 100);
 }
 

@@ -16,6 +16,7 @@ namespace meshtrain {
 struct RunLayout {
   int micro_batch = 1, seq = 0, grad_accum = 1;
   int dp = 1, tp = 1, zero_stage = 0;
+  int pp = 1, chunks = 1;  // pipeline stages and model chunks per rank (interleaved)
   bool sequence_parallel = false;
   Recompute recompute;
   Precision precision = Precision::FP32;

@@ -83,6 +83,7 @@ TrainerSummary TrainingRun::finish() {
     RunLayout run;
     run.micro_batch = opt_.micro_batch, run.seq = T_, run.grad_accum = opt_.grad_accum;
     run.dp = mesh_.size(parallel::Axis::DP), run.tp = opt_.tp, run.zero_stage = opt_.zero_stage;
+    run.pp = opt_.pp, run.chunks = opt_.pipe_chunks;
     run.sequence_parallel = opt_.sequence_parallel, run.recompute = opt_.recompute;
     run.precision = opt_.precision, run.threads_per_rank = thread_count();
     run.grad_wire_bytes = static_cast<int>(dtype_size(opt_.dp.grad_dtype));
