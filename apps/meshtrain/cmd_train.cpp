@@ -145,7 +145,7 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
     need.persist_threshold = c.zero.persist_threshold;
     need.base = predict_training_memory(*need.model, need.B, T, threads,
                                         recompute_from_config(c.recompute), precision,
-                                        Device::cpu(), part.activation_slots);
+                                        Device::cpu(), part.activation_slots, part.split_backward);
     if (is_mixed(precision)) need.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
     if (c.comm.grad_dtype == "bf16") need.grad_wire = 2;
     need.setup_own_range = setup_from_own_range(need.zero_stage, precision, c.init_from, *need.model);

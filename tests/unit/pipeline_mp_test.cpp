@@ -7,7 +7,8 @@
 // for bit, except GPT's tied wte, whose two holders both end with the sum of
 // the lookup's and the head's gradients (within roundings of the whole
 // model's, and the same bits on both). GPipe and 1F1B at 2 and 4 stages
-// (uneven layer counts at 3), interleaved at 2 stages x 2 chunks.
+// (uneven layer counts at 3), interleaved at 2 stages x 2 chunks, and
+// zb-h1 (each backward split in its input and weight parts) at 2 and 4.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -146,6 +147,16 @@ TEST_P(pipeline_mp, uneven_stages_and_interleaved_chunks_equal_the_whole_model) 
     return run_stage(c, family, plan::PipeSchedule::Interleaved, 2);
   });
   EXPECT_TRUE(il.ok()) << il.report();
+}
+
+TEST_P(pipeline_mp, zero_bubble_split_backwards_equal_the_whole_model_at_2_and_4_stages) {
+  const std::string family = GetParam();
+  for (int p : {2, 4}) {
+    auto w = run_world(p, [&](Communicator& c) {
+      return run_stage(c, family, plan::PipeSchedule::ZeroBubbleH1, 1);
+    });
+    EXPECT_TRUE(w.ok()) << "zb-h1 p " << p << "\n" << w.report();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(families, pipeline_mp, ::testing::Values("gpt", "llama"));

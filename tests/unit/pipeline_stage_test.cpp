@@ -8,7 +8,8 @@
 // head) add up to the whole model's wte gradient (within a few roundings:
 // the same terms summed in another order). fp32 and bf16, with and
 // without recompute; the stages' activation memory is what their specs
-// predict; a stage given the wrong inputs says what it needs.
+// predict; a stage given the wrong inputs says what it needs; the split
+// backward of zero-bubble schedules computes the same floats.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/memory.h"
+#include "meshtrain/core/threads.h"
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/model_registry.h"
@@ -341,4 +343,77 @@ TEST(pipeline_stage, slots_hold_separate_micro_batches_and_count_their_memory) {
   EXPECT_THROW(m->select_slot(3), Error);
   m->set_activation_slots(1);  // frees the others
   EXPECT_EQ(mem_stats().current[static_cast<size_t>(MemCategory::Activations)], before);
+}
+
+// Zero-bubble schedules split each backward: the input part of micro-batches
+// 0 and 1, then their weight parts, through every stage, compute the same
+// floats as two whole backwards (gradients and the input gradients sent
+// back), report the same ranges finished in the same order, and each slot
+// holds exactly its queued operands (ModelMemory::deferred_weights).
+TEST_P(pipeline_stages, split_backward_computes_what_the_whole_backward_does) {
+  const auto [family, precision, recompute] = GetParam();
+  const Recompute rc = std::string(recompute) == "full" ? Recompute::full() : Recompute::none();
+  Models whole = build(family, precision, rc), split = build(family, precision, rc);
+  const int B = 2, T = 16, S = static_cast<int>(whole.stages.size());
+  const int64_t before = mem_stats().current[static_cast<size_t>(MemCategory::Activations)];
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ready[2];
+  for (int w = 0; w < 2; ++w) {
+    Models& r = w == 0 ? whole : split;
+    ready[w].resize(static_cast<size_t>(S));
+    for (int i = 0; i < S; ++i) {
+      r.stages[static_cast<size_t>(i)]->set_activation_slots(2);
+      r.stages[static_cast<size_t>(i)]->set_grad_ready_hook(
+          [&, w, i](int64_t b, int64_t e) { ready[w][static_cast<size_t>(i)].push_back({b, e}); });
+    }
+  }
+  std::vector<Batch> batches{random_batch(B, T, whole.whole->spec().vocab_size(), 5),
+                             random_batch(B, T, whole.whole->spec().vocab_size(), 6)};
+  auto forward = [&](Models& r, int k) {
+    const float* x = nullptr;
+    for (int i = 0; i < S; ++i) {
+      Model& m = *r.stages[static_cast<size_t>(i)];
+      m.select_slot(k);
+      m.forward_stage({i == 0 ? batches[k].inputs.data() : nullptr,
+                       i + 1 == S ? batches[k].targets.data() : nullptr, B, T}, x);
+      x = m.stage_output();
+    }
+  };
+  // Each backward chain returns the input gradients each stage sent back.
+  auto backward = [&](Models& r, int k, bool input_part) {
+    std::vector<std::vector<float>> sent;
+    const float* g = nullptr;
+    for (int i = S; i-- > 0;) {
+      Model& m = *r.stages[static_cast<size_t>(i)];
+      m.select_slot(k);
+      if (input_part) m.backward_stage_input(g, 0.5f);
+      else m.backward_stage(g, 0.5f);
+      g = m.stage_input_grad();
+      if (g) sent.emplace_back(g, g + B * T * m.stage_width());
+    }
+    return sent;
+  };
+  for (int k = 0; k < 2; ++k) forward(whole, k), forward(split, k);
+  for (int k = 0; k < 2; ++k)
+    EXPECT_EQ(backward(split, k, true), backward(whole, k, false)) << "input gradients of micro-batch " << k;
+  // Both slots hold their micro-batch's activations and queued operands.
+  int64_t want = 0;
+  for (const auto& s : split.stages) {
+    const ModelMemory mm = s->spec().memory(B, T, thread_count(), rc, precision);
+    want += 2 * (mm.activations + mm.deferred_weights) + 2 * mm.activations;  // split, then whole
+  }
+  EXPECT_EQ(mem_stats().current[static_cast<size_t>(MemCategory::Activations)] - before, want);
+  for (int k = 0; k < 2; ++k)
+    for (int i = S; i-- > 0;) {
+      split.stages[static_cast<size_t>(i)]->select_slot(k);
+      split.stages[static_cast<size_t>(i)]->backward_stage_weights();
+    }
+  for (int i = 0; i < S; ++i) {
+    const Model& a = *whole.stages[static_cast<size_t>(i)];
+    const Model& b = *split.stages[static_cast<size_t>(i)];
+    EXPECT_EQ(by_name(b, b.grad_buffer()), by_name(a, a.grad_buffer())) << "stage " << i;
+    EXPECT_EQ(ready[1][static_cast<size_t>(i)], ready[0][static_cast<size_t>(i)]) << "stage " << i;
+  }
+  // A weight part without its input part is refused with the reason.
+  split.stages[0]->select_slot(0);
+  EXPECT_THROW(split.stages[0]->backward_stage_weights(), Error);
 }

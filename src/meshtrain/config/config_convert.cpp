@@ -192,7 +192,7 @@ TrainConfig convert_config(const nlohmann::json& j,
   }
   c.parallel.tp = r.small_int("parallel.tp", 1);
   c.parallel.pp = r.small_int("parallel.pp", 1);
-  c.parallel.schedule = r.choice("parallel.schedule", {"gpipe", "1f1b", "interleaved"});
+  c.parallel.schedule = r.choice("parallel.schedule", {"gpipe", "1f1b", "interleaved", "zb-h1"});
   c.parallel.chunks = r.small_int("parallel.chunks", 1);
   if (c.parallel.schedule == "interleaved" && c.parallel.chunks < 2)
     r.error("parallel.chunks", fmt::format("must be 2 or more under the interleaved schedule (model "
@@ -202,6 +202,9 @@ TrainConfig convert_config(const nlohmann::json& j,
     r.error("train.grad_accum", fmt::format("must be a multiple of parallel.pp = {} under the "
                                             "interleaved schedule (micro-batches go in rounds of the "
                                             "stages), got {}", c.parallel.pp, c.train.grad_accum));
+  if (c.parallel.schedule == "zb-h1" && c.parallel.chunks > 1)
+    r.error("parallel.chunks", fmt::format("= {} under zb-h1, which runs one chunk per pipeline rank; "
+                                           "set parallel.chunks = 1", c.parallel.chunks));
   if (c.parallel.schedule == "1f1b" && c.parallel.chunks > 1)
     r.error("parallel.chunks", fmt::format("= {} under 1F1B is the interleaved schedule; set "
                                            "parallel.schedule = \"interleaved\"", c.parallel.chunks));

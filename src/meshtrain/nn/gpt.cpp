@@ -87,6 +87,7 @@ const float* GPT::losses() const { return acts_ ? acts_->losses : nullptr; }
 void GPT::release_activations() {
   acts_.reset();
   parked_.clear();
+  release_deferred();
 }
 
 void GPT::switch_slot(int from, int to) {
@@ -131,6 +132,8 @@ void GPT::linear_backward(float* dinp, const Tensor& dw, float* dbias, const flo
   // a frozen model has neither weight nor bias gradients.
   float* dw_p = dw.defined() && !frozen_ ? dw.data<float>() : nullptr;
   if (frozen_) dbias = nullptr;
+  // A split backward (zb-h1) queues the weight product for its weight part.
+  if (defer_weight_grad(dw_p, dout, nullptr, in.f, in.h, N, K, OC)) dw_p = nullptr;
   // Mixed precision rounds the output gradient once into dout_h for both products.
   if (half_.mixed())
     k_->matmul_backward_half(stream_, half_.format(), dinp, dw_p, dbias, dout, acts_->dout_h, in.h,
@@ -518,8 +521,9 @@ void GPT::head_backward(float loss_scale) {
   PendingGradient dlnf_sum = start_reduce_input_grad(dlnf, BT);
   use_params(ParamEvent::Done, 0, true);
   use_params(ParamEvent::GradBegin, 0, true);
-  if (frozen_)
-    ;  // no embedding gradient
+  if (frozen_ || defer_weight_grad(grads_.wte.data<float>(), a.logits, mixed ? a.dout_h : nullptr,
+                                   lnf.f, lnf.h, BT, C, Vl))
+    ;  // no embedding gradient, or the split backward's weight part computes it
   else if (mixed)  // dlogits as rounded into dout_h above (rounded once)
     k_->matmul_backward_weight_half(stream_, h, grads_.wte.data<float>(), a.dout_h, lnf.h, BT, C, Vl);
   else
@@ -533,7 +537,7 @@ void GPT::head_backward(float loss_scale) {
   norm_backward(dres, grads_.lnfw, grads_.lnfb, dlnf_sum.get(), last, params_.lnfw, a.lnf_mean,
                 a.lnf_rstd, Nl);
   use_params(ParamEvent::Done, fin, true);
-  if (grad_ready_hook_) grad_ready_hook_(total - 2 * C, total);
+  report_ready(total - 2 * C, total);
 }
 
 void GPT::backward_stage(const float* output_grad, float loss_scale) {
@@ -571,15 +575,13 @@ void GPT::backward_stage(const float* output_grad, float loss_scale) {
     }
     block_backward(l, residual, s);
     use_params(ParamEvent::Done, u, true);
-    if (grad_ready_hook_) {
-      auto [b, e] = params_.layer_range(l);
-      grad_ready_hook_(b, e);
-    }
+    auto [b, e] = params_.layer_range(l);
+    report_ready(b, e);
   }
   if (dims_.embeds) embed_backward();
   // wte (and wpe): the embedding's gradient (first stage) and the head's
   // (last) are both complete now.
-  if (grad_ready_hook_ && dims_.has_wte()) grad_ready_hook_(0, params_.layer_range(0).first);
+  if (dims_.has_wte()) report_ready(0, params_.layer_range(0).first);
 }
 
 }  // namespace meshtrain

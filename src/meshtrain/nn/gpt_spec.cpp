@@ -140,6 +140,14 @@ ModelMemory GPTSpec::memory(int B, int T, int threads, const Recompute& recomput
   // Exact: the model's own activation layout for the policy and precision.
   m.activations = 4 * GPTActivations::buffer_floats(d, B, T, recompute, precision);
   m.workspace = 4 * GPTActivations::workspace_floats(d, T, threads);
+  {
+    // A split backward's queued weight GEMMs (ModelBase::defer_weight_grad):
+    // each copies its output gradient and input, per layer fcproj (F -> C),
+    // fc (C -> F), attproj (A -> C) and qkv (C -> 3A), and the head (C -> Vl).
+    const int64_t N = static_cast<int64_t>(B) * T, C = d.C, A = d.A, F = d.F;
+    const int64_t per_layer = (F + C) + (C + F) + (A + C) + (C + 3 * A);
+    m.deferred_weights = (is_mixed(precision) ? 2 : 4) * N * (d.L * per_layer + (d.heads ? C + d.Vl : 0));
+  }
   const bool widened = precision == Precision::FP16 ||
                        (precision == Precision::BF16 &&
                         cpu::bf16_gemm_path() == cpu::HalfGemmPath::FallbackSgemm);

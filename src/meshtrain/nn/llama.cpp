@@ -53,6 +53,7 @@ void Llama::init_weights(uint64_t seed) {
 void Llama::release_activations() {
   acts_.reset();
   parked_.clear();
+  release_deferred();
 }
 
 void Llama::switch_slot(int from, int to) {
@@ -154,6 +155,11 @@ void Llama::linear_backward(float* dinp, int64_t w_offset, const float* dout, co
   // Frozen: no weight gradient; the adapters (if any) take theirs after the
   // frozen input gradient.
   float* dw = inp && !frozen_ ? g(w_offset) : nullptr;
+  // A split backward (zb-h1) queues the weight product for its weight part.
+  if (defer_weight_grad(dw, dout, nullptr, inp, nullptr, N, C, OC)) {
+    if (!dinp) return;
+    dw = nullptr, inp = nullptr;
+  }
   if (!half_.mixed()) {
     k_->matmul_backward(stream_, dinp, dw, nullptr, dout, inp, dinp ? w(w_offset) : nullptr, N, C, OC, false);
     if (adapters_ && inp) adapters_->backward(w_offset, dinp, dout, {inp, nullptr}, N, C, OC);
@@ -180,9 +186,8 @@ void Llama::ensure_activations(int B, int T) {
 const float* Llama::logits() const { return acts_ ? acts_->logits : nullptr; }
 
 void Llama::ready(int unit) {
-  if (!grad_ready_hook_) return;
   const ParamUnit& u = spec_->layout().units[unit];
-  grad_ready_hook_(u.begin, u.end);
+  report_ready(u.begin, u.end);
 }
 
 void Llama::expand_kv(const float* qkv, float* full) const {

@@ -147,6 +147,15 @@ ModelMemory LlamaSpec::memory(int B, int T, int nthreads, const Recompute& recom
   // The rotary angles (cos and sin) of every position of the context, every rotated pair.
   m.shared_workspace = 4 * 2 * static_cast<int64_t>(cfg_.seq_len) * (cfg_.head_dim() / 2);
   m.workspace += m.shared_workspace;
+  {
+    // A split backward's queued weight GEMMs (ModelBase::defer_weight_grad):
+    // each copies its output gradient and input, per layer down (H -> C),
+    // gate_up (C -> 2H), o (A -> C) and qkv (C -> Q), and the head (C -> Vl).
+    const int64_t N = static_cast<int64_t>(B) * T, C = dims_.C, H = dims_.H, A = dims_.A, Q = dims_.Q;
+    const int64_t per_layer = (H + C) + (C + 2 * H) + (A + C) + (C + Q);
+    m.deferred_weights = (is_mixed(precision) ? 2 : 4) * N *
+                         (dims_.L * per_layer + (dims_.heads ? C + dims_.Vl : 0));
+  }
   const bool widened = precision == Precision::FP16 ||
                        (precision == Precision::BF16 &&
                         cpu::bf16_gemm_path() == cpu::HalfGemmPath::FallbackSgemm);

@@ -128,6 +128,15 @@ void Model::backward_stage(const float* output_grad, float loss_scale) {
   backward(loss_scale);
 }
 
+void Model::backward_stage_input(const float*, float) {
+  fail("model family '{}' cannot split its backward into input- and weight-gradient parts (the "
+       "zb-h1 schedule); use gpipe, 1f1b or interleaved", spec().family());
+}
+
+void Model::backward_stage_weights() {
+  fail("model family '{}' cannot split its backward (zb-h1)", spec().family());
+}
+
 void Model::set_activation_slots(int n) {
   MT_CHECK(n == 1, "model family '{}' keeps one micro-batch's activations (asked for {})",
            spec().family(), n);

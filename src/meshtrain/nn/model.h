@@ -145,6 +145,9 @@ struct ModelMemory {
   // Of workspace: what a model allocates once however many activation slots
   // it holds (Llama's rotary angles); the rest is per slot.
   int64_t shared_workspace = 0;
+  // Per activation slot, when the backward is split (backward_stage_input):
+  // the copies of the deferred weight GEMMs' operands (MemCategory::Activations).
+  int64_t deferred_weights = 0;
   // The CPU GEMMs' f32 copies of 16-bit operands (kernels/cpu/gemm_bf16.h):
   // Workspace in host memory whatever the model's device (the guarded
   // device runs the CPU kernels; a GPU's GEMMs need none).
@@ -258,6 +261,16 @@ class Model {
   // and backward(). Families without stages throw.
   virtual float forward_stage(const MicroBatch& batch, const float* input);
   virtual void backward_stage(const float* output_grad, float loss_scale);
+  // Zero-bubble schedules split a stage's backward in two.
+  // backward_stage_input() is backward_stage() without the weight-gradient
+  // GEMMs: it leaves the input gradient (and the cheap bias, norm and
+  // embedding gradients) and queues each weight GEMM with copies of its
+  // operands in the selected activation slot (ModelMemory::deferred_weights).
+  // backward_stage_weights() runs the slot's queue into the gradient buffer
+  // and reports the ranges finished (the grad-ready hook), the same floats
+  // backward_stage() writes. Families without the split throw.
+  virtual void backward_stage_input(const float* output_grad, float loss_scale);
+  virtual void backward_stage_weights();
   virtual const float* stage_output() const;
   virtual const float* stage_input_grad() const;
   // Floats per token of a stage's input and output (the residual stream's width).

@@ -40,6 +40,10 @@ class ModelBase : public Model {
   void select_slot(int slot) override;
   int activation_slots() const override { return slots_; }
   void widen_released_matrices(float* dst) const override;
+  // The split backward (Model::backward_stage_input): the family's backward
+  // with its weight GEMMs and grad-ready reports queued, then run.
+  void backward_stage_input(const float* output_grad, float loss_scale) override;
+  void backward_stage_weights() override;
   // Every family frees its activations here: set_recompute and set_precision
   // call it, because the activation layout depends on both.
   void release_activations() override = 0;
@@ -48,6 +52,21 @@ class ModelBase : public Model {
   void use_params(ParamEvent ev, int unit, bool backward) {
     if (param_hook_) param_hook_(ev, unit, backward);
   }
+  // [begin, end) of the gradient buffer has its last contribution: reported
+  // now, or, inside backward_stage_input, after the weight GEMMs queued before it.
+  void report_ready(int64_t begin, int64_t end);
+  // Inside backward_stage_input: queues dw += dout^T inp (N rows; dout
+  // N x OC, inp N x C) with copies of its operands and returns true (the
+  // caller then skips the product); false otherwise, or for a null dw.
+  // Under mixed precision the copies are 16-bit (dout_h, or dout rounded;
+  // inp_h, or inp rounded) for matmul_backward_weight_half; in f32 they feed
+  // matmul_backward's weight product: the floats the undivided backward writes.
+  bool defer_weight_grad(float* dw, const float* dout, const uint16_t* dout_h, const float* inp,
+                         const uint16_t* inp_h, int64_t N, int64_t C, int64_t OC);
+  // Inside backward_stage_input: weight GEMMs are queued.
+  bool deferring() const { return deferring_; }
+  // Frees every slot's queued operands (the families' release_activations).
+  void release_deferred() { deferred_.clear(); }
 
   // A family's per-micro-batch state of one activation slot: its
   // activations and what its backward reads from its forward.
@@ -146,6 +165,20 @@ class ModelBase : public Model {
   std::shared_ptr<LinearAdapters> adapters_;
   GradReadyHook grad_ready_hook_;
   ParamHook param_hook_;
+  // Per activation slot: the queued weight GEMMs (operand copies kept for
+  // reuse by the next micro-batch in the slot) and grad-ready reports.
+  struct DeferredOp {
+    float* dw = nullptr;  // null: a grad-ready report of [begin, end)
+    int64_t N = 0, C = 0, OC = 0, begin = 0, end = 0;
+    Tensor dout, inp;
+  };
+  struct DeferredQueue {
+    std::vector<DeferredOp> ops;
+    size_t used = 0;
+  };
+  std::vector<DeferredQueue> deferred_;
+  bool deferring_ = false;
+  DeferredOp& next_deferred();
   bool have_targets_ = false;  // the last forward had targets (backward may run)
 };
 

@@ -83,9 +83,6 @@ PipelineExecutor::PipelineExecutor(comm::Communicator pp,
     : pp_(std::move(pp)), specs_(std::move(virtual_stages)), chunks_(std::move(chunks)),
       m_(micro_batches) {
   MT_CHECK(!chunks_.empty(), "a pipeline stage needs at least one model chunk");
-  MT_CHECK(kind != plan::PipeSchedule::ZeroBubbleH1, "the zb-h1 schedule splits every backward into "
-           "its input- and weight-gradient parts, which the models do not run apart yet; use "
-           "gpipe, 1f1b or interleaved");
   p_ = pp_.valid() ? pp_.size() : 1;
   rank_ = pp_.valid() ? pp_.rank() : 0;
   v_ = static_cast<int64_t>(chunks_.size());
@@ -250,11 +247,17 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
         Model& m = select(op);
         auto it = received.find({op.chunk, op.micro_batch});
         const bool last = static_cast<int64_t>(index) == final_backward_;
-        if (hooks_.begin) hooks_.begin(last);
-        m.backward_stage(it == received.end() ? nullptr : it->second.data(), loss_scale);
+        // The gradient sync brackets the parts that finish gradients (an input
+        // part leaves the weight gradients to its weight part).
+        const bool finishes = op.part != plan::BackwardPart::Input;
+        if (finishes && hooks_.begin) hooks_.begin(last);
+        const float* grad = it == received.end() ? nullptr : it->second.data();
+        if (op.part == plan::BackwardPart::Whole) m.backward_stage(grad, loss_scale);
+        else if (op.part == plan::BackwardPart::Input) m.backward_stage_input(grad, loss_scale);
+        else m.backward_stage_weights();
         if (it != received.end()) received.erase(it);
         const double t1 = now_s();
-        if (hooks_.end) timing_.sync_wait_s += hooks_.end(last);
+        if (finishes && hooks_.end) timing_.sync_wait_s += hooks_.end(last);
         timing_.compute_s += t1 - t0;
         break;
       }
@@ -272,10 +275,13 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
         break;  // the caller's, after the step
     }
     // A micro-batch's slot is free once its backward has run (and its
-    // input gradient, if any, has been copied for sending).
-    const bool done = (in.kind == plan::PipeInstrKind::Backward && vs == 0) ||
-                      in.kind == plan::PipeInstrKind::SendGradient;
-    if (done && op.part != plan::BackwardPart::Input) {
+    // input gradient, if any, has been copied for sending); a split
+    // backward's, once its weight part has run.
+    const bool whole = op.part == plan::BackwardPart::Whole;
+    const bool done = in.kind == plan::PipeInstrKind::Backward
+                          ? op.part == plan::BackwardPart::Weight || (whole && vs == 0)
+                          : in.kind == plan::PipeInstrKind::SendGradient && whole;
+    if (done) {
       const auto key = std::make_pair(op.chunk, op.micro_batch);
       free[static_cast<size_t>(op.chunk)].push_back(slot_of.at(key));
       slot_of.erase(key);

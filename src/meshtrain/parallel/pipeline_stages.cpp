@@ -21,11 +21,12 @@ PipelineRankSpec pipeline_rank_spec(const ModelSpec& whole, const PipelineLayout
   const auto all = pipeline_virtual_stage_specs(whole, layout, tp_rank, tp_size);
   const std::vector<int> slots = pipeline_activation_slots(layout.schedule, layout.stages,
                                                            layout.micro_batches, layout.chunks, stage);
-  if (layout.chunks == 1) return {all[static_cast<size_t>(stage)], slots[0]};
+  const bool split = layout.schedule == plan::PipeSchedule::ZeroBubbleH1;
+  if (layout.chunks == 1) return {all[static_cast<size_t>(stage)], slots[0], split};
   std::vector<std::shared_ptr<const ModelSpec>> mine;
   for (int64_t c = 0; c < layout.chunks; ++c)
     mine.push_back(all[static_cast<size_t>(plan::virtual_stage(stage, c, layout.stages))]);
-  return {std::make_shared<ChunkedSpec>(std::move(mine), slots), 1};
+  return {std::make_shared<ChunkedSpec>(std::move(mine), slots), 1, split};
 }
 
 }  // namespace meshtrain::parallel

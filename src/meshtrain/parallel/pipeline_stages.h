@@ -23,6 +23,9 @@ struct PipelineRankSpec {
   // The slots to predict its memory with (predict_training_memory): the
   // stage's under one chunk; 1 for a ChunkedSpec, which counts each chunk's.
   int activation_slots = 1;
+  // Zero-bubble: each backward split in two, each slot holding the queued
+  // weight GEMMs' operands (predict_training_memory's split_backward).
+  bool split_backward = false;
 };
 
 // Every virtual stage (stages x chunks, in pipeline order) as tensor-parallel

@@ -129,6 +129,16 @@ std::string pipe_op_label(const PipeOp& op) {
   return fmt::format("{}{}{}", kind, op.micro_batch, op.chunk > 0 ? fmt::format(".{}", op.chunk) : "");
 }
 
+std::string expected_bubble(PipeSchedule kind, int64_t stages, int64_t micro_batches, int64_t chunks) {
+  const double formula = formula_bubble(kind, stages, micro_batches, chunks);
+  if (kind != PipeSchedule::ZeroBubbleH1)
+    return fmt::format("the {} formula: {:.1f}%", pipe_schedule_name(kind), 100 * formula);
+  const ScheduleReplay r =
+      replay_schedule(pipeline_schedule(kind, stages, micro_batches, chunks), chunks, 1.0, 2.0, 0.5);
+  return fmt::format("the zb-h1 schedule replayed at equal F, B and W times: {:.1f}%; 1F1B's "
+                     "formula: {:.1f}%", 100 * r.bubble_ratio, 100 * formula);
+}
+
 double formula_bubble(PipeSchedule kind, int64_t stages, int64_t micro_batches, int64_t chunks) {
   const double p = static_cast<double>(stages), m = static_cast<double>(micro_batches);
   switch (kind) {

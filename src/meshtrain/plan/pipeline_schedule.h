@@ -96,4 +96,9 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipeOp>>& ops, int6
 // (bubble time over compute time); ZB-H1: 1F1B's, its upper bound.
 double formula_bubble(PipeSchedule kind, int64_t stages, int64_t micro_batches, int64_t chunks);
 
+// What a run should expect, for its log: "the 1f1b formula: 12.5%", or for
+// ZB-H1 (no closed form) its replay with equal forward, input- and
+// weight-gradient times beside 1F1B's formula, which bounds it.
+std::string expected_bubble(PipeSchedule kind, int64_t stages, int64_t micro_batches, int64_t chunks);
+
 }  // namespace meshtrain::plan

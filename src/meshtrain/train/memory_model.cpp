@@ -4,7 +4,7 @@ namespace meshtrain {
 
 MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, int threads,
                                          const Recompute& recompute, Precision precision,
-                                         Device device, int activation_slots) {
+                                         Device device, int activation_slots, bool split_backward) {
   const int64_t P = spec.num_params();
   MemoryPrediction m;
   // A LoRA model's adapters have no 16-bit copy of their own (nn/lora_model.h).
@@ -13,7 +13,7 @@ MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, in
   m.optimizer = 8 * P;
   const ModelMemory mm = spec.memory(B, T, threads, recompute, precision);
   const int64_t slots = activation_slots;
-  m.activations = slots * mm.activations;
+  m.activations = slots * (mm.activations + (split_backward ? mm.deferred_weights : 0));
   m.workspace = slots * (mm.workspace - mm.shared_workspace) + mm.shared_workspace +
                 (device.is_cpu() ? mm.host_gemm_scratch : 0);  // the GEMMs' scratch is per thread
   m.frozen_params = mm.frozen_params;

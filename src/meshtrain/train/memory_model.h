@@ -26,10 +26,13 @@ struct MemoryPrediction {
 // `device`: where the model lives; its workspace leaves out the CPU GEMMs'
 // host scratch unless that is the CPU. `activation_slots`: the micro-batches
 // a pipeline stage holds at once (Model::set_activation_slots), each with
-// its activations and its own scratch.
+// its activations and its own scratch; `split_backward` (zero-bubble
+// schedules): each slot also holds its queued weight GEMMs' operands
+// (ModelMemory::deferred_weights).
 MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, int threads,
                                          const Recompute& recompute = {},
                                          Precision precision = Precision::FP32,
-                                         Device device = Device::cpu(), int activation_slots = 1);
+                                         Device device = Device::cpu(), int activation_slots = 1,
+                                         bool split_backward = false);
 
 }  // namespace meshtrain

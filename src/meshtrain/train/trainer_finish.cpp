@@ -74,9 +74,9 @@ TrainerSummary TrainingRun::finish() {
       // Every stage idles about as long in a step; rank 0 is stage 0.
       const telemetry::StepBreakdown& md = summary_.breakdown().median;
       const plan::PipeSchedule kind = plan::parse_pipe_schedule(opt_.pipe_schedule);
-      fmt::print("pipeline bubble: stage 0 waited {:.1f}% of its compute (median step; the {} "
-                 "formula: {:.1f}%)\n", md.forward_s > 0 ? 100 * md.pp_wait_s / md.forward_s : 0.0,
-                 opt_.pipe_schedule, 100 * plan::formula_bubble(kind, opt_.pp, opt_.grad_accum, opt_.pipe_chunks));
+      fmt::print("pipeline bubble: stage 0 waited {:.1f}% of its compute (median step; {})\n",
+                 md.forward_s > 0 ? 100 * md.pp_wait_s / md.forward_s : 0.0,
+                 plan::expected_bubble(kind, opt_.pp, opt_.grad_accum, opt_.pipe_chunks));
     }
     // The planner's prediction of this step on this machine, beside the
     // measured median (docs/PLANNER.md, "Own runs").

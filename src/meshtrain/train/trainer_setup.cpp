@@ -206,11 +206,11 @@ void TrainingRun::setup_pipeline() {
     const ModelShard s = stage_specs_[static_cast<size_t>(c * pp)]->shard();
     layers += fmt::format("{}[{}, {})", c ? ", " : "", s.layer_begin, s.layer_end);
   }
-  say(fmt::format("pipeline: {} stages{}, schedule {} over {} micro-batch(es) (bubble {:.1f}% of the "
-                  "compute by the formula); rank 0 holds layers {} of {}", pp,
+  say(fmt::format("pipeline: {} stages{}, schedule {} over {} micro-batch(es) (bubble over the "
+                  "compute by {}); rank 0 holds layers {} of {}", pp,
                   layout.chunks > 1 ? fmt::format(" x {} chunks", layout.chunks) : "",
                   opt_.pipe_schedule, opt_.grad_accum,
-                  100 * plan::formula_bubble(layout.schedule, pp, opt_.grad_accum, layout.chunks),
+                  plan::expected_bubble(layout.schedule, pp, opt_.grad_accum, layout.chunks),
                   layers, opt_.model->num_layers()));
 }
 
@@ -282,7 +282,8 @@ MemoryPrediction TrainingRun::predicted_for(int world_rank) const {
                                    opt_.precision, opt_.device);
   const parallel::PipelineRankSpec part = pipeline_part(opt_, world_, world_rank);
   return predict_training_memory(*part.spec, opt_.micro_batch, T_, thread_count(), opt_.recompute,
-                                 opt_.precision, opt_.device, part.activation_slots);
+                                 opt_.precision, opt_.device, part.activation_slots,
+                                 part.split_backward);
 }
 
 MemoryPlan TrainingRun::memory_plan(int rank) const {
