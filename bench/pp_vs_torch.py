@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Pipeline parallelism, interleaved with its peer: meshtrain at one rank and
-at pp = 2 with GPipe, 1F1B and interleaved 1F1B over --chunks chunks per
-rank (`meshtrain train --set parallel.pp=2`), and PyTorch's
-torch.distributed.pipelining with the same schedules
-(tools/peers/bench_pp_torch.py, gloo), on the same GPT preset, micro-batch,
+at pp = 2 with GPipe, 1F1B, interleaved 1F1B over --chunks chunks per rank
+and zero-bubble ZB-H1 (`meshtrain train --set parallel.pp=2`), and
+PyTorch's torch.distributed.pipelining with the same schedules (its
+zero-bubble one is ScheduleInterleavedZeroBubble over --chunks chunks;
+tools/peers/bench_pp_torch.py, gloo), on the same GPT preset, micro-batch,
 micro-batch count and threads per rank, alternating so machine noise hits all
 alike. Prints medians, each pipeline's efficiency (tokens/s over p times one
 rank's) beside the schedule's bound m / (m + (p - 1) / v), meshtrain's
@@ -64,7 +65,10 @@ def main():
             "--seq", str(a.seq), "--micro-batch", str(a.micro_batch), "--micro-batches", str(m),
             "--threads", str(a.threads), "--steps", str(a.steps), "--warmup", str(a.warmup),
             "--chunks", str(a.chunks), "--json"]
-    schedules = ["gpipe", "1f1b", "interleaved"]
+    # meshtrain's zero-bubble schedule is ZB-H1 (one chunk per rank); torch's
+    # is ScheduleInterleavedZeroBubble over --chunks chunks per rank.
+    schedules = ["gpipe", "1f1b", "interleaved", "zb-h1"]
+    peer_schedule = {"zb-h1": "zero-bubble"}
     names = ["meshtrain one rank"] + [f"{who} {s}" for s in schedules for who in ("meshtrain", "torch")]
     tok = {k: [] for k in names}
     bubble = {k: [] for k in names}
@@ -78,7 +82,7 @@ def main():
             for i, name in enumerate(names):
                 schedule = name.split()[-1]
                 if name.startswith("torch"):
-                    j = run_json(peer + ["--schedule", schedule], a.threads)
+                    j = run_json(peer + ["--schedule", peer_schedule.get(schedule, schedule)], a.threads)
                     t, b, version = j["tokens_per_s"], None, j["torch_version"]
                 else:
                     t, b = ours(a, data, work, f"r{r}_{i}", 1 if "one" in name else p, schedule)
@@ -91,11 +95,13 @@ def main():
     one = med["meshtrain one rank"]
     rows = []
     for k in names:
-        v = a.chunks if k.endswith("interleaved") else 1
+        v = a.chunks if k.endswith("interleaved") or k == "torch zb-h1" else 1
+        # Zero bubble has no closed form: 1F1B's bound and formula bound it.
         bound, formula = m / (m + (p - 1) / v), (p - 1) / (v * m)
+        what = "1F1B's " if "zb" in k else ""
         eff = med[k] / (p * one) if "one" not in k else 1.0
-        b = f"{statistics.median(bubble[k]):.1f}% (formula {100 * formula:.1f}%)" if bubble[k] else "-"
-        rows.append([k, f"{med[k]:.0f}", f"{eff:.2f}" + (f" ({eff / bound:.0%} of the bound {bound:.2f})"
+        b = f"{statistics.median(bubble[k]):.1f}% ({what}formula {100 * formula:.1f}%)" if bubble[k] else "-"
+        rows.append([k, f"{med[k]:.0f}", f"{eff:.2f}" + (f" ({eff / bound:.0%} of {what}bound {bound:.2f})"
                                                         if "one" not in k else ""), b])
     print_table(f"{a.preset}, pp {p}, {m} micro-batches of {a.micro_batch} x {a.seq}, {a.threads} thread(s) per "
                 f"rank, medians of {a.rounds} interleaved rounds ({a.steps} timed steps each); {cpu_model()}",

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch peer for meshtrain's pipeline parallelism (bench/pp_vs_torch.py):
 torch.distributed.pipelining (PipelineStage with ScheduleGPipe,
-Schedule1F1B, or ScheduleInterleaved1F1B over --chunks stages per rank)
-over gloo, one CPU process per rank, one thread each by default, training the GPT of tools/peers/bench_train_torch.py cut into
-contiguous layer ranges like meshtrain's pipeline_shards (the first stage
-embeds, the last holds ln_f and the head). torch's pipelining cannot tie a
-parameter across ranks, so the last stage's head is its own copy of wte (the
-same FLOPs; meshtrain adds the two copies' gradients, an exchange this peer
-skips). A step = zero_grad + the schedule over the micro-batches + AdamW.
+Schedule1F1B, or ScheduleInterleaved1F1B / ScheduleInterleavedZeroBubble
+over --chunks stages per rank) over gloo, one CPU process per rank, one
+thread each by default, training the GPT of tools/peers/bench_train_torch.py
+cut into contiguous layer ranges like meshtrain's pipeline_shards (the first
+stage embeds, the last holds ln_f and the head). torch's pipelining cannot
+tie a parameter across ranks, so the last stage's head is its own copy of
+wte (the same FLOPs; meshtrain adds the two copies' gradients, an exchange
+this peer skips). A step = zero_grad + the schedule over the micro-batches
++ AdamW.
 
   python3 tools/peers/bench_pp_torch.py --preset char-6L --seq 256 --micro-batch 1 \\
       --micro-batches 8 --schedule 1f1b --json
@@ -76,7 +78,7 @@ def stage_module(gpt, rank, n):
 
 def worker(rank, args, out_q):
     from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
-                                              ScheduleInterleaved1F1B)
+                                              ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble)
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -87,7 +89,8 @@ def worker(rank, args, out_q):
     seq = args.seq or T
     gpt = GPT(L, H, C, T, V)
     p = args.nproc
-    v = args.chunks if args.schedule == "interleaved" else 1
+    looped = {"interleaved": ScheduleInterleaved1F1B, "zero-bubble": ScheduleInterleavedZeroBubble}
+    v = args.chunks if args.schedule in looped else 1
     # Virtual stage c * p + rank on this rank, as meshtrain's chunks.
     modules = [stage_module(gpt, c * p + rank, v * p) for c in range(v)]
     opt, impl = make_optimizer(nn.ModuleList(modules), args.optim_impl)
@@ -96,8 +99,8 @@ def worker(rank, args, out_q):
     def loss_fn(logits, target):
         return F.cross_entropy(logits[..., :V].reshape(-1, V), target.reshape(-1))
 
-    if args.schedule == "interleaved":
-        schedule = ScheduleInterleaved1F1B(stages, n_microbatches=args.micro_batches, loss_fn=loss_fn)
+    if args.schedule in looped:
+        schedule = looped[args.schedule](stages, n_microbatches=args.micro_batches, loss_fn=loss_fn)
     else:
         kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[args.schedule]
         schedule = kind(stages[0], n_microbatches=args.micro_batches, loss_fn=loss_fn)
@@ -143,7 +146,8 @@ def main():
     ap.add_argument("--seq", type=int, default=0, help="context (0: the preset's)")
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--micro-batches", type=int, default=8)
-    ap.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved"])
+    ap.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved", "zero-bubble"],
+                    help="zero-bubble: ScheduleInterleavedZeroBubble over --chunks stages per rank")
     ap.add_argument("--chunks", type=int, default=2, help="model chunks per rank (interleaved)")
     ap.add_argument("--nproc", type=int, default=2, help="pipeline stages, one process each")
     ap.add_argument("--threads", type=int, default=1, help="threads per stage")
