@@ -98,7 +98,7 @@ def main():
         v = a.chunks if k.endswith("interleaved") or k == "torch zb-h1" else 1
         # Zero bubble has no closed form: 1F1B's bound and formula bound it.
         bound, formula = m / (m + (p - 1) / v), (p - 1) / (v * m)
-        what = "1F1B's " if "zb" in k else ""
+        what = {"meshtrain zb-h1": "1F1B's ", "torch zb-h1": "interleaved "}.get(k, "")
         eff = med[k] / (p * one) if "one" not in k else 1.0
         b = f"{statistics.median(bubble[k]):.1f}% ({what}formula {100 * formula:.1f}%)" if bubble[k] else "-"
         rows.append([k, f"{med[k]:.0f}", f"{eff:.2f}" + (f" ({eff / bound:.0%} of {what}bound {bound:.2f})"

@@ -112,6 +112,12 @@ void check_dp(const TrainConfig& c, int world) {
 
 bool inside_job(const comm::WorldInfo& w) { return w.source != "none"; }
 
+parallel::PipelineLayout pipeline_layout_of(const TrainConfig& c, const ModelSpec& spec) {
+  return {plan::parse_pipe_schedule(c.parallel.schedule), c.parallel.pp, c.parallel.chunks,
+          c.train.grad_accum, parallel::parse_stage_layers(c.parallel.stage_layers, "parallel.stage_layers"),
+          spec.seq_len()};
+}
+
 // memory.limit_mb against the formulas (train/memory_report.h) for `ranks`
 // ranks, with the threads each rank would get.
 void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec> spec, int ranks) {
@@ -123,8 +129,7 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
   const Precision precision = precision_from_name(c.precision);
   // Every pipeline stage (tp shards are equal): its layers and the
   // micro-batches of activations its schedule holds.
-  const parallel::PipelineLayout layout{plan::parse_pipe_schedule(c.parallel.schedule), pp,
-                                        c.parallel.chunks, c.train.grad_accum};
+  const parallel::PipelineLayout layout = pipeline_layout_of(c, *spec);
   for (int64_t s = 0; s < pp; ++s) {
     MemoryPlan need;
     parallel::PipelineRankSpec part{spec, 1};
@@ -209,6 +214,8 @@ void run_train(const TrainArgs& a) {
   if (lead && !launching) fmt::print("resolved configuration:\n{}\n", to_string(c));
   refuse_unavailable(c);
   check_dp(c, ranks);
+  MT_CHECK(c.parallel.pp > 1 || c.parallel.stage_layers.empty(), "parallel.stage_layers = \"{}\" "
+           "needs pipeline stages (parallel.pp > 1)", c.parallel.stage_layers);
   check_device(c, ranks);
   MT_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards (make "
            "them with `meshtrain data prepare` or `meshtrain data synth`)");
@@ -217,6 +224,7 @@ void run_train(const TrainArgs& a) {
     // memory limit (rank 0 holds the largest ZeRO shard).
     const std::shared_ptr<const ModelSpec> spec = model_from_config(c);
     if (c.parallel.tp > 1) (void)spec->sharded(ModelShard{0, c.parallel.tp});  // tp fits the shape
+    if (c.parallel.pp > 1) (void)parallel::pipeline_stage_layers(*spec, pipeline_layout_of(c, *spec));
     if (c.memory.limit_mb > 0) check_memory_limit_of(c, spec, ranks);
     launch_ranks(a, c);
     return;
@@ -281,6 +289,7 @@ void run_train(const TrainArgs& a) {
   o.pp = c.parallel.pp;
   o.pipe_schedule = c.parallel.schedule;
   o.pipe_chunks = c.parallel.chunks;
+  o.pipe_stage_layers = parallel::parse_stage_layers(c.parallel.stage_layers, "parallel.stage_layers");
   o.sequence_parallel = c.parallel.sequence_parallel;
   o.zero_persist_threshold = c.zero.persist_threshold;
   o.memory_limit_bytes = c.memory.limit_mb * 1e6;

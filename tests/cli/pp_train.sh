@@ -126,6 +126,21 @@ PY
   done
 done
 
+# Stages cut where parallel.stage_layers says (3 + 1 layers), the same losses,
+# each stage's memory its prediction.
+run given char-2L --set parallel.pp=2 --set parallel.stage_layers=3,1 --nproc 2
+grep -aq "^pipeline stages: 3 + 1 layers (parallel.stage_layers)" "$TMP/given.log" || fail "no cut 3 + 1"
+same_losses "$TMP/one_char-2L/metrics.jsonl" "$TMP/given/metrics.jsonl" 1 1e-5 6 >/dev/null ||
+  fail "a 3 + 1 cut differs from one rank"
+python3 - "$TMP/given/memory.json" <<'PY' || fail "a 3 + 1 stage's memory differs from its prediction"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+for r in rows:
+    for c in ("parameters", "activations", "workspace"):
+        assert r["peak"][c] == r["predicted"][c], (r["rank"], c, r["peak"][c], r["predicted"][c])
+assert rows[0]["peak"]["activations"] > rows[1]["peak"]["activations"], rows
+PY
+
 # zb-h1 splits each backward in two but computes the same floats as 1F1B:
 # every step's loss and gradient norm equal bit for bit (bf16, GPT).
 python3 - "$TMP/dp1_tp1_pp2_v1_z0_1f1b_bf16_char-2L/metrics.jsonl" \
@@ -192,6 +207,11 @@ refused "parallel.pp = 2 with zero.stage = 3 is not available" --set parallel.pp
 refused "zero-1 with parallel.pp is not available for this model yet: its parameter wte.weight is held by two pipeline stages" \
   --set parallel.pp=2 --set zero.stage=1 --nproc 4
 refused 'parallel.schedule' --set parallel.pp=2 --set parallel.schedule=pipedream --nproc 2
+refused "parallel.stage_layers adds up to 3 layers; the model has 2" --set parallel.pp=2 \
+  --set parallel.stage_layers=2,1 --nproc 2
+refused "parallel.stage_layers must be layer counts >= 1 separated by commas" --set parallel.pp=2 \
+  --set parallel.stage_layers=2,0 --nproc 2
+refused 'parallel.stage_layers = "1,1" needs pipeline stages' --set parallel.stage_layers=1,1
 refused "parallel.chunks = 2 under zb-h1, which runs one chunk per pipeline rank" \
   --set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.chunks=2 --nproc 2
 refused "parallel.chunks must be 2 or more under the interleaved schedule" \

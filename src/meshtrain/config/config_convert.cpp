@@ -194,6 +194,7 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.parallel.pp = r.small_int("parallel.pp", 1);
   c.parallel.schedule = r.choice("parallel.schedule", {"gpipe", "1f1b", "interleaved", "zb-h1"});
   c.parallel.chunks = r.small_int("parallel.chunks", 1);
+  c.parallel.stage_layers = r.string("parallel.stage_layers");
   if (c.parallel.schedule == "interleaved" && c.parallel.chunks < 2)
     r.error("parallel.chunks", fmt::format("must be 2 or more under the interleaved schedule (model "
                                            "chunks per pipeline rank), got {}; set parallel.chunks = "

@@ -63,6 +63,7 @@ J to_json(const TrainConfig& c) {
   parallel["pp"] = c.parallel.pp;
   parallel["schedule"] = c.parallel.schedule;
   parallel["chunks"] = c.parallel.chunks;
+  parallel["stage_layers"] = c.parallel.stage_layers;
   parallel["bucket_mb"] = c.parallel.bucket_mb;
   parallel["first_bucket_mb"] = c.parallel.first_bucket_mb;
   parallel["sequence_parallel"] = c.parallel.sequence_parallel;

@@ -65,6 +65,7 @@ struct ParallelSection {
   int pp = 1;
   std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved (plan/pipeline_schedule.h)
   int chunks = 1;  // model chunks (virtual stages) per pipeline rank; interleaved needs >= 2
+  std::string stage_layers;  // layers per virtual stage, "3,3"; empty = balanced by cost
   double bucket_mb = 25;       // data-parallel gradient bucket size (MiB)
   double first_bucket_mb = 1;  // the first bucket, small so reduction starts early (MiB)
   bool sequence_parallel = false;  // tp > 1: norms and residual stream split over tp too

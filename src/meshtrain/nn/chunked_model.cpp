@@ -76,12 +76,6 @@ std::string ChunkedSpec::describe() const {
   return fmt::format("{} chunks of layers {} of: {}", chunks_.size(), ranges, chunks_[0]->describe());
 }
 
-double ChunkedSpec::flops_per_token(int T) const {
-  double sum = 0;
-  for (const auto& c : chunks_) sum += c->flops_per_token(T);
-  return sum;
-}
-
 ModelMemory ChunkedSpec::memory(int B, int T, int nthreads, const Recompute& recompute,
                                 Precision precision) const {
   ModelMemory out;

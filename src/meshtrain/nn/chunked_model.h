@@ -36,7 +36,8 @@ class ChunkedSpec final : public ModelSpec {
   int seq_len() const override { return chunks_[0]->seq_len(); }
   int num_layers() const override { return chunks_[0]->num_layers(); }
   int vocab_size() const override { return chunks_[0]->vocab_size(); }
-  double flops_per_token(int T) const override;
+  // The whole model's, as every shard spec answers.
+  double flops_per_token(int T) const override { return chunks_[0]->flops_per_token(T); }
   // Every chunk's memory with its own slots; the result is for one slot
   // (predict_training_memory(..., activation_slots = 1)).
   ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,

@@ -23,6 +23,12 @@ class DecoderSpecBase : public ModelSpec {
   int num_layers() const override { return cfg_.n_layer; }
   int vocab_size() const override { return cfg_.vocab_size; }
   double flops_per_token(int T) const override { return cfg_.flops_per_token(T); }
+  // The head's GEMMs (logits and both their gradients over the padded
+  // vocabulary) are its FLOPs; the embedding lookup has none to speak of.
+  StageCosts stage_costs(int T) const override {
+    const double head = 6.0 * static_cast<double>(cfg_.padded_vocab) * cfg_.n_embd;
+    return {(cfg_.flops_per_token(T) - head) / cfg_.n_layer, 0.0, head};
+  }
 
  protected:
   DecoderSpecBase(const Config& cfg, const ModelShard& shard) : cfg_(cfg), shard_(shard) {}

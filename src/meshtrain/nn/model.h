@@ -189,6 +189,13 @@ class ModelSpec {
   virtual int seq_len() const = 0;       // longest context (token models)
   // Layers pipeline stages split (the whole model's; 0: none to split).
   virtual int num_layers() const { return 0; }
+  // What pipeline stages cost, in model FLOPs per token at context T: each
+  // layer, and what the first stage (the embedding) and the last (the head
+  // and its loss) add. All zero: no estimate (stages split evenly).
+  struct StageCosts {
+    double layer = 0, first = 0, last = 0;
+  };
+  virtual StageCosts stage_costs(int /*T*/) const { return {}; }
   virtual int vocab_size() const = 0;    // real vocabulary (token models)
   // Model FLOPs per token of one training step (forward + backward) at
   // context T; the convention is documented in docs/ARCHITECTURE.md.

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "meshtrain/nn/model.h"
@@ -16,7 +17,22 @@ namespace meshtrain::parallel {
 struct PipelineLayout {
   plan::PipeSchedule schedule = plan::PipeSchedule::OneFOneB;
   int64_t stages = 1, chunks = 1, micro_batches = 1;
+  // Layers of each virtual stage in pipeline order (parallel.stage_layers);
+  // empty: balanced by cost at context `seq`.
+  std::vector<int> stage_layers;
+  int seq = 0;
 };
+
+// The layer count of each of the stages x chunks virtual stages: the
+// explicit ones when given (checked against the model), else the
+// contiguous split whose most expensive virtual stage is cheapest by
+// whole.stage_costs(seq) (the embedding and the head counted, so a large
+// vocabulary's last stage gets fewer layers), the earlier stages a layer
+// longer on ties; even when the family gives no costs.
+std::vector<int> pipeline_stage_layers(const ModelSpec& whole, const PipelineLayout& layout);
+
+// "3,3" -> {3, 3}; empty -> {}; anything else an Error naming `what`.
+std::vector<int> parse_stage_layers(const std::string& text, const std::string& what);
 
 struct PipelineRankSpec {
   std::shared_ptr<const ModelSpec> spec;

@@ -79,7 +79,8 @@ std::optional<StepTimePrediction> predict_step_time(const ModelSpec& spec, const
   r.stored_activation_bytes = 0;
   if (run.pp > 1) {
     // The last stage (the planner's slowest: its layers and the head), all its chunks.
-    const parallel::PipelineLayout pipe{plan::PipeSchedule::OneFOneB, run.pp, run.chunks, run.grad_accum};
+    parallel::PipelineLayout pipe;
+    pipe.stages = run.pp, pipe.chunks = run.chunks, pipe.micro_batches = run.grad_accum, pipe.seq = run.seq;
     const auto stages = parallel::pipeline_virtual_stage_specs(spec, pipe, 0, run.tp);
     for (int64_t c = 0; c < run.chunks; ++c)
       r.stored_activation_bytes += static_cast<double>(

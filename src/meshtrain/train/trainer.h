@@ -65,6 +65,7 @@ struct TrainerOptions {
   int pp = 1;
   std::string pipe_schedule = "1f1b";
   int pipe_chunks = 1;  // model chunks per rank (virtual stages; interleaved)
+  std::vector<int> pipe_stage_layers;  // layers per virtual stage; empty = balanced by cost
   // ZeRO over the data-parallel ranks (parallel/zero.h): 0 = plain data parallelism.
   int zero_stage = 0;
   int64_t zero_persist_threshold = 100000;

@@ -18,7 +18,8 @@ namespace meshtrain {
 
 namespace {
 parallel::PipelineLayout pipeline_layout(const TrainerOptions& opt) {
-  return {plan::parse_pipe_schedule(opt.pipe_schedule), opt.pp, opt.pipe_chunks, opt.grad_accum};
+  return {plan::parse_pipe_schedule(opt.pipe_schedule), opt.pp, opt.pipe_chunks, opt.grad_accum,
+          opt.pipe_stage_layers, opt.seq_len > 0 ? opt.seq_len : opt.model->seq_len()};
 }
 
 // What a world rank of a pipeline holds: its tp shard (tp innermost in the
@@ -201,11 +202,21 @@ void TrainingRun::setup_pipeline() {
                                                        layout.schedule, opt_.grad_accum);
   stepper_->set_pipeline(pipe_.get(), &group);
   // Rank 0's layers: one range per chunk (virtual stage c x pp).
-  std::string layers;
+  std::string layers, counts;
   for (int64_t c = 0; c < layout.chunks; ++c) {
     const ModelShard s = stage_specs_[static_cast<size_t>(c * pp)]->shard();
     layers += fmt::format("{}[{}, {})", c ? ", " : "", s.layer_begin, s.layer_end);
   }
+  for (size_t vs = 0; vs < stage_specs_.size(); ++vs) {
+    const ModelShard s = stage_specs_[vs]->shard();
+    counts += fmt::format("{}{}", vs ? " + " : "", s.layer_end - s.layer_begin);
+  }
+  const ModelSpec::StageCosts cost = opt_.model->stage_costs(T_);
+  say(fmt::format("pipeline stages: {} layers{}", counts,
+                  !layout.stage_layers.empty() ? " (parallel.stage_layers)"
+                  : cost.layer > 0 ? fmt::format(" (balanced by model FLOPs; the head costs {:.2f} "
+                                                 "layers)", cost.last / cost.layer)
+                                   : ""));
   say(fmt::format("pipeline: {} stages{}, schedule {} over {} micro-batch(es) (bubble over the "
                   "compute by {}); rank 0 holds layers {} of {}", pp,
                   layout.chunks > 1 ? fmt::format(" x {} chunks", layout.chunks) : "",
