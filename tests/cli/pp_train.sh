@@ -61,14 +61,14 @@ for preset in char-2L llama-tiny; do
   # ZeRO 1/2 over dp: Llama (GPT's tied wte with ZeRO is refused, below).
   run "one_bf16_$preset" "$preset" --set precision=bf16
   # Interleaved: 2 chunks per rank (each one layer), with dp and ZeRO-1
-  # (Llama), with tp (GPT); GPipe over chunks too. Zero-bubble (zb-h1, the
+  # (Llama), with tp (GPT); GPipe over chunks too; GPT's tied wte with ZeRO-1. Zero-bubble (zb-h1, the
   # backward split in its input- and weight-gradient parts) alone, in bf16,
   # with tp (GPT), with dp and ZeRO-2 (Llama).
   extra_cases=("interleaved 2 1 1 0 2 fp32" "zb-h1 2 1 1 0 1 fp32" "zb-h1 2 1 1 0 1 bf16")
   [ "$preset" = llama-tiny ] && extra_cases+=("gpipe 2 2 1 1 1 fp32" "1f1b 2 2 2 2 1 fp32"
     "interleaved 2 2 1 1 2 fp32" "zb-h1 2 2 1 2 1 fp32")
   [ "$preset" = char-2L ] && extra_cases+=("interleaved 2 1 2 0 2 fp32" "gpipe 2 1 1 0 2 fp32"
-    "zb-h1 2 1 2 0 1 fp32" "interleaved 2 1 1 0 2 bf16" "1f1b 2 1 1 0 1 bf16")
+    "zb-h1 2 1 2 0 1 fp32" "interleaved 2 1 1 0 2 bf16" "1f1b 2 1 1 0 1 bf16" "1f1b 2 2 1 1 1 fp32")
   for case in "gpipe 2 1 1 0 1 fp32" "1f1b 2 1 1 0 1 fp32" "1f1b 4 1 1 0 1 fp32" "1f1b 2 2 1 0 1 fp32" \
     "1f1b 2 1 2 0 1 fp32" "gpipe 2 2 2 0 1 fp32" "${extra_cases[@]}"; do
     set -- $case  # schedule pp dp tp zero chunks precision
@@ -204,8 +204,8 @@ refused "parallel.pp = 2 with parallel.sequence_parallel is not available" --set
 refused "parallel.tp = 2 x parallel.pp = 2 needs a multiple of 4 rank(s) but the job has 2" \
   --set parallel.pp=2 --set parallel.tp=2 --nproc 2
 refused "parallel.pp = 2 with zero.stage = 3 is not available" --set parallel.pp=2 --set zero.stage=3 --nproc 4
-refused "zero-1 with parallel.pp is not available for this model yet: its parameter wte.weight is held by two pipeline stages" \
-  --set parallel.pp=2 --set zero.stage=1 --nproc 4
+refused "zero-2 with parallel.pp is not available for this model yet: its parameter wte.weight is held by two pipeline stages" \
+  --set parallel.pp=2 --set zero.stage=2 --nproc 4
 refused 'parallel.schedule' --set parallel.pp=2 --set parallel.schedule=pipedream --nproc 2
 refused "parallel.stage_layers adds up to 3 layers; the model has 2" --set parallel.pp=2 \
   --set parallel.stage_layers=2,1 --nproc 2
