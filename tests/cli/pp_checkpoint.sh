@@ -5,7 +5,9 @@
 # (1, 2, 2), (2, 1, 2), (4, 1, 1) and (1, 1, 1) with the global batch kept
 # at 16 sequences: steps 4-6 equal the uninterrupted run's within 1e-5
 # (relative; other layouts add in other orders). A checkpoint written by one
-# rank resumes on a pipeline too, and an async save works the same.
+# rank resumes on a pipeline too, and an async save works the same; an
+# interleaved run's (chunks on one buffer) resumes at one rank and under
+# zb-h1, and one rank's resumes interleaved.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, TMP (removed at exit), fail
 source "$(dirname "$0")/lib/losses.sh"  # same_losses
@@ -35,9 +37,26 @@ for preset in char-2L llama-tiny; do
   done
 done
 
+# An interleaved run's checkpoint (2 chunks per rank on one buffer) resumes
+# at one rank and under zb-h1, and one rank's resumes interleaved.
+run il char-2L 1 1 2 --set parallel.schedule=interleaved --set parallel.chunks=2 \
+  --set checkpoint.every=3 --set checkpoint.dir="$TMP/ck_il"
+for target in "one 1 1 1" "zb 1 1 2 --set parallel.schedule=zb-h1"; do
+  set -- $target
+  name="il_to_$1"
+  shift
+  run "$name" char-2L "$@" --set checkpoint.resume="$TMP/ck_il/step_00000003"
+  same_losses "$TMP/il/metrics.jsonl" "$TMP/$name/metrics.jsonl" 4 1e-5 6 >/dev/null ||
+    fail "$name: the interleaved run's checkpoint continued differently"
+done
+
 # One rank's checkpoint (async) resumes on a pipeline with tp.
 run one char-2L 1 1 1 --set checkpoint.every=3 --set checkpoint.dir="$TMP/ck_one" --set checkpoint.async=true
 run one_to_pp char-2L 1 2 2 --set checkpoint.resume="$TMP/ck_one/step_00000003"
 same_losses "$TMP/one/metrics.jsonl" "$TMP/one_to_pp/metrics.jsonl" 4 1e-5 6 >/dev/null ||
   fail "one rank's checkpoint continued differently on tp 2 x pp 2"
+run one_to_il char-2L 1 1 2 --set parallel.schedule=interleaved --set parallel.chunks=2 \
+  --set checkpoint.resume="$TMP/ck_one/step_00000003"
+same_losses "$TMP/one/metrics.jsonl" "$TMP/one_to_il/metrics.jsonl" 4 1e-5 6 >/dev/null ||
+  fail "one rank's checkpoint continued differently interleaved"
 echo "ok"

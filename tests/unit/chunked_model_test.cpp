@@ -59,6 +59,8 @@ TEST(chunked_model, layout_puts_chunk_zero_on_top_and_keeps_names_and_units) {
     }
   EXPECT_EQ(l.order.size(), s.chunks[0]->layout().order.size() + s.chunks[1]->layout().order.size());
   EXPECT_EQ(s.spec->to_json(), s.chunks[0]->to_json());
+  // Another shard of the model is the whole model's (a checkpoint's size).
+  EXPECT_EQ(s.spec->sharded(ModelShard{})->num_params(), s.whole->num_params());
   EXPECT_DOUBLE_EQ(s.spec->flops_per_token(32), s.whole->flops_per_token(32));  // MFU's convention
 }
 

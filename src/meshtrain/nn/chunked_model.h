@@ -31,8 +31,13 @@ class ChunkedSpec final : public ModelSpec {
   nlohmann::json to_json() const override { return chunks_[0]->to_json(); }  // the whole model
   std::string describe() const override;
   const ParamLayout& layout() const override { return layout_; }
-  // Chunk 0's shard (its tensor-parallel rank and layer range).
+  // Chunk 0's shard (its tensor-parallel rank and layer range), and other
+  // shards of the whole model the chunks are cut from (a ModelShard{} is
+  // the whole model: what a checkpoint holds).
   ModelShard shard() const override { return chunks_[0]->shard(); }
+  std::shared_ptr<const ModelSpec> sharded(const ModelShard& shard) const override {
+    return chunks_[0]->sharded(shard);
+  }
   int seq_len() const override { return chunks_[0]->seq_len(); }
   int num_layers() const override { return chunks_[0]->num_layers(); }
   int vocab_size() const override { return chunks_[0]->vocab_size(); }
