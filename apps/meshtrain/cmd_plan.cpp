@@ -152,7 +152,7 @@ void run_plan(const PlanOpts& o) {
     fmt::print("\n#{} {}{}\n", i + 1, r.layout.describe(),
                r.layout.runnable_today()
                    ? ""
-                   : "  (not in the engine yet: sp or ZeRO-3 with pp, or ZeRO-2 with chunks)");
+                   : "  (not in the engine yet: ZeRO-3 with pp, or ZeRO-2 with chunks)");
     fmt::print("   {:.0f} tokens/s, step {:.3f} s, MFU {:.1f}%, HFU {:.1f}%", r.tokens_per_s, t.step(),
                r.mfu * 100, r.hfu * 100);
     if (r.cost_per_million_tokens > 0) fmt::print(", ${:.3f} per million tokens", r.cost_per_million_tokens);

@@ -67,8 +67,6 @@ void refuse_unavailable(const TrainConfig& c) {
   };
   // What pipeline parallelism does not compose with yet.
   const bool pp = c.parallel.pp > 1;
-  refuse(pp && c.parallel.sequence_parallel,
-         fmt::format("parallel.pp = {} with parallel.sequence_parallel", c.parallel.pp));
   // ZeRO-3 gathers each unit's parameters in one micro-batch's forward-then-
   // backward order; a pipeline interleaves several micro-batches' passes.
   refuse(pp && c.zero.stage == 3,
@@ -134,7 +132,7 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
     MemoryPlan need;
     parallel::PipelineRankSpec part{spec, 1};
     if (pp > 1) {
-      part = parallel::pipeline_rank_spec(*spec, layout, s, 0, tp);
+      part = parallel::pipeline_rank_spec(*spec, layout, s, 0, tp, c.parallel.sequence_parallel);
     } else if (tp > 1 || c.parallel.sequence_parallel) {
       ModelShard shard{0, tp};
       shard.sequence_parallel = c.parallel.sequence_parallel;

@@ -8,7 +8,8 @@
 # dp 2 x tp 2 x pp 2 (8 ranks), and for Llama ZeRO-1 at dp 2 x pp 2 and ZeRO-2 at
 # dp 2 x tp 2 x pp 2; interleaved (2 chunks per rank) and zb-h1 (the
 # backward split in two) alone, in bf16 (against a bf16 single rank), with
-# tp and with dp and ZeRO: each stage's memory equals its prediction
+# tp and with dp and ZeRO; tp 2 with sequence parallelism (1F1B for GPT,
+# zb-h1 for Llama): each stage's memory equals its prediction
 # (1F1B's activations p/m of GPipe's on stage 0), every step's loss and
 # gradient norm and the validation losses equal the single-rank run's
 # within 1e-5 (relative), the sample at the end is the same text, and the
@@ -66,18 +67,22 @@ for preset in char-2L llama-tiny; do
   # with tp (GPT), with dp and ZeRO-2 (Llama).
   extra_cases=("interleaved 2 1 1 0 2 fp32" "zb-h1 2 1 1 0 1 fp32" "zb-h1 2 1 1 0 1 bf16")
   [ "$preset" = llama-tiny ] && extra_cases+=("gpipe 2 2 1 1 1 fp32" "1f1b 2 2 2 2 1 fp32"
-    "interleaved 2 2 1 1 2 fp32" "zb-h1 2 2 1 2 1 fp32")
+    "interleaved 2 2 1 1 2 fp32" "zb-h1 2 2 1 2 1 fp32" "zb-h1 2 1 2 0 1 fp32 sp")
   [ "$preset" = char-2L ] && extra_cases+=("interleaved 2 1 2 0 2 fp32" "gpipe 2 1 1 0 2 fp32"
-    "zb-h1 2 1 2 0 1 fp32" "interleaved 2 1 1 0 2 bf16" "1f1b 2 1 1 0 1 bf16" "1f1b 2 2 1 1 1 fp32")
+    "zb-h1 2 1 2 0 1 fp32" "interleaved 2 1 1 0 2 bf16" "1f1b 2 1 1 0 1 bf16" "1f1b 2 2 1 1 1 fp32"
+    "1f1b 2 1 2 0 1 fp32 sp")
   for case in "gpipe 2 1 1 0 1 fp32" "1f1b 2 1 1 0 1 fp32" "1f1b 4 1 1 0 1 fp32" "1f1b 2 2 1 0 1 fp32" \
     "1f1b 2 1 2 0 1 fp32" "gpipe 2 2 2 0 1 fp32" "${extra_cases[@]}"; do
-    set -- $case  # schedule pp dp tp zero chunks precision
-    name="dp$3_tp$4_pp$2_v$6_z$5_$1_$7_$preset"
+    set -- $case  # schedule pp dp tp zero chunks precision [sp: sequence parallel]
+    sp=false
+    [ "${8:-}" = sp ] && sp=true
+    name="dp$3_tp$4_pp$2_v$6_z$5_$1_$7_${8:-}$preset"
     ref="one_$preset"
     [ "$3" = 1 ] || ref="one4_$preset"
     [ "$7" = fp32 ] || ref="one_$7_$preset"
     run "$name" "$preset" --set parallel.pp="$2" --set parallel.tp="$4" --set parallel.schedule="$1" \
-      --set parallel.chunks="$6" --set zero.stage="$5" --set precision="$7" --nproc $(($2 * $3 * $4))
+      --set parallel.chunks="$6" --set zero.stage="$5" --set precision="$7" \
+      --set parallel.sequence_parallel=$sp --nproc $(($2 * $3 * $4))
     chunks=""
     [ "$6" = 1 ] || chunks=" x $6 chunks"
     grep -aq "^pipeline: $2 stages$chunks, schedule $1 over 4 micro-batch(es)" "$TMP/$name.log" ||
@@ -199,8 +204,6 @@ refused() {  # refused TEXT ARGS...
 }
 refused "parallel.pp = 2 needs a multiple of 2 rank(s) but the job has 3" --set parallel.pp=2 --nproc 3
 refused "parallel.pp = 2 x parallel.dp = 2 needs 4 rank(s) but the job has 2" --set parallel.pp=2 --set parallel.dp=2 --nproc 2
-refused "parallel.pp = 2 with parallel.sequence_parallel is not available" --set parallel.pp=2 \
-  --set parallel.tp=2 --set parallel.sequence_parallel=true --nproc 4
 refused "parallel.tp = 2 x parallel.pp = 2 needs a multiple of 4 rank(s) but the job has 2" \
   --set parallel.pp=2 --set parallel.tp=2 --nproc 2
 refused "parallel.pp = 2 with zero.stage = 3 is not available" --set parallel.pp=2 --set zero.stage=3 --nproc 4

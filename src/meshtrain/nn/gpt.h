@@ -74,6 +74,9 @@ class GPT final : public ModelBase {
   const float* stage_output() const override;
   const float* stage_input_grad() const override;
   int64_t stage_width() const override { return dims_.C; }
+  int64_t stage_floats(int B, int T) const override {
+    return dims_.local_rows(static_cast<int64_t>(B) * T) * dims_.C;
+  }
   // Logits of the last forward, (B, T, padded_vocab); after backward() the
   // buffer holds the logit gradients instead. A tensor-parallel shard's are
   // its vocabulary columns (dims().Vl wide).

@@ -56,6 +56,9 @@ class Llama final : public ModelBase {
   const float* stage_output() const override;
   const float* stage_input_grad() const override;
   int64_t stage_width() const override { return dims_.C; }
+  int64_t stage_floats(int B, int T) const override {
+    return dims_.local_rows(static_cast<int64_t>(B) * T) * dims_.C;
+  }
   const float* logits() const override;
   // A tensor-parallel shard's logits are its vocabulary slice (dims().Vl wide).
   int logits_stride() const override { return static_cast<int>(dims_.Vl); }

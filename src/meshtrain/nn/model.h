@@ -282,6 +282,12 @@ class Model {
   virtual const float* stage_input_grad() const;
   // Floats per token of a stage's input and output (the residual stream's width).
   virtual int64_t stage_width() const;
+  // Floats of a stage's input or output for a (B, T) micro-batch on this
+  // shard: B x T x stage_width(), or this rank's rows of them under sequence
+  // parallelism.
+  virtual int64_t stage_floats(int B, int T) const {
+    return static_cast<int64_t>(B) * T * stage_width();
+  }
   // Several micro-batches in flight (pipeline schedules hold up to the
   // stages' count between a micro-batch's forward and its backward): n
   // activation sets, each allocated at its first forward; select_slot(k)

@@ -161,7 +161,7 @@ float PipelineExecutor::forward_only(const MicroBatch& mb) {
   for (int c = 0; c < static_cast<int>(v_); ++c) {  // virtual stages in order along the pipeline
     const int64_t vs = virtual_stage(c);
     Model& model = *chunks_[static_cast<size_t>(c)];
-    const size_t width = static_cast<size_t>(static_cast<int64_t>(mb.B) * mb.T * model.stage_width());
+    const size_t width = static_cast<size_t>(model.stage_floats(mb.B, mb.T));
     if (vs > 0) {
       in.resize(width);
       pp_.recv(in.data(), width, DType::F32, static_cast<int>((vs - 1) % p_)).wait();
@@ -219,7 +219,7 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
     const int64_t vs = virtual_stage(static_cast<int>(op.chunk));
     const MicroBatch& mb = micro[static_cast<size_t>(op.micro_batch)];
     Model& model = *chunks_[static_cast<size_t>(op.chunk)];
-    const size_t width = static_cast<size_t>(static_cast<int64_t>(mb.B) * mb.T * model.stage_width());
+    const size_t width = static_cast<size_t>(model.stage_floats(mb.B, mb.T));
     switch (in.kind) {
       case plan::PipeInstrKind::RecvActivation:
       case plan::PipeInstrKind::RecvGradient: {

@@ -83,7 +83,8 @@ std::vector<int> pipeline_stage_layers(const ModelSpec& whole, const PipelineLay
 }
 
 std::vector<std::shared_ptr<const ModelSpec>> pipeline_virtual_stage_specs(
-    const ModelSpec& whole, const PipelineLayout& layout, int tp_rank, int tp_size) {
+    const ModelSpec& whole, const PipelineLayout& layout, int tp_rank, int tp_size,
+    bool sequence_parallel) {
   const std::vector<int> layers = pipeline_stage_layers(whole, layout);
   std::vector<std::shared_ptr<const ModelSpec>> out;
   int begin = 0;
@@ -95,6 +96,7 @@ std::vector<std::shared_ptr<const ModelSpec>> pipeline_virtual_stage_specs(
     shard.last_stage = vs + 1 == layers.size();
     shard.tp_rank = tp_rank;
     shard.tp_size = tp_size;
+    shard.sequence_parallel = sequence_parallel;
     out.push_back(whole.sharded(shard));
     begin = shard.layer_end;
   }
@@ -102,8 +104,8 @@ std::vector<std::shared_ptr<const ModelSpec>> pipeline_virtual_stage_specs(
 }
 
 PipelineRankSpec pipeline_rank_spec(const ModelSpec& whole, const PipelineLayout& layout,
-                                    int64_t stage, int tp_rank, int tp_size) {
-  const auto all = pipeline_virtual_stage_specs(whole, layout, tp_rank, tp_size);
+                                    int64_t stage, int tp_rank, int tp_size, bool sequence_parallel) {
+  const auto all = pipeline_virtual_stage_specs(whole, layout, tp_rank, tp_size, sequence_parallel);
   const std::vector<int> slots = pipeline_activation_slots(layout.schedule, layout.stages,
                                                            layout.micro_batches, layout.chunks, stage);
   const bool split = layout.schedule == plan::PipeSchedule::ZeroBubbleH1;

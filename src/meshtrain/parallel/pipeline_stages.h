@@ -45,12 +45,14 @@ struct PipelineRankSpec {
 };
 
 // Every virtual stage (stages x chunks, in pipeline order) as tensor-parallel
-// shard tp_rank of tp_size of `whole`.
+// shard tp_rank of tp_size of `whole` (with sequence parallelism).
 std::vector<std::shared_ptr<const ModelSpec>> pipeline_virtual_stage_specs(
-    const ModelSpec& whole, const PipelineLayout& layout, int tp_rank, int tp_size);
+    const ModelSpec& whole, const PipelineLayout& layout, int tp_rank, int tp_size,
+    bool sequence_parallel = false);
 
 // Stage `stage`'s part of `whole` (tp shard tp_rank of tp_size).
 PipelineRankSpec pipeline_rank_spec(const ModelSpec& whole, const PipelineLayout& layout,
-                                    int64_t stage, int tp_rank, int tp_size);
+                                    int64_t stage, int tp_rank, int tp_size,
+                                    bool sequence_parallel = false);
 
 }  // namespace meshtrain::parallel

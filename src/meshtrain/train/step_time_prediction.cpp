@@ -81,7 +81,7 @@ std::optional<StepTimePrediction> predict_step_time(const ModelSpec& spec, const
     // The last stage (the planner's slowest: its layers and the head), all its chunks.
     parallel::PipelineLayout pipe;
     pipe.stages = run.pp, pipe.chunks = run.chunks, pipe.micro_batches = run.grad_accum, pipe.seq = run.seq;
-    const auto stages = parallel::pipeline_virtual_stage_specs(spec, pipe, 0, run.tp);
+    const auto stages = parallel::pipeline_virtual_stage_specs(spec, pipe, 0, run.tp, run.sequence_parallel);
     for (int64_t c = 0; c < run.chunks; ++c)
       r.stored_activation_bytes += static_cast<double>(
           stages[static_cast<size_t>(plan::virtual_stage(run.pp - 1, c, run.pp))]

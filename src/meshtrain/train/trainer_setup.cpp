@@ -25,10 +25,10 @@ parallel::PipelineLayout pipeline_layout(const TrainerOptions& opt) {
 // What a world rank of a pipeline holds: its tp shard (tp innermost in the
 // mesh) of its pipeline stage (pp outermost), all its chunks.
 parallel::PipelineRankSpec pipeline_part(const TrainerOptions& opt, int world, int rank) {
-  MT_CHECK(!opt.sequence_parallel, "parallel.pp with sequence parallelism is not available yet");
   const parallel::MeshShape shape{world / (opt.tp * opt.pp), opt.tp, opt.pp};
   const parallel::MeshCoords at = parallel::mesh_coords(shape, rank);
-  return parallel::pipeline_rank_spec(*opt.model, pipeline_layout(opt), at.pp, at.tp, opt.tp);
+  return parallel::pipeline_rank_spec(*opt.model, pipeline_layout(opt), at.pp, at.tp, opt.tp,
+                                      opt.sequence_parallel);
 }
 
 std::shared_ptr<const ModelSpec> shard_spec_of(const TrainerOptions& opt, int world, int rank) {
@@ -191,7 +191,8 @@ void TrainingRun::setup_pipeline() {
   // group, the ranks of one (dp, tp) coordinate): activations are whole on
   // every tp rank, so each sends to the same tp rank of the next stage.
   stage_specs_ = parallel::pipeline_virtual_stage_specs(*opt_.model, pipeline_layout(opt_),
-                                                        mesh_.rank(parallel::Axis::TP), opt_.tp);
+                                                        mesh_.rank(parallel::Axis::TP), opt_.tp,
+                                                        opt_.sequence_parallel);
   comm::Communicator& group = const_cast<comm::Communicator&>(mesh_.comm(parallel::Axis::PP));
   const parallel::PipelineLayout layout = pipeline_layout(opt_);
   MT_CHECK(layout.chunks == 1 || sync_->name() != "zero-2", "parallel.chunks = {} with zero.stage "
