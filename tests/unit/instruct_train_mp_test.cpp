@@ -88,6 +88,18 @@ TEST(instruct_train, tensor_parallel_matches_one_rank) {
                        reference(4, 1), 1e-5);
 }
 
+// Two pipeline stages (1F1B; zb-h1 with its split backward) over two
+// replicas: each micro-batch's backward is weighted by its share of the
+// step's response tokens, as one rank weighs it.
+TEST(instruct_train, pipeline_dp2_pp2_matches_one_rank) {
+  for (const char* schedule : {"1f1b", "zb-h1"})
+    expect_same_training(train(std::string("inst_pp2_") + schedule,
+                               settings(std::string(" --nproc 4 --set parallel.pp=2 --set "
+                                                    "train.micro_batch=1 --set train.grad_accum=2 "
+                                                    "--set parallel.schedule=") + schedule)),
+                         reference(2, 2), 1e-5);
+}
+
 TEST(instruct_train, a_seq_len_other_than_the_shards_is_a_clear_error) {
   RunResult r = train("inst_badT", settings(" --nproc 1 --set train.micro_batch=4 --set model.seq_len=32"));
   EXPECT_NE(r.status, 0);

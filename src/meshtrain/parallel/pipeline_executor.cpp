@@ -181,8 +181,14 @@ float PipelineExecutor::forward_only(const MicroBatch& mb) {
 }
 
 std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, float loss_scale) {
-  MT_CHECK(static_cast<int64_t>(micro.size()) == m_, "pipeline step: {} micro-batches for a "
-           "schedule of {}", micro.size(), m_);
+  return run(micro, std::vector<float>(micro.size(), loss_scale));
+}
+
+std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro,
+                                         const std::vector<float>& loss_scales) {
+  MT_CHECK(static_cast<int64_t>(micro.size()) == m_ && loss_scales.size() == micro.size(),
+           "pipeline step: {} micro-batches ({} loss scales) for a schedule of {}", micro.size(),
+           loss_scales.size(), m_);
   const int64_t V = p_ * v_;
   timing_ = {};
   std::vector<float> losses(static_cast<size_t>(m_), std::numeric_limits<float>::quiet_NaN());
@@ -252,6 +258,7 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro, f
         const bool finishes = op.part != plan::BackwardPart::Input;
         if (finishes && hooks_.begin) hooks_.begin(last);
         const float* grad = it == received.end() ? nullptr : it->second.data();
+        const float loss_scale = loss_scales[static_cast<size_t>(op.micro_batch)];
         if (op.part == plan::BackwardPart::Whole) m.backward_stage(grad, loss_scale);
         else if (op.part == plan::BackwardPart::Input) m.backward_stage_input(grad, loss_scale);
         else m.backward_stage_weights();

@@ -64,6 +64,9 @@ class PipelineExecutor {
   // parameters' gradients are summed. Returns the micro-batches' losses on
   // the rank of the last virtual stage, NaN elsewhere.
   std::vector<float> run(const std::vector<MicroBatch>& micro, float loss_scale);
+  // The same with each micro-batch's backward scaled by its own factor
+  // (token-weighted losses of masked data).
+  std::vector<float> run(const std::vector<MicroBatch>& micro, const std::vector<float>& loss_scales);
 
   // Data parallelism over each stage's replicas: called around every
   // backward of the step, `last` on the stage's final one, which is chunk

@@ -194,15 +194,18 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     explicit Hold(Model& model) : m(model) { m.hold_parameters(true); }
     ~Hold() { m.hold_parameters(false); }
   };
-  MT_CHECK(!pipe_ || !token_weighted_, "masked (instruction) data with pipeline parallelism is not "
-           "available yet");
   if (pipe_) {
     // The schedule runs every micro-batch's forward and backward; the last
-    // stage's losses reach every stage (the others contribute 0).
+    // stage's losses reach every stage (the others contribute 0). Token
+    // weighting scales each micro-batch's backward as the loop below does.
     Hold hold(model_);
-    const std::vector<float> losses = pipe_->run(micro, scale);
+    std::vector<float> scales(micro.size(), scale);
+    for (size_t i = 0; token_weighted_ && i < micro.size(); ++i)
+      scales[i] = static_cast<float>(loss_scale * dp * counts[i] / total);
+    const std::vector<float> losses = pipe_->run(micro, scales);
     const bool last = pp_comm_.rank() + 1 == pp_comm_.size();
-    for (float l : losses) loss_sum += last ? l : 0.0;
+    for (size_t i = 0; last && i < losses.size(); ++i)
+      loss_sum += token_weighted_ ? static_cast<double>(losses[i]) * counts[i] : losses[i];
     loss_sum = pp_comm_.allreduce_scalar(loss_sum, comm::ReduceOp::Sum);
     st.forward_s = pipe_->timing().compute_s;  // forward and backward together
     st.pp_wait_s = pipe_->timing().recv_wait_s + pipe_->timing().tied_s;
