@@ -90,8 +90,12 @@ TEST(pipeline_schedule, instruction_lists_neither_deadlock_nor_mismatch_and_repl
       // The first virtual stage receives no activation, the last no gradient.
       for (const PipeInstr& in : list) {
         const int64_t vs = virtual_stage(s, in.op.chunk, c.p);
-        if (in.kind == PipeInstrKind::RecvActivation) EXPECT_GT(vs, 0) << name(c);
-        if (in.kind == PipeInstrKind::RecvGradient) EXPECT_LT(vs, c.p * c.v - 1) << name(c);
+        if (in.kind == PipeInstrKind::RecvActivation) {
+          EXPECT_GT(vs, 0) << name(c);
+        }
+        if (in.kind == PipeInstrKind::RecvGradient) {
+          EXPECT_LT(vs, c.p * c.v - 1) << name(c);
+        }
       }
     }
   }
@@ -126,12 +130,16 @@ TEST(pipeline_schedule, one_f_one_b_holds_p_minus_s_micro_batches_and_zero_bubbl
     const auto ops = pipeline_schedule(c.kind, c.p, c.m, c.v);
     for (int64_t s = 0; s < c.p; ++s) {
       const double held = peak_in_flight(ops[static_cast<size_t>(s)], c.v);
-      if (c.kind == PipeSchedule::OneFOneB)
+      if (c.kind == PipeSchedule::OneFOneB) {
         EXPECT_LE(held, static_cast<double>(std::min(c.p - s, c.m))) << name(c) << " stage " << s;
+      }
       // ZB-H1: 1F1B's first-stage depth on every stage (held until the weight part).
-      if (c.kind == PipeSchedule::ZeroBubbleH1)
+      if (c.kind == PipeSchedule::ZeroBubbleH1) {
         EXPECT_LE(held, static_cast<double>(std::min(c.p, c.m))) << name(c) << " stage " << s;
-      if (c.kind == PipeSchedule::GPipe) EXPECT_EQ(held, static_cast<double>(c.m)) << name(c);
+      }
+      if (c.kind == PipeSchedule::GPipe) {
+        EXPECT_EQ(held, static_cast<double>(c.m)) << name(c);
+      }
     }
   }
 }
@@ -145,7 +153,9 @@ TEST(pipeline_schedule, replayed_bubbles_equal_the_formulas_and_zero_bubble_idle
     const double formula = formula_bubble(c.kind, c.p, c.m, c.v);
     if (c.kind == PipeSchedule::ZeroBubbleH1) {
       const ScheduleReplay one = replay_schedule(pipeline_schedule(PipeSchedule::OneFOneB, c.p, c.m, 1), 1, f, b);
-      if (c.p > 1 && c.m > 1) EXPECT_LT(r.bubble_ratio, one.bubble_ratio) << name(c);
+      if (c.p > 1 && c.m > 1) {
+        EXPECT_LT(r.bubble_ratio, one.bubble_ratio) << name(c);
+      }
       EXPECT_LE(r.bubble_ratio, one.bubble_ratio + 1e-12) << name(c);
     } else if (c.kind != PipeSchedule::GPipe || c.v == 1) {
       EXPECT_NEAR(r.bubble_ratio, formula, 1e-9) << name(c);
@@ -156,7 +166,9 @@ TEST(pipeline_schedule, replayed_bubbles_equal_the_formulas_and_zero_bubble_idle
       ASSERT_EQ(t.size(), ops[static_cast<size_t>(s)].size()) << name(c);
       for (size_t i = 0; i < t.size(); ++i) {
         EXPECT_EQ(t[i].op, ops[static_cast<size_t>(s)][i]);
-        if (i > 0) EXPECT_GE(t[i].start, t[i - 1].end);
+        if (i > 0) {
+          EXPECT_GE(t[i].start, t[i - 1].end);
+        }
       }
     }
   }
