@@ -128,6 +128,7 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
   // Every pipeline stage (tp shards are equal): its layers and the
   // micro-batches of activations its schedule holds.
   const parallel::PipelineLayout layout = pipeline_layout_of(c, *spec);
+  const int64_t staging = file_staging_bytes(c.init_from, *spec);  // read once, not per stage
   for (int64_t s = 0; s < pp; ++s) {
     MemoryPlan need;
     parallel::PipelineRankSpec part{spec, 1};
@@ -138,7 +139,7 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
       shard.sequence_parallel = c.parallel.sequence_parallel;
       part.spec = spec->sharded(shard);
     }
-    need.setup_staging = file_staging_bytes(c.init_from, *spec);
+    need.setup_staging = staging;
     need.model = part.spec;
     need.B = c.train.micro_batch;
     need.T = T;

@@ -109,7 +109,12 @@ PY
     # steps carry it to 4.5e-4 in the final weights, enough to change the
     # sampled text; those two are compared where there is no such drift.
     # Llama has no tie.
+    # tp 2 splits each row-parallel GEMM's inner dimension and adds the two
+    # halves after (another summation order, ~1e-7 relative per GEMM); two
+    # AdamW steps carry it to 1.1e-5 in step 3's norm with AVX2's GEMM
+    # kernels (1F1B, GPT, measured), so tp runs get 3e-5 on the norms.
     norm_tol=1e-5 strict=1
+    [ "$4" = 2 ] && norm_tol=3e-5
     [ "$7" = bf16 ] && [ "$preset" = char-2L ] && norm_tol=1e-4 strict=0
     set -- "$ref"
     same_losses "$TMP/$1/metrics.jsonl" "$TMP/$name/metrics.jsonl" 1 1e-5 6 >/dev/null ||

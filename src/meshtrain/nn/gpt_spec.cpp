@@ -155,7 +155,8 @@ ModelMemory GPTSpec::memory(int B, int T, int threads, const Recompute& recomput
     // The two f32 copies of the largest GEMM operands (kernels/cpu/gemm_bf16.h):
     // A = an input or output gradient (N x the widest dimension); B = a
     // weight (out x in) or the input of a weight-gradient product (N x in).
-    const int64_t N = static_cast<int64_t>(B) * T, C = d.C, A = d.A, F = d.F, Vl = d.Vl;
+    // A pipeline stage without the head has no vocabulary-wide GEMM.
+    const int64_t N = static_cast<int64_t>(B) * T, C = d.C, A = d.A, F = d.F, Vl = d.heads ? d.Vl : 0;
     m.host_gemm_scratch = 4 * (N * std::max({C, 3 * A, F, Vl}) +
                         std::max({3 * A * C, C * A, F * C, Vl * C, N * C, N * A, N * F}));
   }

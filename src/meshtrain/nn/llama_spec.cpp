@@ -164,7 +164,7 @@ ModelMemory LlamaSpec::memory(int B, int T, int nthreads, const Recompute& recom
     // A = an input or output gradient (N x the widest dimension), B = a weight
     // (OC x C) or an input (N x C) of a weight-gradient product.
     const int64_t N = static_cast<int64_t>(B) * T, C = dims_.C, H = dims_.H, A = dims_.A;
-    const int64_t Q = dims_.Q, Vl = dims_.Vl;
+    const int64_t Q = dims_.Q, Vl = dims_.heads ? dims_.Vl : 0;  // a stage without the head: no Vl GEMM
     m.host_gemm_scratch = 4 * (N * std::max({C, Q, 2 * H, Vl, A}) +
                         std::max({Q * C, 2 * H * C, C * H, C * A, Vl * C, N * C, N * H, N * A}));
   }
