@@ -10,6 +10,7 @@ void register_bench(CLI::App& app) {
   register_bench_ckpt(*bench);
   register_bench_gemm(*bench);
   register_bench_attention(*bench);
+  register_bench_matmul(*bench);
 }
 
 }  // namespace meshtrain::cli

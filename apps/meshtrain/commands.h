@@ -18,6 +18,7 @@ void register_bench_comm(CLI::App& bench);
 void register_bench_ckpt(CLI::App& bench);
 void register_bench_gemm(CLI::App& bench);
 void register_bench_attention(CLI::App& bench);
+void register_bench_matmul(CLI::App& bench);
 void register_launch(CLI::App& app);
 // --max-restarts, --min-nproc, --heartbeat-timeout, ... (shared by launch and train).
 void add_elastic_options(CLI::App* cmd, launch::ElasticOptions& opts);

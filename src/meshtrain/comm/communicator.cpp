@@ -34,12 +34,28 @@ std::string describe(const Fingerprint& f) {
 // Test hook: MESHTRAIN_COMM_TEST_DELAY_US=D sleeps D microseconds before
 // every allreduce (on whichever thread runs it), emulating a slow network so
 // tests can show data parallelism overlapping communication with backward.
-void test_delay() {
+// MESHTRAIN_COMM_TEST_DELAY_OPS="broadcast,send" delays those ops instead
+// (the distributed multiply's look-ahead test).
+void test_delay(CollOp op) {
   static const long us = [] {
     const char* s = std::getenv("MESHTRAIN_COMM_TEST_DELAY_US");
     return s ? std::max(0L, std::atol(s)) : 0L;
   }();
-  if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+  if (us <= 0) return;
+  static const std::array<bool, kCollOpCount> delayed = [] {
+    std::array<bool, kCollOpCount> d{};
+    const char* s = std::getenv("MESHTRAIN_COMM_TEST_DELAY_OPS");
+    std::string list = s ? s : "allreduce";
+    size_t at = 0;
+    while (at <= list.size()) {
+      size_t end = list.find(',', at);
+      if (end == std::string::npos) end = list.size();
+      if (end > at) d[static_cast<size_t>(coll_op_from_name(list.substr(at, end - at)))] = true;
+      at = end + 1;
+    }
+    return d;
+  }();
+  if (delayed[static_cast<size_t>(op)]) std::this_thread::sleep_for(std::chrono::microseconds(us));
 }
 
 }  // namespace
@@ -102,7 +118,7 @@ void CommImpl::run(Task& t) {
                                   t.info.what(), broken));
     }
     if (opts.debug && t.collective && size() > 1) debug_check(t, ctx);
-    if (t.op == CollOp::Allreduce) test_delay();
+    test_delay(t.op);
     if (t.alg)
       run_algorithm(t, ctx);
     else

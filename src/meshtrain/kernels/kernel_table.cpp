@@ -10,6 +10,7 @@
 #include "meshtrain/kernels/cpu/elementwise.h"
 #include "meshtrain/kernels/cpu/encoder.h"
 #include "meshtrain/kernels/cpu/gelu.h"
+#include "meshtrain/kernels/cpu/gemm_general.h"
 #include "meshtrain/kernels/cpu/kv_heads.h"
 #include "meshtrain/kernels/cpu/layernorm.h"
 #include "meshtrain/kernels/cpu/matmul.h"
@@ -108,6 +109,10 @@ constexpr KernelTable cpu_kernels(Device device) {
       &Wrap<&cpu::vocab_shard_sum_exp>::call,
       &Wrap<&cpu::vocab_shard_losses>::call,
       &Wrap<&cpu::vocab_shard_backward>::call,
+      &Wrap<&cpu::dgemm>::call,
+      &Wrap<&cpu::gemm_half_general>::call,
+      &Wrap<&cpu::sgemm_strided_batched>::call,
+      &Wrap<&cpu::copy_2d>::call,
   };
 }
 

@@ -134,6 +134,23 @@ struct KernelTable {
   void (*vocab_shard_backward)(Stream, float* logits, const float* lse, const int32_t* targets,
                                float dloss, int64_t N, int64_t real, int64_t stride,
                                int64_t v_begin);
+  // The distributed matrix multiply's local work (linalg/; semantics of
+  // kernels/cpu/gemm_general.h): f64 GEMM, 16-bit operands into an f32 C,
+  // equal-shaped products at fixed strides, and a pitched copy of `rows` rows
+  // of `row_bytes` (packing a panel for a transfer).
+  void (*dgemm)(Stream, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
+                double* Cm, int64_t ldc);
+  void (*gemm_half)(Stream, HalfFormat fmt, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                    int64_t K, float alpha, const uint16_t* A, int64_t lda, const uint16_t* B,
+                    int64_t ldb, float beta, float* Cm, int64_t ldc);
+  void (*sgemm_strided_batched)(Stream, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                                int64_t K, float alpha, const float* A, int64_t lda,
+                                int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                                float beta, float* Cm, int64_t ldc, int64_t stride_c,
+                                int64_t batch);
+  void (*copy_2d)(Stream, void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch,
+                  int64_t row_bytes, int64_t rows);
 };
 
 // The table for `device`; an Error for a device this build has no kernels for.

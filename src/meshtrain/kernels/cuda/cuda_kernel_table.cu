@@ -57,6 +57,10 @@ const KernelTable kCuda{
     &cuda::vocab_shard_sum_exp,
     &cuda::vocab_shard_losses,
     &cuda::vocab_shard_backward,
+    &cuda::dgemm,
+    &cuda::gemm_half,
+    &cuda::sgemm_strided_batched,
+    &cuda::copy_2d,
 };
 }  // namespace
 

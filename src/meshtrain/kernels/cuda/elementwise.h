@@ -24,4 +24,8 @@ double sum_squares(Stream s, const float* x, int64_t n);
 void adamw_step(Stream s, float* param, const float* grad, float* m, float* v, int64_t n,
                 const AdamWHyper& h);
 
+// Pitched device-to-device copy (kernel_table.h's copy_2d).
+void copy_2d(Stream s, void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch,
+             int64_t row_bytes, int64_t rows);
+
 }  // namespace meshtrain::cuda

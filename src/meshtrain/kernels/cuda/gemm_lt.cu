@@ -232,6 +232,44 @@ void gemm_colmajor(Stream s, cudaDataType_t ab, bool ta, bool tb, int64_t m, int
   }
 }
 
+// Row-major f64 and strided-batched f32 on cuBLAS (f64 has no Lt epilogue to
+// gain; batched small products are what cublas*StridedBatched is for). Row-
+// major C is column-major C^T = op(B)^T op(A)^T: operands swap, flags stay.
+void dgemm_rowmajor(Stream s, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                    const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
+                    double* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  MT_OP_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+                  ldc <= INT_MAX,
+              "dgemm", "the shape exceeds cublasDgemm's int range");
+  const cudaStream_t stream = stream_of(s);
+  DeviceHandles& h = handles(current_device());
+  std::lock_guard<std::mutex> lock(h.blas_mu);
+  MT_CUBLAS_CHECK(cublasSetStream(h.blas, stream));
+  MT_CUBLAS_CHECK(cublasDgemm(h.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha,
+                              B, static_cast<int>(ldb), A, static_cast<int>(lda), &beta, C,
+                              static_cast<int>(ldc)));
+}
+
+void sgemm_strided_batched_rowmajor(Stream s, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                    float alpha, const float* A, int64_t lda, int64_t stride_a,
+                                    const float* B, int64_t ldb, int64_t stride_b, float beta,
+                                    float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  if (M <= 0 || N <= 0 || batch <= 0) return;
+  MT_OP_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && batch <= INT_MAX,
+              "sgemm_strided_batched", "the shape exceeds cuBLAS's int range");
+  const cudaStream_t stream = stream_of(s);
+  DeviceHandles& h = handles(current_device());
+  std::lock_guard<std::mutex> lock(h.blas_mu);
+  MT_CUBLAS_CHECK(cublasSetStream(h.blas, stream));
+  MT_CUBLAS_CHECK(cublasSgemmStridedBatched(
+      h.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
+      static_cast<int>(M), static_cast<int>(K), &alpha, B, static_cast<int>(ldb), stride_b, A,
+      static_cast<int>(lda), stride_a, &beta, C, static_cast<int>(ldc), stride_c,
+      static_cast<int>(batch)));
+}
+
 void gemm_rowmajor(Stream s, cudaDataType_t ab, bool trans_a, bool trans_b, int64_t M, int64_t N,
                    int64_t K, float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
                    float beta, float* C, int64_t ldc) {

@@ -30,4 +30,14 @@ void gemm_rowmajor(Stream s, cudaDataType_t ab_type, bool trans_a, bool trans_b,
                    int64_t N, int64_t K, float alpha, const void* A, int64_t lda, const void* B,
                    int64_t ldb, float beta, float* C, int64_t ldc);
 
+// Row-major f64 GEMM and strided-batched f32 GEMM on cuBLAS.
+void dgemm_rowmajor(Stream s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                    double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
+                    double beta, double* C, int64_t ldc);
+void sgemm_strided_batched_rowmajor(Stream s, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                                    int64_t K, float alpha, const float* A, int64_t lda,
+                                    int64_t stride_a, const float* B, int64_t ldb,
+                                    int64_t stride_b, float beta, float* C, int64_t ldc,
+                                    int64_t stride_c, int64_t batch);
+
 }  // namespace meshtrain::cuda

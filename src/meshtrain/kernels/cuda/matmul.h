@@ -28,4 +28,15 @@ void sgemm(Stream s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* Cm,
            int64_t ldc);
 
+void dgemm(Stream s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+           const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* Cm,
+           int64_t ldc);
+void gemm_half(Stream s, HalfFormat fmt, bool trans_a, bool trans_b, int64_t M, int64_t N,
+               int64_t K, float alpha, const uint16_t* A, int64_t lda, const uint16_t* B,
+               int64_t ldb, float beta, float* Cm, int64_t ldc);
+void sgemm_strided_batched(Stream s, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                           float alpha, const float* A, int64_t lda, int64_t stride_a,
+                           const float* B, int64_t ldb, int64_t stride_b, float beta, float* Cm,
+                           int64_t ldc, int64_t stride_c, int64_t batch);
+
 }  // namespace meshtrain::cuda
