@@ -86,9 +86,18 @@ void cost(GemmCandidate& c, const GemmProblem& p) {
   c.words_bytes = formula_bytes(c, p);
   c.messages = messages_of(c, p);
   c.comm_s = (c.messages * p.alpha_us + c.words_bytes * p.beta_us_per_byte) * 1e-6;
-  const double steps = std::max(1.0, c.messages / 2);
-  // Overlapped: the first step's transfer and whatever exceeds the compute.
-  c.exposed_s = c.comm_s / steps + std::max(0.0, c.comm_s - c.local_s);
+  // Overlapped: what exceeds the compute, plus the step no multiply covers:
+  // SUMMA's first panel, Cannon's skew, split-k's last chunk; a ring's first
+  // step multiplies the rank's own block, so nothing waits there.
+  double uncovered = 0;
+  switch (c.algo) {
+    case GemmAlgo::Summa:
+    case GemmAlgo::TwoHalfD: uncovered = c.comm_s / std::max(1.0, std::ceil(double(p.k) / c.panel)); break;
+    case GemmAlgo::Cannon: uncovered = c.comm_s / std::max(1, c.p); break;
+    case GemmAlgo::SplitK: uncovered = c.comm_s / 4; break;
+    default: break;
+  }
+  c.exposed_s = uncovered + std::max(0.0, c.comm_s - c.local_s);
   c.total_s = c.local_s + c.exposed_s;
   c.memory_bytes = memory_of(c, p);
   c.fits = p.memory_limit_bytes <= 0 || c.memory_bytes <= p.memory_limit_bytes;

@@ -76,8 +76,9 @@ void run_splitk(const GemmCall& call) {
   const DType ab = A.dtype(), cd = C.dtype();
   const size_t csz = dtype_size(cd);
   const int64_t n = cl.cols, mb = cl.mb, kr = A.local_cols();
-  // Row chunks of every rank's block, multiplied and reduce-scattered in turn.
-  const int64_t chunk = call.panel > 0 ? std::min(call.panel, mb) : mb;
+  // Row chunks of every rank's block (4 unless `panel` sets their rows),
+  // multiplied and reduce-scattered in turn.
+  const int64_t chunk = call.panel > 0 ? std::min(call.panel, mb) : std::max<int64_t>(1, (mb + 3) / 4);
   const int64_t chunks = (mb + chunk - 1) / chunk;
   Tensor part[2], mine[2];
   for (int s = 0; s < 2; ++s) {
