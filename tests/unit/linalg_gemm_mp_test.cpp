@@ -1,168 +1,25 @@
-// test-links: mt_linalg mt_comm_testing
+// test-links: mt_linalg mt_comm_testing mt_linalg_testing
 // The distributed matrix multiply between real processes over the shm
 // transport: every algorithm x dtype x transpose on odd shapes (m, n, k not
 // multiples of the grid or the blocks, k below the block, 1 x P and P x 1
-// grids) equals a single-rank product within the error bound
-// |C - C_ref| / ((k + 2) eps (|alpha| |A| |B| + |beta| |C0|)) <= 1 (max norms; eps of
-// the accumulation type); the words each rank moves equal each algorithm's
-// formula; and SUMMA's look-ahead overlaps a slowed transport with its multiplies.
+// grids, operands in other layouts) equals a single-rank product within the
+// error bound of tests/linalg/linalg_cases.h, on 1-4, 8 and 9 ranks (the
+// last two oversubscribed). linalg_mpi_test runs the same matrix over MPI.
 #include <gtest/gtest.h>
-#include <fmt/format.h>
-
-#include <cfloat>
-#include <cmath>
-#include <cstdlib>
-#include <optional>
 
 #include "harness.h"
-#include "meshtrain/linalg/dist_gemm.h"
-#include "meshtrain/linalg/matrix_values.h"
+#include "linalg_cases.h"
 
 using namespace meshtrain;
-using namespace meshtrain::linalg;
 using comm::Communicator;
 using comm::testing::run_world;
 
 namespace {
 
-struct Case {
-  GemmAlgo algo = GemmAlgo::Auto;
-  MatrixLayout c;
-  DType dt = DType::F64;
-  bool ta = false, tb = false;
-  int64_t k = 0;
-  double alpha = 1.0, beta = 0.0;
-  int64_t panel = 0;
-  int lookahead = 1;
-  int layers = 0;
-  // Operand layouts (stored shapes); default: what the algorithm wants.
-  std::optional<MatrixLayout> a, b;
-};
-
-Case mk(GemmAlgo algo, MatrixLayout c, DType dt, bool ta, bool tb, int64_t k, double alpha = 1.0,
-        double beta = 0.0, int64_t panel = 0, int lookahead = 1, int layers = 0) {
-  Case cs;
-  cs.algo = algo;
-  cs.c = c;
-  cs.dt = dt;
-  cs.ta = ta;
-  cs.tb = tb;
-  cs.k = k;
-  cs.alpha = alpha;
-  cs.beta = beta;
-  cs.panel = panel;
-  cs.lookahead = lookahead;
-  cs.layers = layers;
-  return cs;
-}
-
-std::string describe(const Case& c) {
-  return fmt::format("{} C {} {} ta={} tb={} k={} alpha={} beta={} panel={} lookahead={}",
-                     gemm_algo_name(c.algo), c.c.str(), dtype_name(c.dt), c.ta, c.tb, c.k, c.alpha,
-                     c.beta, c.panel, c.lookahead);
-}
-
-// "" or what went wrong.
-std::string check(Context& ctx, const Case& cs) {
-  const int64_t m = cs.c.rows, n = cs.c.cols, k = cs.k;
-  auto [wa, wb] = gemm_operand_layouts(cs.algo == GemmAlgo::Auto ? GemmAlgo::Summa : cs.algo, cs.c, k, cs.panel);
-  MatrixLayout la = cs.a ? *cs.a : wa, lb = cs.b ? *cs.b : wb;
-  if (cs.ta && !cs.a) la = MatrixLayout::block_cyclic(k, m, 4, 3, cs.c.p, cs.c.q);
-  if (cs.tb && !cs.b) lb = MatrixLayout::block_cyclic(n, k, 2, 5, cs.c.p, cs.c.q);
-  DistMatrix A(la, cs.dt, ctx.rank()), B(lb, cs.dt, ctx.rank()), C(cs.c, result_dtype(cs.dt), ctx.rank());
-  A.fill([](int64_t i, int64_t j) { return matrix_value(11, i, j); });
-  B.fill([](int64_t i, int64_t j) { return matrix_value(12, i, j); });
-  C.fill([](int64_t i, int64_t j) { return matrix_value(13, i, j); });
-  const std::vector<double> a = A.gather(ctx), b = B.gather(ctx), c0 = C.gather(ctx);
-  GemmOptions o;
-  o.algo = cs.algo;
-  o.panel = cs.panel;
-  o.lookahead = cs.lookahead;
-  o.layers = cs.layers;
-  GemmResult r = gemm(ctx, cs.ta, cs.tb, cs.alpha, A, B, cs.beta, C, o);
-  const std::vector<double> got = C.gather(ctx);
-  double amax = 0, bmax = 0, cmax = 0, err = 0;
-  for (double v : a) amax = std::max(amax, std::abs(v));
-  for (double v : b) bmax = std::max(bmax, std::abs(v));
-  for (double v : c0) cmax = std::max(cmax, std::abs(v));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      long double s = 0;
-      for (int64_t l = 0; l < k; ++l) {
-        const double av = cs.ta ? a[l * m + i] : a[i * k + l];
-        const double bv = cs.tb ? b[j * k + l] : b[l * n + j];
-        s += static_cast<long double>(av) * bv;
-      }
-      const long double want = cs.alpha * s + cs.beta * c0[i * n + j];
-      err = std::max(err, static_cast<double>(std::fabs(want - got[i * n + j])));
-    }
-  const double eps = result_dtype(cs.dt) == DType::F64 ? DBL_EPSILON : FLT_EPSILON;
-  const double bound = (k + 2) * eps * (std::abs(cs.alpha) * amax * bmax + std::abs(cs.beta) * cmax);
-  if (!(err <= bound))
-    return fmt::format("{}: max error {:.3g} above the bound {:.3g} ({})\n", describe(cs), err, bound,
-                       r.note);
-  if (r.algo != cs.algo && cs.algo != GemmAlgo::Auto)
-    return fmt::format("{}: ran {}\n", describe(cs), gemm_algo_name(r.algo));
-  return "";
-}
-
-// Every factorization p x q of P.
-std::vector<std::pair<int, int>> grids(int P) {
-  std::vector<std::pair<int, int>> g;
-  for (int p = 1; p <= P; ++p)
-    if (P % p == 0) g.push_back({p, P / p});
-  return g;
-}
-
-std::vector<Case> cases_for(int P) {
-  std::vector<Case> cs;
-  const DType dts[] = {DType::F64, DType::F32, DType::BF16};
-  for (auto [p, q] : grids(P)) {
-    // SUMMA on block-cyclic blocks that fit no shape evenly, every dtype and transpose.
-    for (DType dt : dts)
-      for (int t = 0; t < 4; ++t)
-        cs.push_back(mk(GemmAlgo::Summa, MatrixLayout::block_cyclic(37, 29, 3, 5, p, q), dt, (t & 1) != 0,
-                      (t & 2) != 0, 23, 1.5, t == 3 ? -0.5 : 0.0, t == 2 ? 2 : 0, t % 3));
-    // k below the block; a block layout; no look-ahead and a deep one.
-    cs.push_back(mk(GemmAlgo::Summa, MatrixLayout::block_cyclic(11, 9, 4, 4, p, q), DType::F64, false, false, 2));
-    cs.push_back(mk(GemmAlgo::Summa, MatrixLayout::block(19, 21, p, q), DType::F32, false, true, 17, 1, 1, 0, 0));
-    cs.push_back(mk(GemmAlgo::Summa, MatrixLayout::block(19, 21, p, q), DType::F64, true, false, 17, 1, 1, 5, 3));
-  }
-  // 1D both ways, split-k, with each dtype and the transposes.
-  for (DType dt : dts) {
-    cs.push_back(mk(GemmAlgo::OneD, MatrixLayout::block(41, 13, P, 1), dt, false, false, 27, 1, 0.25));
-    cs.push_back(mk(GemmAlgo::OneD, MatrixLayout::block(13, 41, 1, P), dt, true, false, 27));
-    cs.push_back(mk(GemmAlgo::SplitK, MatrixLayout::block(14, 9, P, 1), dt, false, true, 53, -1, 2));
-    cs.push_back(mk(GemmAlgo::SplitK, MatrixLayout::block(14, 9, P, 1), dt, true, true, 53, 1, 0, 3));
-  }
-  cs.push_back(mk(GemmAlgo::OneD, MatrixLayout::block(5, 7, P, 1), DType::F64, false, false, 2));
-  // Square grids: Cannon (operands also given block-cyclic: moved first).
-  for (int s = 1; s * s <= P; ++s) {
-    if (s * s != P) continue;
-    for (DType dt : dts)
-      cs.push_back(mk(GemmAlgo::Cannon, MatrixLayout::block(31, 26, s, s), dt, false, false, 19, 1, 0.5));
-    Case moved = mk(GemmAlgo::Cannon, MatrixLayout::block(31, 26, s, s), DType::F64, false, true, 19);
-    moved.a = MatrixLayout::block_cyclic(31, 19, 2, 3, s, s);
-    cs.push_back(moved);
-    cs.push_back(mk(GemmAlgo::Cannon, MatrixLayout::block(7, 5, s, s), DType::F32, false, false, 2));
-  }
-  // 2.5D: c layers of an s x s grid wherever c s^2 == P.
-  for (int s = 1; s * s <= P; ++s)
-    if (P % (s * s) == 0 && P / (s * s) > 1) {
-      const int c = P / (s * s);
-      for (DType dt : dts)
-        cs.push_back(mk(GemmAlgo::TwoHalfD, MatrixLayout::block_cyclic(23, 17, 3, 4, s, s), dt, false,
-                      dt == DType::F32, 29, 1, 0.75, 0, 1, c));
-    }
-  return cs;
-}
-
 void run_all(int P) {
-  auto w = run_world(P, [P](Communicator& world) {
-    Context ctx(world);
-    std::string errors;
-    for (const Case& c : cases_for(P)) errors += check(ctx, c);
-    return errors;
+  auto w = run_world(P, [](Communicator& world) {
+    linalg::Context ctx(world);
+    return linalg::testing::check_all(ctx);
   }, comm::CommOptions::from_env(), 300);
   EXPECT_TRUE(w.ok()) << w.report();
 }
