@@ -9,6 +9,7 @@ PACKAGES=(
   libopenblas-openmp-dev          # GEMM (OpenMP build: shares our thread pool)
   libdnnl-dev                     # oneDNN: bf16 GEMM on AVX512_BF16 (mixed precision)
   libopenmpi-dev openmpi-bin      # MPI transport and the MPI_Allreduce peer
+  libscalapack-openmpi-dev        # ScaLAPACK pdgemm: the peer of meshtrain bench matmul
   nlohmann-json3-dev              # configs, safetensors headers, checkpoint indexes
   libcli11-dev                    # command line
   libfmt-dev                      # formatting
