@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """meshtrain's distributed multiply beside ScaLAPACK's pdgemm, same matrices
 (linalg/matrix_values.h's function of the global indices, which the peer
-shares), same grid and block size, one thread per rank, runs interleaved;
+shares), same grid and block size, the same OpenBLAS kernels (the peer gets
+meshtrain's OPENBLAS_CORETYPE), one thread per rank, runs interleaved;
 medians of --rounds. Ours: `meshtrain bench matmul -n P` (shm transport).
 The peer: `mpirun -n P build/bin/pdgemm_peer` (bench/peers/pdgemm_peer.cpp,
 built when libscalapack-openmpi-dev is installed). Both check their error.
@@ -12,6 +13,7 @@ built when libscalapack-openmpi-dev is installed). Both check their error.
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -50,6 +52,17 @@ def ours(binary, c, nb, iters):
     return last_json(subprocess.run(cmd, env=ENV, check=True, capture_output=True, text=True).stdout)
 
 
+def openblas_kernels(binary):
+    """The OpenBLAS kernels meshtrain runs on this CPU ("Cooperlake" from its
+    --version line "f32 GEMM: OpenBLAS 0.3.21 (Cooperlake kernels)"). OpenBLAS
+    0.3.21 does not know some CPUs (Emerald Rapids) and falls back to its SSE3
+    kernels, about 4x slower; meshtrain sets OPENBLAS_CORETYPE then, so the peer
+    gets the same kernels through the same variable."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"OpenBLAS [^(]*\((\w+) kernels\)", out)
+    return m.group(1) if m else None
+
+
 def peer(c, nb, iters):
     name, P, m, n, k, grid, _, _ = c
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(P), PEER, "--m", str(m), "--n",
@@ -67,6 +80,9 @@ def main():
     a = ap.parse_args()
     if not os.path.exists(PEER):
         sys.exit(f"{PEER} is missing: install libscalapack-openmpi-dev (scripts/install-deps.sh) and rebuild")
+    kernels = openblas_kernels(a.binary)
+    if kernels:
+        ENV["OPENBLAS_CORETYPE"] = kernels
     cases = QUICK if a.quick else CASES
     rounds = 1 if a.quick else a.rounds
     rows = []
@@ -88,7 +104,7 @@ def main():
                      f"{100 * pg / (P * single):.0f}%",
                      f"{o[-1]['words_per_rank'] / o[-1]['formula_words']:.2f}" if o[-1]["formula_words"] else "-"])
     print_table(f"f64, nb {a.nb}, one thread per rank, medians of {rounds} interleaved rounds x {a.iters} runs; "
-                f"{cpu_model()}",
+                f"OpenBLAS kernels {kernels or 'as it picks'} for both; {cpu_model()}",
                 ["shape", "m x n x k", "ranks", "ours", "GFLOP/s", "pdgemm grid", "pdgemm GFLOP/s", "ratio",
                  "1-rank dgemm", "ours / P x 1-rank", "pdgemm / P x 1-rank", "words / formula"], rows)
 

@@ -45,31 +45,33 @@ void run_cannon(const GemmCall& call) {
   auto kcount = [&](int block) { return al.local_cols(block); };  // columns of A's block column
   int64_t kmax = 0;
   for (int b = 0; b < s; ++b) kmax = std::max(kmax, kcount(b));
-  Tensor abuf[2], bbuf[2];
-  for (int b = 0; b < 2; ++b) {
-    abuf[b] = Tensor::zeros({std::max<int64_t>(1, lr * kmax)}, ab, MemCategory::CommBuffers, ctx.device());
-    bbuf[b] = Tensor::zeros({std::max<int64_t>(1, kmax * lc)}, ab, MemCategory::CommBuffers, ctx.device());
+  const size_t esz = dtype_size(ab);
+  void* abuf[2];
+  void* bbuf[2];
+  for (int b = 0; b < 2; ++b) {  // double buffers in scratch slots 0-3
+    abuf[b] = ctx.scratch(2 * b, static_cast<size_t>(lr * kmax) * esz);
+    bbuf[b] = ctx.scratch(2 * b + 1, static_cast<size_t>(kmax * lc) * esz);
   }
   // Skew: A(i, j) goes to (i, j - i), B(i, j) to (i - j, j); this rank then
   // holds A(i, kk) and B(kk, j) with kk = i + j.
   int kk = mod(i + j, s);
   Shift sa = shift(g.row_comm, A.local(), static_cast<size_t>(A.local_rows() * A.local_cols()),
-                   mod(j - i, s), abuf[0].raw(), static_cast<size_t>(lr * kcount(kk)), mod(j + i, s), ab);
+                   mod(j - i, s), abuf[0], static_cast<size_t>(lr * kcount(kk)), mod(j + i, s), ab);
   Shift sb = shift(g.col_comm, B.local(), static_cast<size_t>(B.local_rows() * B.local_cols()),
-                   mod(i - j, s), bbuf[0].raw(), static_cast<size_t>(kcount(kk) * lc), mod(i + j, s), ab);
+                   mod(i - j, s), bbuf[0], static_cast<size_t>(kcount(kk) * lc), mod(i + j, s), ab);
   for (comm::Work* w : {&sa.send, &sa.recv, &sb.send, &sb.recv}) wait(*w, tm);
   for (int t = 0; t < s; ++t) {
     const int cur = t % 2, nxt = 1 - cur;
     const int knext = mod(kk + 1, s);
     Shift na, nb;
     if (t + 1 < s) {  // next blocks: A from the right neighbour, B from below
-      na = shift(g.row_comm, abuf[cur].raw(), static_cast<size_t>(lr * kcount(kk)), mod(j - 1, s),
-                 abuf[nxt].raw(), static_cast<size_t>(lr * kcount(knext)), mod(j + 1, s), ab);
-      nb = shift(g.col_comm, bbuf[cur].raw(), static_cast<size_t>(kcount(kk) * lc), mod(i - 1, s),
-                 bbuf[nxt].raw(), static_cast<size_t>(kcount(knext) * lc), mod(i + 1, s), ab);
+      na = shift(g.row_comm, abuf[cur], static_cast<size_t>(lr * kcount(kk)), mod(j - 1, s),
+                 abuf[nxt], static_cast<size_t>(lr * kcount(knext)), mod(j + 1, s), ab);
+      nb = shift(g.col_comm, bbuf[cur], static_cast<size_t>(kcount(kk) * lc), mod(i - 1, s),
+                 bbuf[nxt], static_cast<size_t>(kcount(knext) * lc), mod(i + 1, s), ab);
     }
-    local_gemm(ctx, ab, false, false, lr, lc, kcount(kk), call.alpha, abuf[cur].raw(), kcount(kk),
-               bbuf[cur].raw(), lc, t == 0 ? call.beta : 1.0, C.local(), C.ld(), tm);
+    local_gemm(ctx, ab, false, false, lr, lc, kcount(kk), call.alpha, abuf[cur], kcount(kk),
+               bbuf[cur], lc, t == 0 ? call.beta : 1.0, C.local(), C.ld(), tm);
     count_overlap(tm, t + 1 < s, na.recv, nb.recv, true);
     for (comm::Work* w : {&na.send, &na.recv, &nb.send, &nb.recv}) wait(*w, tm);
     kk = knext;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernel_table.h"
 
@@ -40,6 +42,15 @@ ProcessGrid& Context::grid(int p, int q, int c) {
   g->col_comm = world_.split(g->member ? layer_id * q + g->col : -1, g->row);
   g->depth_comm = world_.split(g->member ? g->row * q + g->col : -1, g->layer);
   return *grids_.emplace(key, std::move(g)).first->second;
+}
+
+void* Context::scratch(int slot, size_t bytes) {
+  if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(static_cast<size_t>(slot) + 1);
+  Tensor& t = scratch_[static_cast<size_t>(slot)];
+  if (!t.defined() || t.nbytes() < bytes)
+    t = Tensor::zeros({static_cast<int64_t>(std::max<size_t>(bytes, 64))}, DType::U8, MemCategory::CommBuffers,
+                      device_);
+  return t.raw();
 }
 
 std::vector<const comm::Communicator*> Context::communicators() const {

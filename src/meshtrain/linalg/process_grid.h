@@ -11,6 +11,7 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/core/device.h"
+#include "meshtrain/core/tensor.h"
 
 namespace meshtrain {
 struct KernelTable;
@@ -42,12 +43,18 @@ class Context {
   ProcessGrid& grid(int p, int q, int c = 1);
   // Every communicator this context made, the world first (traffic counts).
   std::vector<const comm::Communicator*> communicators() const;
+  // Transfer buffers kept between calls (allocating and faulting in fresh
+  // pages each call cost more than a small multiply): slot `slot`, at least
+  // `bytes` on the context's device, contents undefined. Calls on one context
+  // are sequential, so an algorithm owns its slots for the call.
+  void* scratch(int slot, size_t bytes);
 
  private:
   comm::Communicator world_;
   Device device_;
   const KernelTable* kernels_;
   std::map<std::tuple<int, int, int>, std::unique_ptr<ProcessGrid>> grids_;
+  std::vector<Tensor> scratch_;
 };
 
 }  // namespace meshtrain::linalg

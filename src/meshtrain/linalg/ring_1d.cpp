@@ -8,6 +8,8 @@ namespace meshtrain::linalg::detail {
 
 // Rows variant (C, A on P x 1; B's k-blocks travel): C_r += A_r[:, block b] B_b.
 // Columns variant (C, B on 1 x P; A's k-blocks travel): C_r += A_b B_r[block b, :].
+// Look-ahead 0 waits for each transfer before multiplying (the all-gather-
+// then-GEMM baseline the overlap is measured against).
 void run_ring_1d(const GemmCall& call) {
   Context& ctx = *call.ctx;
   const MatrixLayout& cl = call.C->layout();
@@ -30,19 +32,21 @@ void run_ring_1d(const GemmCall& call) {
   auto block_elems = [&](int b) { return static_cast<size_t>(kcount(b) * (rows ? lc : lr)); };
   size_t most = 0;
   for (int b = 0; b < P; ++b) most = std::max(most, block_elems(b));
-  Tensor buf[2];
-  for (Tensor& t : buf) t = Tensor::zeros({static_cast<int64_t>(std::max<size_t>(1, most))}, ab,
-                                          MemCategory::CommBuffers, ctx.device());
+  void* buf[2] = {ctx.scratch(0, most * esz), ctx.scratch(1, most * esz)};
   const int left = (r + P - 1) % P, right = (r + 1) % P;
   const void* cur = moving.local();
   int b = r;
   for (int step = 0; step < P; ++step) {
     comm::Work sent, got;
-    void* next = buf[step % 2].raw();
+    void* next = buf[step % 2];
     const int nb = (b + 1) % P;
     if (step + 1 < P) {  // pass the current block left, take the next from the right
       if (block_elems(b) > 0) sent = ring.send(cur, block_elems(b), ab, left);
       if (block_elems(nb) > 0) got = ring.recv(next, block_elems(nb), ab, right);
+    }
+    if (call.lookahead == 0) {  // no overlap: the transfer finishes before the multiply
+      wait(sent, tm);
+      wait(got, tm);
     }
     const int64_t k0 = rows ? kl.global_row(b, 0) : kl.global_col(b, 0);
     const int64_t kb = kcount(b);
@@ -54,7 +58,7 @@ void run_ring_1d(const GemmCall& call) {
       local_gemm(ctx, ab, false, false, lr, lc, kb, call.alpha, cur, kb,
                  B.local_as<char>() + B.layout().local_row(k0) * B.ld() * esz * (kb > 0), B.ld(),
                  step == 0 ? call.beta : 1.0, C.local(), C.ld(), tm);
-    count_overlap(tm, step + 1 < P, got, sent, true);
+    count_overlap(tm, step + 1 < P, got, sent, call.lookahead > 0);
     wait(sent, tm);
     wait(got, tm);
     cur = next;
@@ -80,10 +84,11 @@ void run_splitk(const GemmCall& call) {
   // multiplied and reduce-scattered in turn.
   const int64_t chunk = call.panel > 0 ? std::min(call.panel, mb) : std::max<int64_t>(1, (mb + 3) / 4);
   const int64_t chunks = (mb + chunk - 1) / chunk;
-  Tensor part[2], mine[2];
-  for (int s = 0; s < 2; ++s) {
-    part[s] = Tensor::zeros({std::max<int64_t>(1, P * chunk * n)}, cd, MemCategory::CommBuffers, ctx.device());
-    mine[s] = Tensor::zeros({std::max<int64_t>(1, chunk * n)}, cd, MemCategory::CommBuffers, ctx.device());
+  void* part[2];
+  void* mine[2];
+  for (int s = 0; s < 2; ++s) {  // scratch slots 0-3
+    part[s] = ctx.scratch(2 * s, static_cast<size_t>(P * chunk * n) * csz);
+    mine[s] = ctx.scratch(2 * s + 1, static_cast<size_t>(chunk * n) * csz);
   }
   comm::Work pending[2];
   auto finish = [&](int64_t h) {  // chunk h's reduced rows into C
@@ -93,7 +98,7 @@ void run_splitk(const GemmCall& call) {
     if (rows == 0) return;
     char* dst = C.local_as<char>() + r0 * C.ld() * csz;
     scale(dst, cd, rows, n, C.ld(), call.beta);
-    const auto* src = static_cast<const char*>(mine[s].raw());
+    const auto* src = static_cast<const char*>(mine[s]);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < n; ++j) {
         if (cd == DType::F64)
@@ -106,7 +111,7 @@ void run_splitk(const GemmCall& call) {
   for (int64_t h = 0; h < chunks; ++h) {
     const int s = static_cast<int>(h % 2);
     if (h >= 2) finish(h - 2);  // frees this slot
-    char* out = static_cast<char*>(part[s].raw());
+    char* out = static_cast<char*>(part[s]);
     for (int dest = 0; dest < P; ++dest) {  // rows dest * mb + h * chunk ... of this rank's partial C
       const int64_t r0 = dest * mb + h * chunk;
       const int64_t rows = std::max<int64_t>(0, std::min({chunk, mb - h * chunk, cl.rows - r0}));
@@ -116,7 +121,7 @@ void run_splitk(const GemmCall& call) {
         local_gemm(ctx, ab, false, false, rows, n, kr, call.alpha,
                    A.local_as<char>() + r0 * A.ld() * esz, A.ld(), B.local(), B.ld(), 0.0, block, n, tm);
     }
-    pending[s] = group.reduce_scatter(out, mine[s].raw(), static_cast<size_t>(P * chunk * n), cd,
+    pending[s] = group.reduce_scatter(out, mine[s], static_cast<size_t>(P * chunk * n), cd,
                                       comm::ReduceOp::Sum);
   }
   for (int64_t h = std::max<int64_t>(0, chunks - 2); h < chunks; ++h) finish(h);

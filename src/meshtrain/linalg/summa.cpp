@@ -47,10 +47,11 @@ void summa_on(const GemmCall& call, ProcessGrid& g, const DistMatrix& A, const D
   int64_t wmax = 0;
   for (const Panel& p : mine) wmax = std::max(wmax, p.w);
   const int slots = std::max(1, call.lookahead + 1);
-  std::vector<Tensor> abuf(slots), bbuf(slots);
+  // Scratch slots 2s and 2s + 1 (Context::scratch) hold panel s's A and B.
+  std::vector<void*> abuf(slots), bbuf(slots);
   for (int s = 0; s < slots; ++s) {
-    abuf[s] = Tensor::zeros({std::max<int64_t>(1, lr * wmax)}, ab, MemCategory::CommBuffers, ctx.device());
-    bbuf[s] = Tensor::zeros({std::max<int64_t>(1, wmax * lc)}, ab, MemCategory::CommBuffers, ctx.device());
+    abuf[s] = ctx.scratch(2 * s, static_cast<size_t>(lr * wmax) * esz);
+    bbuf[s] = ctx.scratch(2 * s + 1, static_cast<size_t>(wmax * lc) * esz);
   }
   struct InFlight {
     comm::Work a, b;
@@ -69,7 +70,7 @@ void summa_on(const GemmCall& call, ProcessGrid& g, const DistMatrix& A, const D
       f.ap = A.local_as<char>() + A.layout().local_col(p.k0) * esz;
       f.lda = A.ld();
     } else {
-      void* buf = abuf[t % slots].raw();
+      void* buf = abuf[t % slots];
       if (g.col == a_root)
         pack(ctx, buf, A.local_as<char>() + A.layout().local_col(p.k0) * esz, A.ld(), lr, p.w, esz, tm);
       if (lr > 0) f.a = g.row_comm.broadcast(buf, static_cast<size_t>(lr * p.w), ab, a_root);
@@ -83,7 +84,7 @@ void summa_on(const GemmCall& call, ProcessGrid& g, const DistMatrix& A, const D
       if (!col_alone && lc > 0)
         f.b = g.col_comm.broadcast(const_cast<char*>(own_b), static_cast<size_t>(p.w * lc), ab, b_root);
     } else {
-      void* buf = bbuf[t % slots].raw();
+      void* buf = bbuf[t % slots];
       if (lc > 0) f.b = g.col_comm.broadcast(buf, static_cast<size_t>(p.w * lc), ab, b_root);
       f.bp = buf;
     }
