@@ -44,13 +44,19 @@ double formula_bytes(const GemmCandidate& c, const GemmProblem& p) {
 
 namespace {
 
+// Split-k's row chunks by default (ring_1d.cpp): one when the k-slice is
+// longer than C is wide or tall, else 4.
+double splitk_chunks(const GemmProblem& p) {
+  return p.k / std::max(1, p.ranks) >= std::max(p.m, p.n) ? 1.0 : 4.0;
+}
+
 double messages_of(const GemmCandidate& c, const GemmProblem& p) {
   switch (c.algo) {
     case GemmAlgo::Summa: return ((c.q > 1) + (c.p > 1)) * std::ceil(double(p.k) / c.panel);
     case GemmAlgo::Cannon: return 2.0 * c.p;
     case GemmAlgo::TwoHalfD: return 2.0 * std::ceil(double(p.k) / c.panel) / c.c + 3;
     case GemmAlgo::OneD: return p.ranks - 1;
-    case GemmAlgo::SplitK: return 4;
+    case GemmAlgo::SplitK: return splitk_chunks(p);
     case GemmAlgo::Auto: break;
   }
   return 0;
@@ -94,7 +100,7 @@ void cost(GemmCandidate& c, const GemmProblem& p) {
     case GemmAlgo::Summa:
     case GemmAlgo::TwoHalfD: uncovered = c.comm_s / std::max(1.0, std::ceil(double(p.k) / c.panel)); break;
     case GemmAlgo::Cannon: uncovered = c.comm_s / std::max(1, c.p); break;
-    case GemmAlgo::SplitK: uncovered = c.comm_s / 4; break;
+    case GemmAlgo::SplitK: uncovered = c.comm_s / splitk_chunks(p); break;
     default: break;
   }
   c.exposed_s = uncovered + std::max(0.0, c.comm_s - c.local_s);
@@ -110,28 +116,32 @@ GemmPlan plan_gemm(const GemmProblem& pr) {
            "be positive (got {}x{}x{} on {})", pr.m, pr.n, pr.k, pr.ranks);
   const int P = pr.ranks;
   std::vector<GemmCandidate> cs;
-  auto add = [&](GemmAlgo a, int p, int q, int c) {
+  auto add = [&](GemmAlgo a, int p, int q, int c, int64_t panel) {
     GemmCandidate g;
     g.algo = a;
     g.p = p;
     g.q = q;
     g.c = c;
-    g.panel = std::min<int64_t>(pr.nb, pr.k);
+    g.panel = std::min<int64_t>(panel, pr.k);
     cost(g, pr);
     cs.push_back(g);
   };
+  // SUMMA's panel width trades messages and thin multiplies (wide panels)
+  // against the first panel's uncovered transfer (narrow ones).
   for (int p = 1; p <= P; ++p)
-    if (P % p == 0) add(GemmAlgo::Summa, p, P / p, 1);
+    if (P % p == 0)
+      for (int64_t w : {pr.nb / 2, pr.nb, pr.nb * 2})
+        if (w >= 1 && (w == pr.nb || w < pr.k)) add(GemmAlgo::Summa, p, P / p, 1, w);
   if (P > 1) {
-    add(GemmAlgo::OneD, P, 1, 1);
-    add(GemmAlgo::OneD, 1, P, 1);
-    add(GemmAlgo::SplitK, P, 1, 1);
+    add(GemmAlgo::OneD, P, 1, 1, pr.nb);
+    add(GemmAlgo::OneD, 1, P, 1, pr.nb);
+    add(GemmAlgo::SplitK, P, 1, 1, pr.nb);
   }
   for (int s = 2; s * s <= P; ++s)
-    if (s * s == P) add(GemmAlgo::Cannon, s, s, 1);
+    if (s * s == P) add(GemmAlgo::Cannon, s, s, 1, pr.nb);
   for (int s = 1; s * s <= P; ++s)
     for (int c = 2; c * s * s <= P; c *= 2)
-      if (c * s * s == P) add(GemmAlgo::TwoHalfD, s, s, c);
+      if (c * s * s == P) add(GemmAlgo::TwoHalfD, s, s, c, pr.nb);
   std::stable_sort(cs.begin(), cs.end(), [](const GemmCandidate& a, const GemmCandidate& b) {
     if (a.fits != b.fits) return a.fits;
     return a.total_s < b.total_s;

@@ -80,9 +80,15 @@ void run_splitk(const GemmCall& call) {
   const DType ab = A.dtype(), cd = C.dtype();
   const size_t csz = dtype_size(cd);
   const int64_t n = cl.cols, mb = cl.mb, kr = A.local_cols();
-  // Row chunks of every rank's block (4 unless `panel` sets their rows),
-  // multiplied and reduce-scattered in turn.
-  const int64_t chunk = call.panel > 0 ? std::min(call.panel, mb) : std::max<int64_t>(1, (mb + 3) / 4);
+  // Row chunks of every rank's block, multiplied and reduce-scattered in
+  // turn (`panel` rows each when set). By default one chunk when the k-slice
+  // is longer than C is wide or tall: the transfer (m n words against m n k
+  // flops) is then a sliver of the time, and each extra chunk makes the BLAS
+  // pack the whole B slice again (1024 x 1024 x 65536 on 2 ranks: 4 chunks ran
+  // at 86-91 GFLOP/s, 1 at 103-114). Otherwise 4 chunks.
+  const int64_t chunk = call.panel > 0 ? std::min(call.panel, mb)
+                        : A.layout().cols / P >= std::max(cl.rows, n) ? mb  // the same on every rank
+                                                     : std::max<int64_t>(1, (mb + 3) / 4);
   const int64_t chunks = (mb + chunk - 1) / chunk;
   void* part[2];
   void* mine[2];
