@@ -1,6 +1,6 @@
 // test-links: mt_linalg mt_comm_testing
-// What the distributed multiply moves and when: the bytes each rank's
-// communicators count equal each algorithm's formula (and SUMMA's and
+// What the distributed multiply moves and when: the bytes and messages each
+// rank's communicators count equal each algorithm's formula (and SUMMA's and
 // Cannon's stay within 1.1x of the 2D bound 2n^2/sqrt(P) words), and with
 // the transport slowed by the comm test hook SUMMA's look-ahead finishes
 // sooner than without it, its next panel's broadcasts under way during
@@ -71,6 +71,8 @@ TEST(linalg, summa_and_cannon_move_what_their_formulas_say_on_2x2) {
     const int row = ctx.rank() / 2, col = ctx.rank() % 2;
     const double blk = 32.0 * 32 * 8;
     e += expect_bytes("cannon", c, blk * ((row != 0) + (col != 0) + 2));
+    if (c.r.traffic.messages != (row != 0) + (col != 0) + 2)
+      e += fmt::format("cannon: {} sends, want {}\n", c.r.traffic.messages, (row != 0) + (col != 0) + 2);
     if (c.r.traffic.bytes > 1.1 * bound) e += "cannon: above 1.1x the 2D bound\n";
     return e;
   });
@@ -87,10 +89,12 @@ TEST(linalg, ring_and_splitk_move_what_their_formulas_say_on_3_ranks) {
     Product ring = multiply(ctx, GemmAlgo::OneD, MatrixLayout::block(30, 20, P, 1), 50, DType::F32);
     auto krows = [](int b) { return b < 2 ? 17.0 : 16.0; };
     e += expect_bytes("1d", ring, (krows(r) + krows((r + 1) % P)) * 20 * 4);
+    if (ring.r.traffic.messages != P - 1) e += fmt::format("1d: {} sends, want {}\n", ring.r.traffic.messages, P - 1);
     // Split-k: C's 31 rows in blocks of 11 over 3 ranks, chunks of 4 rows:
     // 3 reduce-scatters of P x 4 x 9 f32, (P - 1) / P of each counted.
     Product sk = multiply(ctx, GemmAlgo::SplitK, MatrixLayout::block(31, 9, P, 1), 40, DType::BF16, 4);
     e += expect_bytes("splitk", sk, 3 * (P * 4 * 9 * 4.0) * (P - 1) / P);
+    if (sk.r.traffic.messages != 3) e += fmt::format("splitk: {} reduce-scatters, want 3\n", sk.r.traffic.messages);
     return e;
   });
   EXPECT_TRUE(w.ok()) << w.report();
