@@ -132,6 +132,12 @@ inline std::vector<Case> cases_for(int P) {
     cs.push_back(mk(GemmAlgo::SplitK, MatrixLayout::block(14, 9, P, 1), dt, true, true, 53, 1, 0, 3));
   }
   cs.push_back(mk(GemmAlgo::OneD, MatrixLayout::block(5, 7, P, 1), DType::F64, false, false, 2));
+  // C in blocks larger than m / P (the last ranks hold fewer rows or none),
+  // or, on one rank, in small blocks (one grid row holds them all in order).
+  const int64_t big = P > 1 ? (41 + P - 2) / (P - 1) : 3;
+  cs.push_back(mk(GemmAlgo::OneD, MatrixLayout::block_cyclic(41, 13, big, 13, P, 1), DType::F32, false, true, 27));
+  cs.push_back(mk(GemmAlgo::OneD, MatrixLayout::block_cyclic(13, 41, 13, big, 1, P), DType::F64, false, false, 27));
+  cs.push_back(mk(GemmAlgo::SplitK, MatrixLayout::block_cyclic(41, 9, big, 9, P, 1), DType::F64, false, false, 30));
   // Square grids: Cannon (operands also given block-cyclic: moved first).
   for (int s = 1; s * s <= P; ++s) {
     if (s * s != P) continue;
@@ -141,6 +147,9 @@ inline std::vector<Case> cases_for(int P) {
     moved.a = MatrixLayout::block_cyclic(31, 19, 2, 3, s, s);
     cs.push_back(moved);
     cs.push_back(mk(GemmAlgo::Cannon, MatrixLayout::block(7, 5, s, s), DType::F32, false, false, 2));
+    const int64_t tall = s > 1 ? (31 + s - 2) / (s - 1) : 4;  // oversized blocks, or small ones on 1 x 1
+    cs.push_back(mk(GemmAlgo::Cannon, MatrixLayout::block_cyclic(31, 26, tall, 26 / s + 1, s, s), DType::F64,
+                    true, false, 19));
   }
   // 2.5D: c layers of an s x s grid wherever c s^2 == P.
   for (int s = 1; s * s <= P; ++s)

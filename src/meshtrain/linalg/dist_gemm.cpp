@@ -53,11 +53,18 @@ std::pair<MatrixLayout, MatrixLayout> operand_layouts(GemmAlgo algo, const Matri
       return {MatrixLayout::block_cyclic(m, k, C.mb, kb, p, q),
               MatrixLayout::block_cyclic(k, n, kb, C.nb, p, q)};
     }
-    case GemmAlgo::Cannon:
-      return {MatrixLayout::block(m, k, p, q), MatrixLayout::block(k, n, p, q)};
+    case GemmAlgo::Cannon: {
+      // A's rows and B's columns blocked as C's (any block that fits one per rank).
+      const int64_t kb = std::max<int64_t>(1, (k + p - 1) / p);
+      return {MatrixLayout::block_cyclic(m, k, C.mb, kb, p, q),
+              MatrixLayout::block_cyclic(k, n, kb, C.nb, p, q)};
+    }
     case GemmAlgo::OneD:
-      if (q == 1) return {MatrixLayout::block(m, k, P, 1), MatrixLayout::block(k, n, P, 1)};
-      return {MatrixLayout::block(m, k, 1, P), MatrixLayout::block(k, n, 1, P)};
+      if (q == 1)
+        return {MatrixLayout::block_cyclic(m, k, C.mb, std::max<int64_t>(1, k), P, 1),
+                MatrixLayout::block(k, n, P, 1)};
+      return {MatrixLayout::block(m, k, 1, P),
+              MatrixLayout::block_cyclic(k, n, std::max<int64_t>(1, k), C.nb, 1, P)};
     case GemmAlgo::SplitK:
       return {MatrixLayout::block(m, k, 1, P), MatrixLayout::block(k, n, P, 1)};
     case GemmAlgo::Auto: break;

@@ -40,7 +40,11 @@ bool MatrixLayout::coords(int rank, int& prow, int& pcol) const {
   return true;
 }
 
-bool MatrixLayout::is_block() const { return mb * p >= rows && nb * q >= cols; }
+// A single grid row (column) holds every row (column) in order whatever the
+// block size, so it counts as one block.
+bool MatrixLayout::is_block() const {
+  return (p == 1 || mb * p >= rows) && (q == 1 || nb * q >= cols);
+}
 
 std::string MatrixLayout::str() const {
   return fmt::format("{}x{} in {}x{} blocks on {}x{}", rows, cols, mb, nb, p, q);

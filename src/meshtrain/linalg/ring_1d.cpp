@@ -79,7 +79,8 @@ void run_splitk(const GemmCall& call) {
   GemmTimes& tm = *call.times;
   const DType ab = A.dtype(), cd = C.dtype();
   const size_t csz = dtype_size(cd);
-  const int64_t n = cl.cols, mb = cl.mb, kr = A.local_cols();
+  // Rows per rank: the block (one grid row holds them all whatever its mb).
+  const int64_t n = cl.cols, mb = P == 1 ? cl.rows : cl.mb, kr = A.local_cols();
   // Row chunks of every rank's block, multiplied and reduce-scattered in
   // turn (`panel` rows each when set). By default one chunk when the k-slice
   // is longer than C is wide or tall: the transfer (m n words against m n k
