@@ -319,6 +319,8 @@ void register_bench_matmul(CLI::App& bench) {
     linalg::gemm_algo_from_name(o->algo);  // a wrong name fails before anything launches
     matmul_bench::parse_grid(o->grid);
     const DType dt = dtype_from_name(o->dtype);
+    linalg::check_gemm_dtype(dt);
+    MT_CHECK(o->batch == 0 || dt == DType::F32, "bench matmul --batch: f32 only (got {})", o->dtype);
     const bool in_job = std::getenv("MESHTRAIN_RANK") || std::getenv("OMPI_COMM_WORLD_RANK");
     if (!in_job && o->single_gflops <= 0)
       o->single_gflops = o->batch > 0 ? matmul_bench::single_rank_batched_gflops(*o)

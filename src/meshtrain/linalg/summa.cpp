@@ -97,7 +97,8 @@ void summa_on(const GemmCall& call, ProcessGrid& g, const DistMatrix& A, const D
     wait(f.b, tm);
     local_gemm(ctx, ab, false, false, lr, lc, mine[t].w, call.alpha, f.ap, f.lda, f.bp, lc,
                t == 0 ? beta : 1.0, C.local(), C.ld(), tm);
-    count_overlap(tm, t + 1 < n, flight[(t + 1) % slots].a, flight[(t + 1) % slots].b, slots > 1);
+    count_overlap(tm, t + 1 < n, flight[(t + 1) % slots].a, flight[(t + 1) % slots].b,
+                  slots > 1 && !(row_alone && col_alone));
     f = InFlight{};
     if (t + slots < n) issue(t + slots);
   }
