@@ -3,6 +3,7 @@
 // test skips, with the reason, where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -14,6 +15,7 @@
 #include "meshtrain/kernels/cpu/elementwise.h"
 #include "meshtrain/kernels/cpu/encoder.h"
 #include "meshtrain/kernels/cpu/gelu.h"
+#include "meshtrain/kernels/cpu/gemm_general.h"
 #include "meshtrain/kernels/cpu/kv_heads.h"
 #include "meshtrain/kernels/cpu/layernorm.h"
 #include "meshtrain/kernels/cpu/matmul.h"
@@ -223,6 +225,83 @@ TEST(cuda_kernels, sgemm_row_major_strided) {
       gpu().sgemm(stream(), ta, tb, M, N, K, alpha, gA.get(), lda, gB.get(), ldb, beta, gC.get(), ldc);
       EXPECT_TRUE(within(gC.host(), want, gemm_bound(abs_sum, K, extra)));
     }
+}
+
+// The distributed multiply's local work (linalg/): f64, 16-bit operands at any
+// leading dimension, strided batches, pitched copies.
+TEST(cuda_kernels, dgemm_row_major_strided) {
+  MT_REQUIRE_GPU();
+  const int64_t M = 33, N = 37, K = 20;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a " << ta << " trans_b " << tb);
+      const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
+      const auto Af = uniform((ta ? K : M) * lda, 31), Bf = uniform((tb ? N : K) * ldb, 32);
+      const auto Cf = uniform(M * ldc, 33);
+      std::vector<double> A(Af.begin(), Af.end()), B(Bf.begin(), Bf.end()), C0(Cf.begin(), Cf.end());
+      std::vector<double> want = C0;
+      cpu::dgemm(ta, tb, M, N, K, 0.75, A.data(), lda, B.data(), ldb, -0.5, want.data(), ldc);
+      DeviceBuffer<double> gA(A), gB(B), gC(C0);
+      gpu().dgemm(stream(), ta, tb, M, N, K, 0.75, gA.get(), lda, gB.get(), ldb, -0.5, gC.get(), ldc);
+      const std::vector<double> got = gC.host();
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+      EXPECT_LT(worst, 16.0 * std::sqrt(double(K)) * 0x1p-53 * (K + 1)) << "f64 sums of K terms below 1";
+    }
+}
+
+class cuda_kernels_gemm_half : public ::testing::TestWithParam<HalfFormat> {};
+INSTANTIATE_TEST_SUITE_P(formats, cuda_kernels_gemm_half, ::testing::Values(HalfFormat::BF16, HalfFormat::F16));
+
+TEST_P(cuda_kernels_gemm_half, gemm_half_row_major_strided) {
+  MT_REQUIRE_GPU();
+  const HalfFormat fmt = GetParam();
+  const int64_t M = 29, N = 35, K = 48;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a " << ta << " trans_b " << tb);
+      const int64_t lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 4, ldc = N + 1;
+      const auto A = halves(fmt, uniform((ta ? K : M) * lda, 34)), B = halves(fmt, uniform((tb ? N : K) * ldb, 35));
+      const auto C0 = uniform(M * ldc, 36);
+      std::vector<float> want = C0, abs_sum(M * ldc, 0.f);
+      cpu::gemm_half_general(fmt, ta, tb, M, N, K, 1.25f, A.data(), lda, B.data(), ldb, 0.5f, want.data(), ldc);
+      cpu::sgemm(ta, tb, M, N, K, 1.25f, abs_of(widen(fmt, A)).data(), lda, abs_of(widen(fmt, B)).data(), ldb,
+                 0.f, abs_sum.data(), ldc);
+      std::vector<float> extra = C0;
+      for (auto& x : extra) x *= 0.5f;
+      HB gA(A), gB(B);
+      FB gC(C0);
+      gpu().gemm_half(stream(), fmt, ta, tb, M, N, K, 1.25f, gA.get(), lda, gB.get(), ldb, 0.5f, gC.get(), ldc);
+      EXPECT_TRUE(within(gC.host(), want, gemm_bound(abs_sum, K, extra)));
+    }
+}
+
+TEST(cuda_kernels, sgemm_strided_batched) {
+  MT_REQUIRE_GPU();
+  const int64_t M = 9, N = 11, K = 13, batch = 7, sa = M * K + 3, sb = K * N + 2, sc = M * N + 5;
+  const auto A = uniform(batch * sa, 37), B = uniform(batch * sb, 38), C0 = uniform(batch * sc, 39);
+  std::vector<float> want = C0, abs_sum(C0.size(), 0.f);
+  cpu::sgemm_strided_batched(false, true, M, N, K, 1.f, A.data(), K, sa, B.data(), K, sb, 0.25f, want.data(), N,
+                             sc, batch);
+  const auto aA = abs_of(A), aB = abs_of(B);
+  cpu::sgemm_strided_batched(false, true, M, N, K, 1.f, aA.data(), K, sa, aB.data(), K, sb, 0.f, abs_sum.data(), N,
+                             sc, batch);
+  std::vector<float> extra = C0;
+  for (auto& x : extra) x *= 0.25f;
+  FB gA(A), gB(B), gC(C0);
+  gpu().sgemm_strided_batched(stream(), false, true, M, N, K, 1.f, gA.get(), K, sa, gB.get(), K, sb, 0.25f,
+                              gC.get(), N, sc, batch);
+  EXPECT_TRUE(within(gC.host(), want, gemm_bound(abs_sum, K, extra)));
+}
+
+TEST(cuda_kernels, copy_2d_pitched) {
+  MT_REQUIRE_GPU();
+  const auto src = uniform(10 * 16, 40);
+  FB g_src(src), g_dst(10 * 7);
+  gpu().copy_2d(stream(), g_dst.get(), 7 * sizeof(float), g_src.get() + 3, 16 * sizeof(float), 5 * sizeof(float), 10);
+  const auto got = g_dst.host();
+  for (int r = 0; r < 10; ++r)
+    for (int c = 0; c < 7; ++c) EXPECT_EQ(got[r * 7 + c], c < 5 ? src[r * 16 + 3 + c] : 0.f);
 }
 
 // ---- Normalization and activations --------------------------------------
