@@ -54,6 +54,7 @@ TEST(linalg, dgemm_entry_matches_naive_with_transposes_and_leading_dimensions) {
     naive(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, -0.5, want, ldc);
     k.dgemm(Stream{}, ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, -0.5, C.data(), ldc);
     for (int64_t i = 0; i < M; ++i)
+      // f64 sums of K = 9 products below 1 in another order: ~K ulp, far under 1e-13.
       for (int64_t j = 0; j < N; ++j) EXPECT_NEAR(C[i * ldc + j], want[i * ldc + j], 1e-13) << t;
   }
 }
@@ -72,6 +73,8 @@ TEST(linalg, gemm_half_entry_equals_f32_product_of_the_rounded_operands) {
   std::vector<double> want(C.begin(), C.end());
   naive(false, true, M, N, K, 2.0, ar.data(), K, br.data(), K, 1.0, want, N);
   k.gemm_half(Stream{}, HalfFormat::BF16, false, true, M, N, K, 2.f, A.data(), K, B.data(), K, 1.f, C.data(), N);
+  // Both sides multiply the same rounded operands; f32 accumulation of K terms
+  // below 1 in another order (oneDNN's blocking) differs by ~K f32 ulp (1.2e-7).
   for (size_t i = 0; i < C.size(); ++i) EXPECT_NEAR(C[i], want[i], 2e-5 * K) << i;
 }
 
@@ -89,6 +92,7 @@ TEST(linalg, strided_batched_entry_equals_one_product_at_a_time) {
   k.sgemm_strided_batched(Stream{}, true, false, M, N, K, 1.f, A.data(), M, sa, B.data(), N, sb, 0.25f,
                           C.data(), N, sc, batch);
   for (int64_t b = 0; b < batch; ++b)
+    // f32 sums of K = 7 products below 1 against long double: a few f32 ulp.
     for (int64_t i = 0; i < M * N; ++i) EXPECT_NEAR(C[b * sc + i], want[b * sc + i], 1e-5);
 }
 
@@ -125,6 +129,8 @@ TEST(linalg, batch_shares_cover_every_product_once_and_balance) {
       EXPECT_EQ(b.offset, next);
       double f = 0;
       for (size_t i = b.offset; i < b.offset + b.count; ++i) f += double(shapes[i].m) * shapes[i].n * shapes[i].k;
+      // Contiguous ranges can miss an equal split by at most one product's
+      // share; the big one is 4% of the flops here.
       EXPECT_NEAR(f / total, 1.0 / P, 0.05) << "rank " << r << " of " << P;
       next += b.count;
     }

@@ -40,8 +40,7 @@ TEST(linalg, bad_calls_say_what_is_wrong) {
             std::string::npos);
   GemmOptions cannon;
   cannon.algo = GemmAlgo::Cannon;
-  DistMatrix Ccyc(MatrixLayout::block_cyclic(4, 2, 1, 1, 1, 1), DType::F64, 0);
-  Ccyc = DistMatrix(MatrixLayout::block_cyclic(4, 4, 1, 1, 1, 1), DType::F64, 0);
+  DistMatrix Ccyc(MatrixLayout::block_cyclic(4, 4, 1, 1, 1, 1), DType::F64, 0);
   DistMatrix B4 = o.make(3, 4);
   EXPECT_EQ(error_of([&] { gemm(o.ctx, false, false, 1, A, B4, 0, Ccyc, cannon); }), "no error")
       << "a 1 x 1 grid holds any layout as one block";

@@ -92,10 +92,9 @@ namespace {
 // The algorithm for C's layout when the caller left it to us: the shape of
 // C's grid decides (1D grids: the ring; square block grids: Cannon; else
 // SUMMA). The planner (gemm_plan.h) picks the grid itself.
-GemmAlgo choose_for_layout(const MatrixLayout& C, int world_size) {
+GemmAlgo choose_for_layout(const MatrixLayout& C) {
   if ((C.p == 1 || C.q == 1) && C.is_block() && C.p * C.q > 1) return GemmAlgo::OneD;
   if (C.p == C.q && C.is_block() && C.p > 1) return GemmAlgo::Cannon;
-  (void)world_size;
   return GemmAlgo::Summa;
 }
 
@@ -118,7 +117,7 @@ GemmResult gemm(Context& ctx, bool trans_a, bool trans_b, double alpha, const Di
   MT_CHECK(cl.p * cl.q <= ctx.size(), "distributed gemm: C's {}x{} grid needs more than the job's "
            "{} ranks", cl.p, cl.q, ctx.size());
   GemmResult res;
-  GemmAlgo algo = opts.algo == GemmAlgo::Auto ? choose_for_layout(cl, ctx.size()) : opts.algo;
+  GemmAlgo algo = opts.algo == GemmAlgo::Auto ? choose_for_layout(cl) : opts.algo;
   int layers = 1;
   if (algo == GemmAlgo::TwoHalfD)
     layers = opts.layers > 0 ? opts.layers : std::max(1, ctx.size() / (cl.p * cl.q));

@@ -97,7 +97,7 @@ DistMatrix redistribute(Context& ctx, const DistMatrix& a, const MatrixLayout& t
   MT_CHECK(to.p * to.q <= ctx.size() && from.p * from.q <= ctx.size(),
            "redistribute: the layouts need more ranks than the job's {}", ctx.size());
   DistMatrix out(to, a.dtype(), ctx.rank(), ctx.device());
-  const int n = ctx.size(), me = ctx.rank();
+  const int n = ctx.size();
   const size_t esz = dtype_size(a.dtype());
   const Mapping map{from, to, transpose};
   // Sender order: its local elements row-major, i.e. source (i, j) ascending.
@@ -140,7 +140,6 @@ DistMatrix redistribute(Context& ctx, const DistMatrix& a, const MatrixLayout& t
     for (int64_t lj = 0; lj < out.local_cols(); ++lj)
       for (int64_t li = 0; li < out.local_rows(); ++li) take(li, lj);
   }
-  (void)me;
   return out;
 }
 

@@ -10,6 +10,9 @@ namespace meshtrain::linalg::detail {
 
 namespace {
 
+// Scratch slot of 2.5D's reduced C, past the panel buffers (2 per look-ahead slot).
+constexpr int kReduceSlot = 64;
+
 struct Panel {
   int64_t k0, w;
 };
@@ -144,10 +147,10 @@ void run_25d(const GemmCall& call, int c) {
   const size_t count = static_cast<size_t>(C->local_rows() * C->local_cols());
   if (count == 0) return;
   if (g.layer == 0) {
-    Tensor sum = Tensor::zeros({static_cast<int64_t>(count)}, C->dtype(), MemCategory::CommBuffers, ctx.device());
-    wait(g.depth_comm.reduce(C->local(), sum.raw(), count, C->dtype(), comm::ReduceOp::Sum, 0), tm);
     const auto bytes = static_cast<int64_t>(count * dtype_size(C->dtype()));
-    ctx.kernels().copy_2d(default_stream(ctx.device()), C->local(), bytes, sum.raw(), bytes, bytes, 1);
+    void* sum = ctx.scratch(kReduceSlot, static_cast<size_t>(bytes));
+    wait(g.depth_comm.reduce(C->local(), sum, count, C->dtype(), comm::ReduceOp::Sum, 0), tm);
+    ctx.kernels().copy_2d(default_stream(ctx.device()), C->local(), bytes, sum, bytes, bytes, 1);
   } else {
     wait(g.depth_comm.reduce(C->local(), nullptr, count, C->dtype(), comm::ReduceOp::Sum, 0), tm);
   }
