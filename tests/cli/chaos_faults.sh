@@ -43,7 +43,7 @@ grep -q "not resuming from .*step_00000012: .*no index.json" "$d.log2" || { cat 
 grep -q "resumed from .*step_00000008 at step 8" "$d.log2" || fail "did not resume from step 8"
 same_losses_30 "$d/metrics.jsonl" "$TMP/ref/metrics.jsonl" 1 0 || fail "torn: losses differ"
 cmp -s "$d/model.safetensors" "$TMP/ref/model.safetensors" || fail "torn: final model differs"
-ls "$d/ckpt/step_00000012" | grep -q "\.tmp\." && fail "temporary shard files left behind"
+ls "$d/ckpt/step_00000012" | grep "\.tmp\." >/dev/null && fail "temporary shard files left behind"
 
 # 5. Slot 2 keeps failing (killed at step 10, then broken): continue on 2
 # ranks with micro_batch 3, the same global batch of 6 sequences.

@@ -12,10 +12,10 @@ test -f "$TMP/a/step_00000000/index.json" || fail "no index after import"
 grep -q step_00000000 "$TMP/a/latest" || fail "latest does not name step_00000000"
 
 out=$("$BIN" ckpt inspect "$TMP/a" 2>&1) || { echo "$out"; fail "inspect of a good root failed"; }
-echo "$out" | grep -q "complete" || fail "inspect does not say complete: $out"
+echo "$out" | grep "complete" >/dev/null || fail "inspect does not say complete: $out"
 out=$("$BIN" ckpt inspect "$TMP/a/step_00000000" 2>&1) || { echo "$out"; fail "inspect of a step dir failed"; }
 for want in "h.1.mlp.c_proj.weight" "shard_0_of_1.safetensors" "crc32c" "mesh dp=1" "(64, 16)"; do
-  echo "$out" | grep -qF "$want" || fail "inspect output lacks '$want'"
+  echo "$out" | grep -F "$want" >/dev/null || fail "inspect output lacks '$want'"
 done
 "$BIN" ckpt inspect "$TMP/a" --json | python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin]; assert r[0]["status"]=="complete" and r[0]["world_size"]==1, r' \
   || fail "inspect --json"
@@ -39,14 +39,14 @@ import sys
 p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[-100] ^= 0x04; open(p, "wb").write(b)
 PY
 out=$("$BIN" ckpt inspect "$TMP/bad" 2>&1) && fail "inspect of a corrupt checkpoint exited 0"
-echo "$out" | grep -q "checksum mismatch" || fail "no checksum mismatch in: $out"
-echo "$out" | grep -q "shard_0_of_1.safetensors" || fail "corrupt file not named in: $out"
+echo "$out" | grep "checksum mismatch" >/dev/null || fail "no checksum mismatch in: $out"
+echo "$out" | grep "shard_0_of_1.safetensors" >/dev/null || fail "corrupt file not named in: $out"
 "$BIN" ckpt export "$TMP/bad/step_00000000" --to "$TMP/x.safetensors" >/dev/null 2>&1 && fail "export of a corrupt checkpoint succeeded"
 
 # No index: incomplete.
 rm "$TMP/bad/step_00000000/index.json"
 out=$("$BIN" ckpt inspect "$TMP/bad" 2>&1) && fail "inspect of a torn checkpoint exited 0"
-echo "$out" | grep -q "incomplete" || fail "torn checkpoint not reported incomplete: $out"
+echo "$out" | grep "incomplete" >/dev/null || fail "torn checkpoint not reported incomplete: $out"
 
 # Usage errors exit 2.
 "$BIN" ckpt export "$TMP/a" --to "$TMP/y.safetensors" --format bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad --format should exit 2"

@@ -19,6 +19,6 @@ expect 2 data
 expect 0 data --help
 expect 0 data prepare --help
 out=$("$BIN" data prepare --bogus 2>&1)
-echo "$out" | grep -q "usage" || { echo "FAIL: no usage hint in: $out"; fail=1; }
+echo "$out" | grep "usage" >/dev/null || { echo "FAIL: no usage hint in: $out"; fail=1; }
 [ $fail -eq 0 ] && echo PASS
 exit $fail

@@ -22,7 +22,7 @@ cpu_level=$(sed -n 's/^  dispatch level: \([a-z0-9]*\).*/\1/p' "$TMP/v")
 if [ "$cpu_level" != scalar ] && grep -q "f32 GEMM: OpenBLAS [0-9.]* (Prescott kernels)" "$TMP/v"; then
   fail "OpenBLAS runs its generic kernels on a $cpu_level CPU"
 fi
-OPENBLAS_CORETYPE=Nehalem "$BIN" --version | grep -q "(Nehalem kernels)" \
+OPENBLAS_CORETYPE=Nehalem "$BIN" --version | grep "(Nehalem kernels)" >/dev/null \
   || fail "a user's OPENBLAS_CORETYPE was not kept"
 
 if MESHTRAIN_ISA=sse9 "$BIN" --version >"$TMP/bad" 2>&1; then fail "MESHTRAIN_ISA=sse9 accepted"; fi

@@ -10,7 +10,7 @@ source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 grep -qE "bf16 GEMM: oneDNN .* avx512_bf16|fallback: fp32 sgemm" "$TMP/gemm" || { cat "$TMP/gemm"; fail "no GEMM path named"; }
 grep -q "fc dW (TN)" "$TMP/gemm" || { cat "$TMP/gemm"; fail "no weight-gradient GEMM row"; }
 # The dispatch level (the CPU's, or MESHTRAIN_ISA's cap) decides the path.
-if "$BIN" --version | grep -q "dispatch level: avx512bf16"; then
+if "$BIN" --version | grep "dispatch level: avx512bf16" >/dev/null; then
   grep -q "bf16 GEMM: oneDNN" "$TMP/gemm" || { cat "$TMP/gemm"; fail "AVX512_BF16 level but the oneDNN path did not run"; }
 else
   grep -q "fallback: fp32 sgemm" "$TMP/gemm" || { cat "$TMP/gemm"; fail "below avx512bf16 but the fallback is not reported"; }

@@ -7,12 +7,12 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, TMP (removed at exit), fail
 
 out=$("$BIN" schedule --pp 4 --micro-batches 8 --schedule 1f1b)
-echo "$out" | grep -q "^stage  3 | \.    \.    \.    F0   B0   -    F1" || { echo "$out"; fail "1f1b timeline of stage 3"; }
-echo "$out" | grep -q "step 33 ms; bubble 37.5% of the compute (formula 37.5%)" || { echo "$out"; fail "1f1b bubble"; }
-echo "$out" | grep -q "held per stage at most: 4, 3, 2, 1" || fail "1f1b in-flight micro-batches"
-"$BIN" schedule --pp 4 --micro-batches 8 --schedule gpipe | grep -q "(formula 37.5%).*at most: 8, 8, 8, 8" ||
+echo "$out" | grep "^stage  3 | \.    \.    \.    F0   B0   -    F1" >/dev/null || { echo "$out"; fail "1f1b timeline of stage 3"; }
+echo "$out" | grep "step 33 ms; bubble 37.5% of the compute (formula 37.5%)" >/dev/null || { echo "$out"; fail "1f1b bubble"; }
+echo "$out" | grep "held per stage at most: 4, 3, 2, 1" >/dev/null || fail "1f1b in-flight micro-batches"
+"$BIN" schedule --pp 4 --micro-batches 8 --schedule gpipe | grep "(formula 37.5%).*at most: 8, 8, 8, 8" >/dev/null ||
   fail "gpipe bubble or memory"
-"$BIN" schedule --pp 4 --micro-batches 8 --schedule interleaved --chunks 2 | grep -q "bubble 18.8% of the compute (formula 18.8%)" ||
+"$BIN" schedule --pp 4 --micro-batches 8 --schedule interleaved --chunks 2 | grep "bubble 18.8% of the compute (formula 18.8%)" >/dev/null ||
   fail "interleaved bubble"
 zb=$("$BIN" schedule --pp 4 --micro-batches 8 --schedule zb-h1)
 python3 - "$zb" <<'PY' || fail "zb-h1 is not below 1f1b's bubble with 1f1b's first-stage memory"
@@ -22,7 +22,7 @@ assert m, sys.argv[1]
 assert float(m.group(1)) < 37.5, m.group(1)
 assert all(int(x) <= 4 for x in m.group(2).split(", ")), m.group(2)
 PY
-echo "$zb" | grep -q "^stage  0 | F0   F1   F2   F3 " || fail "zb-h1 timeline"
+echo "$zb" | grep "^stage  0 | F0   F1   F2   F3 " >/dev/null || fail "zb-h1 timeline"
 
 # Instructions: sends and receives explicit, the step last.
 "$BIN" schedule --pp 2 --micro-batches 2 --schedule gpipe --instructions >"$TMP/instr.txt"
@@ -33,7 +33,7 @@ grep -q "^rank 1 instructions: recv F0 <- 0, F0, recv F1 <- 0, F1, B0, send B0 -
   { cat "$TMP/instr.txt"; fail "gpipe instructions of rank 1"; }
 
 # The trace: one complete slice per op, named per stage.
-"$BIN" schedule --pp 2 --micro-batches 4 --schedule zb-h1 --trace "$TMP/trace.json" | grep -q "trace: $TMP/trace.json" ||
+"$BIN" schedule --pp 2 --micro-batches 4 --schedule zb-h1 --trace "$TMP/trace.json" | grep "trace: $TMP/trace.json" >/dev/null ||
   fail "no trace line"
 python3 - "$TMP/trace.json" <<'PY' || fail "trace contents"
 import json, sys

@@ -18,7 +18,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "skipped: no GPU visible (nvidia-smi -L fails)"
   exit 77
 fi
-"$BIN" --version | grep -qE "^ *cuda: .* [1-9][0-9]* GPU" || fail "this meshtrain has no CUDA backend that sees a GPU: $("$BIN" --version | grep cuda)"
+"$BIN" --version | grep -E "^ *cuda: .* [1-9][0-9]* GPU" >/dev/null || fail "this meshtrain has no CUDA backend that sees a GPU: $("$BIN" --version | grep cuda)"
 
 "$BIN" data synth --out "$TMP/data" --tokens 60000 >/dev/null
 # train NAME DEVICE [--set ...]: 20 steps of char-2L (vocabulary 256).

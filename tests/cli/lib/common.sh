@@ -6,6 +6,9 @@ SRC=${2:-}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+# Under pipefail, `producer | grep -q` fails by chance: grep -q exits at the
+# first match and the producer dies of SIGPIPE. Tests write `| grep ... >/dev/null`
+# (grep reads all its input) or use a here-string.
 # write_token_shard FILE VOCAB SEED: 20000 random tokens below VOCAB in llm.c's
 # shard format (a model's own small vocabulary, e.g. a test fixture's).
 write_token_shard() {
