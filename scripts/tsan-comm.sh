@@ -12,7 +12,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHTRAIN_TSAN=ON \
   -DMESHTRAIN_WITH_MPI=OFF >/dev/null
 cmake --build build-tsan -j"$JOBS" --target "${targets[@]}"
 # halt_on_error: a report fails the rank, so the test that forked it fails.
-export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan-comm.supp ${TSAN_OPTIONS:-}"
 export OMP_NUM_THREADS=1
 status=0
 for t in "${targets[@]}"; do
