@@ -1,5 +1,7 @@
 #include "meshtrain/data/data_loader.h"
 
+#include <fmt/format.h>
+
 #include <numeric>
 
 #include "meshtrain/core/error.h"
@@ -41,6 +43,10 @@ DataLoader::~DataLoader() = default;  // the prefetcher joins its thread
 
 LoaderPosition DataLoader::position_of(int64_t s) const {
   return {s / batches_per_epoch_, s % batches_per_epoch_};
+}
+
+std::string DataLoader::describe() const {
+  return fmt::format("{} windows in {}", num_windows(), options_.pattern);
 }
 
 void DataLoader::seek(LoaderPosition p) {

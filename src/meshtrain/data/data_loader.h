@@ -25,38 +25,13 @@
 #include <vector>
 
 #include "meshtrain/core/tensor.h"
+#include "meshtrain/data/batch_source.h"
 #include "meshtrain/data/prefetcher.h"
 #include "meshtrain/data/shard_set.h"
 
 namespace meshtrain::data {
 
-enum class LoaderMode { Train, Eval };
-
-struct LoaderPosition {
-  int64_t epoch = 0;
-  int64_t batch = 0;  // global batch index within the epoch
-  bool operator==(const LoaderPosition&) const = default;
-};
-
-struct LoaderOptions {
-  std::string pattern;    // shard glob, e.g. "data/fortunes/train_*.bin"
-  int64_t batch = 8;      // B: windows per rank per batch
-  int64_t seq_len = 256;  // T
-  int rank = 0;
-  int world_size = 1;
-  uint64_t seed = 1;
-  LoaderMode mode = LoaderMode::Train;
-  int prefetch = 2;       // batches prepared ahead; 0 = no thread
-  LoaderPosition start;   // where to begin (a saved position())
-};
-
-struct Batch {
-  Tensor inputs;    // (B, T) int32 token ids
-  Tensor targets;   // (B, T) int32: inputs shifted left by one (-1: not trained on, masked shards)
-  LoaderPosition position;  // of this batch
-};
-
-class DataLoader {
+class DataLoader final : public BatchSource {
  public:
   // Opens the shards; throws meshtrain::Error when the pattern matches nothing,
   // the options are out of range, or the data holds less than one global batch.
@@ -65,15 +40,16 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  Batch next();
-  LoaderPosition position() const { return position_; }
-  void seek(LoaderPosition position);
-  void rewind() { seek({}); }
+  Batch next() override;
+  LoaderPosition position() const override { return position_; }
+  void seek(LoaderPosition position) override;
+  int64_t batches_per_epoch() const override { return batches_per_epoch_; }
+  bool masked() const override { return shards_->masked(); }
+  std::string describe() const override;
 
   const LoaderOptions& options() const { return options_; }
   const ShardSet& shards() const { return *shards_; }
   int64_t global_batch() const { return options_.batch * options_.world_size; }
-  int64_t batches_per_epoch() const { return batches_per_epoch_; }
   int64_t num_windows() const { return shards_->num_windows(); }
 
   // The window ids of global batch `position` for this rank, in row order.

@@ -186,7 +186,13 @@ class ModelSpec {
   // is not full); throws a clear error naming the numbers when the family or
   // its shape cannot be split this way.
   virtual std::shared_ptr<const ModelSpec> sharded(const ModelShard& shard) const;
-  virtual int seq_len() const = 0;       // longest context (token models)
+  // What a sample is: token ids (B, T) (MicroBatch::inputs), or a dense
+  // f32 array of sample_shape() per sample (MicroBatch::features: images as
+  // C x H x W) with one class label each (T = 1).
+  enum class Input { Tokens, Dense };
+  virtual Input input() const { return Input::Tokens; }
+  virtual Shape sample_shape() const { return {}; }  // Dense: one sample's shape
+  virtual int seq_len() const = 0;       // longest context (token models; 1 for Dense)
   // Layers pipeline stages split (the whole model's; 0: none to split).
   virtual int num_layers() const { return 0; }
   // What pipeline stages cost, in model FLOPs per token at context T: each
@@ -196,9 +202,10 @@ class ModelSpec {
     double layer = 0, first = 0, last = 0;
   };
   virtual StageCosts stage_costs(int /*T*/) const { return {}; }
-  virtual int vocab_size() const = 0;    // real vocabulary (token models)
-  // Model FLOPs per token of one training step (forward + backward) at
-  // context T; the convention is documented in docs/ARCHITECTURE.md.
+  virtual int vocab_size() const = 0;    // real vocabulary (token models); classes (Dense)
+  // Model FLOPs per token (per sample for Dense) of one training step
+  // (forward + backward) at context T; the convention is documented in
+  // docs/ARCHITECTURE.md.
   virtual double flops_per_token(int T) const = 0;
   // Exactly what the allocator will count for micro-batch (B, T).
   virtual ModelMemory memory(int B, int T, int nthreads, const Recompute& recompute,
@@ -226,12 +233,23 @@ class ModelSpec {
   virtual Precision frozen_precision() const { return Precision::FP32; }
 };
 
-// A batch of token sequences: inputs (B, T); targets (B, T) or null
-// (targets < 0 are ignored by the loss).
+// A micro-batch of B samples, each with T targets: token sequences (inputs
+// (B, T) ids, targets (B, T)) or, for a ModelSpec::Input::Dense model, dense
+// samples (features: B x sample_shape() f32, targets (B), T = 1). targets may
+// be null (no loss); targets < 0 are ignored by the loss.
 struct MicroBatch {
   const int32_t* inputs = nullptr;
   const int32_t* targets = nullptr;
   int B = 0, T = 0;
+  const float* features = nullptr;
+};
+
+// A measure of the last forward other than the loss, as a sum over its
+// samples and the count it is out of (top-1: correct predictions of B), so
+// batches and ranks add up exactly before the one division.
+struct MetricSum {
+  std::string name;  // "top1", "top5"
+  double sum = 0, count = 0;
 };
 
 class Model {
@@ -301,6 +319,15 @@ class Model {
   // itself, or for a rank of an interleaved schedule one model per chunk on
   // views of this model's buffers (nn/chunked_model.h).
   virtual std::vector<Model*> pipeline_chunks() { return {this}; }
+
+  // Training (the default) or evaluation mode: layers whose forward differs
+  // (batch norm: the batch's statistics and updates of the running ones in
+  // training, the running ones in evaluation) follow it; others ignore it.
+  virtual void set_training(bool /*training*/) {}
+  virtual bool training() const { return true; }
+  // Measures of the last forward with targets besides its loss (none for
+  // the language models; top-1/top-5 for a classifier).
+  virtual std::vector<MetricSum> metrics() const { return {}; }
 
   virtual void zero_grad() = 0;
   // Logits of the last forward, (B, T, logits_stride()); the first

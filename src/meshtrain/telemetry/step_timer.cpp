@@ -157,6 +157,7 @@ nlohmann::json StepTelemetry::to_json() const {
                       {"samples_per_s", samples_per_s()},
                       {"skipped", skipped}};
   if (val_loss) r["val_loss"] = *val_loss;
+  for (const auto& [name, value] : val_metrics) r["val_" + name] = value;
   if (flops_per_token > 0) r["model_tflops"] = model_flops_per_s() / 1e12;
   if (mfu() >= 0) r["mfu"] = mfu();
   if (peak_mem_bytes > 0) r["peak_mem_mb"] = peak_mem_bytes / 1e6;
@@ -187,6 +188,7 @@ std::vector<std::pair<std::string, double>> StepTelemetry::scalars() const {
       {"throughput/samples_per_s", samples_per_s()},
   };
   if (val_loss) s.emplace_back("val/loss", *val_loss);
+  for (const auto& [name, value] : val_metrics) s.emplace_back("val/" + name, value);
   if (flops_per_token > 0) s.emplace_back("throughput/model_tflops", model_flops_per_s() / 1e12);
   if (mfu() >= 0) s.emplace_back("throughput/mfu", mfu());
   if (peak_mem_bytes > 0) s.emplace_back("memory/peak_mb", peak_mem_bytes / 1e6);

@@ -113,6 +113,8 @@ struct StepTelemetry {
   int64_t step = 0;  // 1-based
   double loss = 0, lr = 0, grad_norm = 0;
   std::optional<double> val_loss;
+  // Evaluation measures besides the loss, as fractions (name, value): "top1".
+  std::vector<std::pair<std::string, double>> val_metrics;
   bool skipped = false;  // non-finite step, update skipped
   StepBreakdown time;
   // Work of the whole step across all data-parallel ranks.
@@ -135,7 +137,7 @@ struct StepTelemetry {
   // The metrics.jsonl record: step, loss, lr, grad_norm, step_ms, data_ms,
   // forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, comm_total_ms,
   // other_ms, tokens_per_s, samples_per_s, model_tflops, mfu, peak_mem_mb,
-  // usd_per_million_tokens/_samples, straggler_*, val_loss (when present).
+  // usd_per_million_tokens/_samples, straggler_*, val_loss and val_<measure> (when present).
   nlohmann::json to_json() const;
   // TensorBoard scalars: train/loss, train/lr, train/grad_norm, val/loss,
   // time/{step,data_wait,forward,backward,optimizer,comm_exposed,comm_total,other}_ms,

@@ -44,16 +44,16 @@ void TrainingRun::open_data() {
   lo.rank = mesh_.rank(parallel::Axis::DP);
   lo.world_size = mesh_.size(parallel::Axis::DP);
   if (resumed_) lo.start = resumed_->position;
-  train_.emplace(lo);
+  train_ = data::open_batch_source(lo);
   // Masked instruction shards: the loss is the mean over the response tokens.
-  stepper_->set_token_weighted(train_->shards().masked());
+  stepper_->set_token_weighted(train_->masked());
   if (!opt_.val_pattern.empty()) {
     data::LoaderOptions vo = lo;
     vo.pattern = opt_.val_pattern;
     vo.mode = data::LoaderMode::Eval;
     vo.prefetch = 0;
     vo.start = {};
-    val_.emplace(vo);
+    val_ = data::open_batch_source(vo);
   }
 }
 
@@ -68,8 +68,7 @@ void TrainingRun::describe() const {
     say(fmt::format("zero.stage = {}: one rank has nothing to shard with; training as stage 0",
                     opt_.zero_stage));
   if (world_ > 1) say(sync_->describe());
-  say(fmt::format("data: {} windows in {} ({} batches/epoch)", train_->num_windows(),
-                  opt_.train_pattern, train_->batches_per_epoch()));
+  say(fmt::format("data: {} ({} batches/epoch)", train_->describe(), train_->batches_per_epoch()));
   // Rank 0's share under the ZeRO stage (memory_report.h formulas).
   const RankMemory rm = predict_rank_memory(memory_plan(0));
   say(fmt::format("memory (predicted, per rank): {:.1f} MB = params {:.1f} + grads {:.1f} + "

@@ -14,6 +14,7 @@
 #include "meshtrain/telemetry/metrics_log.h"
 #include "meshtrain/telemetry/step_timer.h"
 #include "meshtrain/telemetry/tensorboard_writer.h"
+#include "meshtrain/train/evaluation.h"
 #include "meshtrain/train/time_budget.h"
 #include "meshtrain/train/training_run.h"
 
@@ -25,44 +26,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Mean loss over the first `batches` global validation batches; with data
-// parallelism each rank evaluates its slice and the means are averaged.
-// Masked (instruction) data: the mean over every target trained on, as the
-// training step's loss (train/train_step.h).
-float evaluate(const std::function<float(const MicroBatch&)>& forward, data::DataLoader& val,
-               int64_t batches, comm::Communicator* comm) {
-  TraceScope trace(telemetry::global_tracer(), "eval", "compute");
-  val.rewind();
-  const bool weighted = val.shards().masked();
-  double sum = 0.0, targets = 0.0;
-  int64_t n = std::min<int64_t>(batches, val.batches_per_epoch());
-  for (int64_t i = 0; i < n; ++i) {
-    data::Batch b = val.next();
-    const float mean = forward(MicroBatch{b.inputs.data<int32_t>(), b.targets.data<int32_t>(),
-                                                static_cast<int>(b.inputs.dim(0)),
-                                                static_cast<int>(b.inputs.dim(1))});
-    if (!weighted) {
-      sum += mean;
-      continue;
-    }
-    const int32_t* t = b.targets.data<int32_t>();
-    int64_t counted = 0;
-    for (int64_t j = 0; j < b.targets.numel(); ++j) counted += t[j] >= 0;
-    sum += static_cast<double>(mean) * counted;
-    targets += static_cast<double>(counted);
-  }
-  if (n == 0) return -1.f;
-  if (weighted) {
-    if (comm) {
-      sum = comm->allreduce_scalar(sum, comm::ReduceOp::Sum);
-      targets = comm->allreduce_scalar(targets, comm::ReduceOp::Sum);
-    }
-    return targets > 0 ? static_cast<float>(sum / targets) : -1.f;
-  }
-  const double mean = sum / n;
-  return static_cast<float>(comm ? comm->allreduce_scalar(mean, comm::ReduceOp::Avg) : mean);
 }
 
 // Each rank's busy time (step minus the communication it waited for), gathered
@@ -161,8 +124,7 @@ void TrainingRun::loop() {
       TraceScope trace(tracer_.get(), "data wait", "data");
       for (int a = 0; a < opt_.grad_accum; ++a) {
         batches[a] = train_->next();
-        micro.push_back({batches[a].inputs.data<int32_t>(), batches[a].targets.data<int32_t>(),
-                         opt_.micro_batch, T_});
+        micro.push_back(micro_batch_of(batches[a]));
       }
     }
     const double t_data = now_s() - t0;
@@ -224,9 +186,18 @@ void TrainingRun::loop() {
       auto forward = [&](const MicroBatch& mb) {
         return pipe_ ? pipeline_forward(mb) : model_->forward(mb);
       };
-      t.val_loss = evaluate(forward, *val_, opt_.eval_batches, comm_);
-      note(fmt::format("step {:>6} | val loss {:.4f} | train loss {:.4f}", step + 1, *t.val_loss,
-                       st.loss));
+      // Measures besides the loss come from the last layer's model: not
+      // gathered through a pipeline yet.
+      const Evaluation e = evaluate(forward, *model_, pipe_ ? nullptr : model_, *val_,
+                                    opt_.eval_batches, comm_);
+      t.val_loss = e.loss;
+      std::string measures;
+      for (const auto& [name, value] : e.metrics) {
+        t.val_metrics.emplace_back(name, value);
+        measures += fmt::format(" | val {} {:.2f}%", name, 100.0 * value);
+      }
+      note(fmt::format("step {:>6} | val loss {:.4f}{} | train loss {:.4f}", step + 1, *t.val_loss,
+                       measures, st.loss));
     }
     if (checkpoints->due(step + 1)) {
       TraceScope trace(tracer_.get(), "checkpoint save", "io");
@@ -240,7 +211,7 @@ void TrainingRun::loop() {
     }
     const bool save_due = opt_.save_every > 0 && (step + 1) % opt_.save_every == 0 && !last;
     const bool sample_due = opt_.sample_every > 0 && (step + 1) % opt_.sample_every == 0 &&
-                            spec_.vocab_size() <= 256;
+                            spec_.input() == ModelSpec::Input::Tokens && spec_.vocab_size() <= 256;
     // ZeRO: rank 0 needs the whole, current model (collective on every rank);
     // tensor parallelism: the shards assembled (collective over tp).
     if (save_due || sample_due) sync_->gather_full_parameters();

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "meshtrain/core/device_runtime.h"
-#include "meshtrain/data/data_loader.h"
+#include "meshtrain/data/batch_source.h"
 #include "meshtrain/parallel/make_gradient_sync.h"
 #include "meshtrain/parallel/mesh.h"
 #include "meshtrain/parallel/tp_group.h"
@@ -105,7 +105,7 @@ class TrainingRun {
   std::optional<ResumePoint> resumed_;
   std::optional<ckpt::ElemRange> own_params_;
   int64_t start_step_ = 0;
-  std::optional<data::DataLoader> train_, val_;
+  std::unique_ptr<data::BatchSource> train_, val_;
   // loop()
   telemetry::RunSummary summary_;
   ProgressState progress_state_;
