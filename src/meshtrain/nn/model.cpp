@@ -27,6 +27,8 @@ void ParamLayout::validate() const {
              "the flat buffer in order)", p.name, p.begin, at);
     MT_CHECK(p.unit >= 0 && p.unit < num_units(), "parameter {} names unit {} of {}", p.name,
              p.unit, num_units());
+    MT_CHECK(p.trained || (!p.decay && !p.half_weight && !p.adaptable), "parameter {} is model "
+             "state (not trained): it cannot be decayed, read in 16 bits or adapted", p.name);
     at = p.end();
   }
   MT_CHECK(at == numel, "parameters cover {} of {} elements", at, numel);

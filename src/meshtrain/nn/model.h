@@ -65,6 +65,11 @@ struct ParamInfo {
   // by (out = inp W^T): LoRA may add an adapter to it (nn/lora_spec.h).
   // Embeddings and the output head are not.
   bool adaptable = false;
+  // false: state the model keeps itself in the flat buffer (batch norm's
+  // running statistics, updated by its training forward): saved, loaded and
+  // resharded with the parameters, but never given a gradient, decayed or
+  // stepped by the optimizer.
+  bool trained = true;
   const Shape& logical_shape() const { return full_shape.empty() ? shape : full_shape; }
   int64_t numel() const { return shape_numel(shape); }
   int64_t end() const { return begin + numel(); }

@@ -35,6 +35,7 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   float* m = m_.data<float>();
   float* v = v_.data<float>();
   for (const auto& s : segments_) {
+    if (!s.trained) continue;
     h.weight_decay = s.decay ? cfg_.weight_decay : 0.0f;
     const int64_t o = s.begin - begin_;
     // The step runs where the optimizer state lives (kernels/kernel_table.h).

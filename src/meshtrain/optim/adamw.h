@@ -12,6 +12,7 @@ namespace meshtrain {
 struct ParamSegment {
   int64_t begin = 0, end = 0;
   bool decay = true;
+  bool trained = true;  // false: model state the optimizer leaves alone (ParamInfo::trained)
 };
 
 struct AdamWConfig {

@@ -22,9 +22,10 @@ double now_s() {
 std::vector<ParamSegment> param_segments(const ParamLayout& layout) {
   std::vector<ParamSegment> segs;
   for (const ParamInfo& p : layout.params) {
-    ParamSegment s{p.begin, p.end(), p.decay};
-    // Merge with the previous run when the decay setting agrees.
-    if (!segs.empty() && segs.back().end == s.begin && segs.back().decay == s.decay)
+    ParamSegment s{p.begin, p.end(), p.decay, p.trained};
+    // Merge with the previous run when the settings agree.
+    if (!segs.empty() && segs.back().end == s.begin && segs.back().decay == s.decay &&
+        segs.back().trained == s.trained)
       segs.back().end = s.end;
     else
       segs.push_back(s);
