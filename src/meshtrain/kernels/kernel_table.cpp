@@ -6,6 +6,8 @@
 #include "meshtrain/kernels/guarded_device.h"
 #include "meshtrain/kernels/cpu/adamw.h"
 #include "meshtrain/kernels/cpu/attention.h"
+#include "meshtrain/kernels/cpu/batchnorm.h"
+#include "meshtrain/kernels/cpu/conv2d.h"
 #include "meshtrain/kernels/cpu/convert.h"
 #include "meshtrain/kernels/cpu/elementwise.h"
 #include "meshtrain/kernels/cpu/encoder.h"
@@ -15,12 +17,15 @@
 #include "meshtrain/kernels/cpu/layernorm.h"
 #include "meshtrain/kernels/cpu/matmul.h"
 #include "meshtrain/kernels/cpu/matmul_half.h"
+#include "meshtrain/kernels/cpu/pooling.h"
 #include "meshtrain/kernels/cpu/reduce.h"
+#include "meshtrain/kernels/cpu/relu.h"
 #include "meshtrain/kernels/cpu/rmsnorm.h"
 #include "meshtrain/kernels/cpu/rope.h"
 #include "meshtrain/kernels/cpu/rows.h"
 #include "meshtrain/kernels/cpu/softmax_cross_entropy.h"
 #include "meshtrain/kernels/cpu/swiglu.h"
+#include "meshtrain/kernels/cpu/topk.h"
 #include "meshtrain/kernels/cpu/vocab_shard_loss.h"
 #if MESHTRAIN_HAVE_CUDA
 #include "meshtrain/kernels/cuda/cuda_kernel_table.h"
@@ -113,6 +118,31 @@ constexpr KernelTable cpu_kernels(Device device) {
       &Wrap<&cpu::gemm_half_general>::call,
       &Wrap<&cpu::sgemm_strided_batched>::call,
       &Wrap<&cpu::copy_2d>::call,
+      &Wrap<&cpu::conv2d_forward>::call,
+      &Wrap<&cpu::conv2d_backward_data>::call,
+      &Wrap<&cpu::conv2d_backward_weights>::call,
+      &Wrap<&cpu::conv2d_forward_half>::call,
+      &Wrap<&cpu::conv2d_backward_data_half>::call,
+      &Wrap<&cpu::conv2d_backward_weights_half>::call,
+      &Wrap<&cpu::batchnorm_forward_training>::call,
+      &Wrap<&cpu::batchnorm_forward_inference>::call,
+      &Wrap<&cpu::batchnorm_backward>::call,
+      &Wrap<&cpu::batchnorm_partial_sums>::call,
+      &Wrap<&cpu::batchnorm_stats>::call,
+      &Wrap<&cpu::batchnorm_normalize>::call,
+      &Wrap<&cpu::batchnorm_update_running>::call,
+      &Wrap<&cpu::batchnorm_backward_partial_sums>::call,
+      &Wrap<&cpu::batchnorm_backward_params>::call,
+      &Wrap<&cpu::batchnorm_backward_input>::call,
+      &Wrap<&cpu::relu_forward>::call,
+      &Wrap<&cpu::relu_backward>::call,
+      &Wrap<&cpu::max_pool2d_forward>::call,
+      &Wrap<&cpu::max_pool2d_backward>::call,
+      &Wrap<&cpu::avg_pool2d_forward>::call,
+      &Wrap<&cpu::avg_pool2d_backward>::call,
+      &Wrap<&cpu::global_avg_pool_forward>::call,
+      &Wrap<&cpu::global_avg_pool_backward>::call,
+      &Wrap<&cpu::topk_correct>::call,
   };
 }
 

@@ -17,6 +17,7 @@
 #include "meshtrain/core/half.h"
 #include "meshtrain/core/stream.h"
 #include "meshtrain/kernels/adamw_hyper.h"
+#include "meshtrain/kernels/image_shapes.h"
 #include "meshtrain/kernels/rope_view.h"
 
 namespace meshtrain {
@@ -151,6 +152,69 @@ struct KernelTable {
                                 int64_t batch);
   void (*copy_2d)(Stream, void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch,
                   int64_t row_bytes, int64_t rows);
+  // Image models (issue 40): NCHW f32, shapes in kernels/image_shapes.h;
+  // semantics of kernels/cpu/conv2d.h, batchnorm.h, relu.h, pooling.h, topk.h.
+  // The CUDA backend throws for these until it has them (cuDNN).
+  void (*conv2d_forward)(Stream, float* out, const float* inp, const float* weight,
+                         const float* bias, const Conv2dShape& s);
+  void (*conv2d_backward_data)(Stream, float* dinp, const float* dout, const float* weight,
+                               const Conv2dShape& s);
+  void (*conv2d_backward_weights)(Stream, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const Conv2dShape& s);
+  void (*conv2d_forward_half)(Stream, HalfFormat fmt, float* out, const uint16_t* inp,
+                              const uint16_t* weight, const float* bias, const Conv2dShape& s);
+  void (*conv2d_backward_data_half)(Stream, HalfFormat fmt, float* dinp, const uint16_t* dout,
+                                    const uint16_t* weight, const Conv2dShape& s);
+  void (*conv2d_backward_weights_half)(Stream, HalfFormat fmt, float* dweight, float* dbias,
+                                       const uint16_t* dout, const uint16_t* inp,
+                                       const Conv2dShape& s);
+  // Batch norm over (N, H, W) per channel; HW = H*W. The fused training
+  // passes, inference, and the pieces a synchronized batch norm puts its
+  // allreduces between (double per-channel sums).
+  void (*batchnorm_forward_training)(Stream, float* out, float* mean, float* rstd,
+                                     const float* inp, const float* weight, const float* bias,
+                                     int64_t N, int64_t C, int64_t HW, float eps);
+  void (*batchnorm_forward_inference)(Stream, float* out, const float* inp,
+                                      const float* running_mean, const float* running_var,
+                                      const float* weight, const float* bias, int64_t N,
+                                      int64_t C, int64_t HW, float eps);
+  void (*batchnorm_backward)(Stream, float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* mean, const float* rstd,
+                             const float* weight, int64_t N, int64_t C, int64_t HW);
+  void (*batchnorm_partial_sums)(Stream, double* sum, double* sumsq, const float* inp, int64_t N,
+                                 int64_t C, int64_t HW);
+  void (*batchnorm_stats)(Stream, float* mean, float* rstd, const double* sum,
+                          const double* sumsq, int64_t count, int64_t C, float eps);
+  void (*batchnorm_normalize)(Stream, float* out, const float* inp, const float* mean,
+                              const float* rstd, const float* weight, const float* bias,
+                              int64_t N, int64_t C, int64_t HW);
+  void (*batchnorm_update_running)(Stream, float* running_mean, float* running_var,
+                                   const double* sum, const double* sumsq, int64_t count,
+                                   int64_t C, float momentum);
+  void (*batchnorm_backward_partial_sums)(Stream, double* sum_dout, double* sum_dout_xhat,
+                                          const float* dout, const float* inp, const float* mean,
+                                          const float* rstd, int64_t N, int64_t C, int64_t HW);
+  void (*batchnorm_backward_params)(Stream, float* dweight, float* dbias, const double* sum_dout,
+                                    const double* sum_dout_xhat, int64_t C);
+  void (*batchnorm_backward_input)(Stream, float* dinp, const float* dout, const float* inp,
+                                   const float* mean, const float* rstd, const float* weight,
+                                   const double* sum_dout, const double* sum_dout_xhat,
+                                   int64_t count, int64_t N, int64_t C, int64_t HW);
+  void (*relu_forward)(Stream, float* out, const float* inp, int64_t n);
+  void (*relu_backward)(Stream, float* dinp, const float* dout, const float* out, int64_t n);
+  void (*max_pool2d_forward)(Stream, float* out, int32_t* argmax, const float* inp,
+                             const Pool2dShape& s);
+  void (*max_pool2d_backward)(Stream, float* dinp, const float* dout, const int32_t* argmax,
+                              const Pool2dShape& s);
+  void (*avg_pool2d_forward)(Stream, float* out, const float* inp, const Pool2dShape& s);
+  void (*avg_pool2d_backward)(Stream, float* dinp, const float* dout, const Pool2dShape& s);
+  void (*global_avg_pool_forward)(Stream, float* out, const float* inp, int64_t N, int64_t C,
+                                  int64_t HW);
+  void (*global_avg_pool_backward)(Stream, float* dinp, const float* dout, int64_t N, int64_t C,
+                                   int64_t HW);
+  // Rows whose label is among the k highest logits; waits for the device.
+  int64_t (*topk_correct)(Stream, const float* logits, const int32_t* targets, int64_t N,
+                          int64_t V, int64_t Vp, int64_t k);
 };
 
 // The table for `device`; an Error for a device this build has no kernels for.
