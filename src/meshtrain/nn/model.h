@@ -196,6 +196,9 @@ class ModelSpec {
   // C x H x W) with one class label each (T = 1).
   enum class Input { Tokens, Dense };
   virtual Input input() const { return Input::Tokens; }
+  // The model calls Model::set_replica_group's collectives (synchronized
+  // batch norm): the trainer gives it the data-parallel group.
+  virtual bool uses_replica_group() const { return false; }
   virtual Shape sample_shape() const { return {}; }  // Dense: one sample's shape
   virtual int seq_len() const = 0;       // longest context (token models; 1 for Dense)
   // Layers pipeline stages split (the whole model's; 0: none to split).
@@ -363,6 +366,12 @@ class Model {
   // A tensor-parallel shard (spec().shard().tp_size > 1) needs its tp group
   // before forward(); a full replica ignores it.
   virtual void set_tensor_parallel_group(std::shared_ptr<TensorParallelGroup> group);
+  // The data-parallel replicas of this model (the ranks holding the same
+  // part on other data), for layers whose forward needs the whole batch's
+  // statistics (synchronized batch norm); null or size 1: this rank alone.
+  // Every replica calls the group's collectives in the same order. Families
+  // without such layers ignore it (ModelSpec::uses_replica_group).
+  virtual void set_replica_group(std::shared_ptr<TensorParallelGroup> /*group*/) {}
 
   // A KV-cache decoder over this model's parameters (nn/decoder.h), or null
   // when the model has none (generation then recomputes the prefix); a

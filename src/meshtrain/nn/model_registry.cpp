@@ -6,6 +6,7 @@
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/lora_spec.h"
+#include "meshtrain/nn/resnet_spec.h"
 
 namespace meshtrain {
 
@@ -24,6 +25,10 @@ const Family kFamilies[] = {
     {LlamaSpec::kFamily,
      [](const nlohmann::json& j, const std::string& where) -> std::shared_ptr<const ModelSpec> {
        return LlamaSpec::make(LlamaSpec::config_from_json(j, where));
+     }},
+    {ResNetSpec::kFamily,
+     [](const nlohmann::json& j, const std::string& where) -> std::shared_ptr<const ModelSpec> {
+       return ResNetSpec::make(ResNetSpec::config_from_json(j, where));
      }},
     // Adapters on a frozen model of another family (its description nested).
     {LoraSpec::kFamily, &LoraSpec::from_json},
@@ -58,8 +63,11 @@ std::shared_ptr<const ModelSpec> model_preset(const std::string& name) {
     if (n == name) return LlamaSpec::make(llama_preset(name));
   for (const std::string& n : gpt_preset_names())
     if (n == name) return GPTSpec::make(gpt_preset(name));
-  fail("unknown model preset '{}' (gpt: {}; llama: {})", name, fmt::join(gpt_preset_names(), ", "),
-       fmt::join(llama_preset_names(), ", "));
+  for (const std::string& n : resnet_preset_names())
+    if (n == name) return ResNetSpec::make(resnet_preset(name));
+  fail("unknown model preset '{}' (gpt: {}; llama: {}; resnet: {})", name,
+       fmt::join(gpt_preset_names(), ", "), fmt::join(llama_preset_names(), ", "),
+       fmt::join(resnet_preset_names(), ", "));
 }
 
 std::string model_description_difference(const nlohmann::json& saved, const nlohmann::json& want) {

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 
 namespace meshtrain {
 
@@ -39,6 +40,9 @@ class TensorParallelGroup {
   // In place, blocking; every rank of the group calls them in the same order.
   virtual void allreduce_sum(float* data, int64_t count) = 0;
   virtual void allreduce_max(float* data, int64_t count) = 0;
+  // Sums of doubles (batch norm's per-channel statistics, which f32 would
+  // cancel): the default throws; CommTensorParallelGroup has it.
+  virtual void allreduce_sum_f64(double* data, int64_t count);
   // Equal blocks of `count` floats per rank, in rank order: all = [rank 0's
   // block, rank 1's, ...]; reduce_scatter sums `all` over the group and
   // leaves this rank's block in `mine`.
@@ -79,6 +83,10 @@ inline std::unique_ptr<TensorParallelWork> TensorParallelGroup::start_allreduce_
                                                                                   int64_t count) {
   allreduce_sum(data, count);
   return std::make_unique<detail::DoneWork>();
+}
+
+inline void TensorParallelGroup::allreduce_sum_f64(double*, int64_t) {
+  throw std::runtime_error("this collective group has no allreduce of doubles");
 }
 
 inline std::unique_ptr<TensorParallelWork> TensorParallelGroup::start_reduce_scatter(

@@ -33,6 +33,12 @@ void CommTensorParallelGroup::allreduce_max(float* data, int64_t count) {
   });
 }
 
+void CommTensorParallelGroup::allreduce_sum_f64(double* data, int64_t count) {
+  timed(seconds_, "allreduce f64", [&] {
+    comm_.allreduce(data, static_cast<size_t>(count), DType::F64, comm::ReduceOp::Sum).wait();
+  });
+}
+
 void CommTensorParallelGroup::allgather(const float* mine, float* all, int64_t count) {
   // The communicator takes the total count (equal blocks here).
   timed(seconds_, "tp allgather", [&] {

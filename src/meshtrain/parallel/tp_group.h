@@ -22,6 +22,7 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   int size() const override { return comm_.size(); }
   void allreduce_sum(float* data, int64_t count) override;
   void allreduce_max(float* data, int64_t count) override;
+  void allreduce_sum_f64(double* data, int64_t count) override;
   void allgather(const float* mine, float* all, int64_t count) override;
   void allgather_half(const uint16_t* mine, uint16_t* all, int64_t count) override;
   void reduce_scatter(const float* all, float* mine, int64_t count) override;
