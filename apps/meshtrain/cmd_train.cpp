@@ -290,6 +290,7 @@ void run_train(const TrainArgs& a) {
   o.pipe_chunks = c.parallel.chunks;
   o.pipe_stage_layers = parallel::parse_stage_layers(c.parallel.stage_layers, "parallel.stage_layers");
   o.sequence_parallel = c.parallel.sequence_parallel;
+  o.sync_bn = c.model.sync_bn;
   o.zero_persist_threshold = c.zero.persist_threshold;
   o.memory_limit_bytes = c.memory.limit_mb * 1e6;
   o.trace = c.telemetry.trace;

@@ -132,7 +132,7 @@ TrainConfig convert_config(const nlohmann::json& j,
   const Reader r(j, origin);
   TrainConfig c;
   c.model.family = r.string("model.family");
-  if (!c.model.family.empty()) c.model.family = r.choice("model.family", {"gpt", "llama"});
+  if (!c.model.family.empty()) c.model.family = r.choice("model.family", {"gpt", "llama", "resnet"});
   c.model.preset = r.string("model.preset");
   c.model.n_layer = r.small_int("model.n_layer", 0);
   c.model.n_head = r.small_int("model.n_head", 0);
@@ -143,6 +143,7 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.model.ffn_hidden = r.small_int("model.ffn_hidden", 0);
   c.model.rope_theta = r.number("model.rope_theta");
   if (c.model.rope_theta < 0) r.error("model.rope_theta", "must be >= 0 (0 = the preset's)");
+  c.model.sync_bn = r.boolean("model.sync_bn");
   c.init_from = r.string("init_from");
   c.data.train = r.string("data.train");
   c.data.val = r.string("data.val");

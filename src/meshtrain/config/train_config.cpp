@@ -25,6 +25,7 @@ J to_json(const TrainConfig& c) {
   model["n_kv_head"] = c.model.n_kv_head;
   model["ffn_hidden"] = c.model.ffn_hidden;
   model["rope_theta"] = c.model.rope_theta;
+  model["sync_bn"] = c.model.sync_bn;
   j["model"] = model;
   j["init_from"] = c.init_from;
   j["data"] = J{{"train", c.data.train}, {"val", c.data.val}};

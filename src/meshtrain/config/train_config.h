@@ -11,7 +11,7 @@
 namespace meshtrain {
 
 struct ModelSection {
-  // The model family: "gpt" or "llama"; "" = the preset's (GPT without one).
+  // The model family: "gpt", "llama" or "resnet"; "" = the preset's (GPT without one).
   std::string family;
   std::string preset = "char-6L";  // "" = none: give every dimension below
   // 0 = take the preset's value; set to override one dimension of a preset.
@@ -25,6 +25,9 @@ struct ModelSection {
   int n_kv_head = 0;
   int ffn_hidden = 0;
   double rope_theta = 0;
+  // Image models with batch norm: its statistics over the whole data-parallel
+  // batch (synchronized batch norm) instead of each rank's part.
+  bool sync_bn = false;
 };
 
 struct DataSection {

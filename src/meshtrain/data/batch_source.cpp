@@ -1,12 +1,18 @@
 #include "meshtrain/data/batch_source.h"
 
+#include "meshtrain/core/error.h"
 #include "meshtrain/data/data_loader.h"
+#include "meshtrain/data/synthetic_images.h"
 
 namespace meshtrain::data {
 
-// Token shards are the only kind of training files today; a source for
-// another kind (image shards) is chosen here by what the pattern names.
 std::unique_ptr<BatchSource> open_batch_source(const LoaderOptions& options) {
+  const int64_t synthetic = synthetic_samples(
+      options.pattern, options.mode == LoaderMode::Eval ? 2048 : 50000);
+  if (synthetic >= 0) return std::make_unique<SyntheticImages>(options, synthetic);
+  MT_CHECK(options.sample_shape.empty(), "data \"{}\": this model reads dense samples (images); "
+           "the readers of prepared image shards are not in this build yet: use data.train = "
+           "\"synthetic\"", options.pattern);
   return std::make_unique<DataLoader>(options);
 }
 

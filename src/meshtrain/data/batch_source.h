@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meshtrain/core/tensor.h"
 
@@ -30,6 +31,11 @@ struct LoaderOptions {
   LoaderMode mode = LoaderMode::Train;
   int prefetch = 2;       // batches prepared ahead; 0 = no thread
   LoaderPosition start;   // where to begin (a saved position())
+  // What one sample is for a model of dense samples (ModelSpec::Input::Dense):
+  // its shape (C, H, W for images) and the number of classes; empty for
+  // token models.
+  std::vector<int64_t> sample_shape;
+  int classes = 0;
 };
 
 // A batch of B samples: token windows (inputs (B, T) int32, targets (B, T)
@@ -57,8 +63,10 @@ class BatchSource {
   virtual std::string describe() const = 0;
 };
 
-// Opens the source that reads the files `options.pattern` names (token
-// shards); throws meshtrain::Error naming the pattern when nothing can.
+// Opens the source for `options.pattern`: token shards (a glob of .bin
+// files), or "synthetic" / "synthetic:N" (dense samples made from their
+// index, N per epoch: data/synthetic_images.h); throws meshtrain::Error
+// naming the pattern when nothing can read it for this kind of model.
 std::unique_ptr<BatchSource> open_batch_source(const LoaderOptions& options);
 
 }  // namespace meshtrain::data

@@ -10,6 +10,7 @@
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/model_registry.h"
+#include "meshtrain/nn/resnet_spec.h"
 
 namespace meshtrain {
 
@@ -23,6 +24,40 @@ bool is_llama_preset(const std::string& name) {
   for (const std::string& n : llama_preset_names())
     if (n == name) return true;
   return false;
+}
+
+bool is_resnet_preset(const std::string& name) {
+  for (const std::string& n : resnet_preset_names())
+    if (n == name) return true;
+  return false;
+}
+
+// A ResNet: its preset, or the shape an init_from model file or checkpoint
+// records. The decoder dimensions do not apply.
+std::shared_ptr<const ModelSpec> resnet_from_config(const TrainConfig& c) {
+  const ModelSection& m = c.model;
+  MT_CHECK(m.n_layer == 0 && m.n_head == 0 && m.n_embd == 0 && m.seq_len == 0 && m.vocab_size == 0 &&
+               m.n_kv_head == 0 && m.ffn_hidden == 0 && m.rope_theta == 0,
+           "model.n_layer, n_head, n_embd, seq_len, vocab_size, n_kv_head, ffn_hidden and "
+           "rope_theta describe decoders; a resnet is chosen by model.preset ({})",
+           fmt::join(resnet_preset_names(), ", "));
+  if (!c.init_from.empty()) {
+    std::shared_ptr<const ModelSpec> spec;
+    if (is_model_file(c.init_from)) {
+      spec = read_model_file_spec(c.init_from);
+    } else {
+      MT_CHECK(ckpt::is_checkpoint_path(c.init_from), "init_from {}: a resnet starts from a model "
+               "file or a checkpoint directory meshtrain wrote", c.init_from);
+      spec = model_spec_from_json(ckpt::read_index(ckpt::resolve_step_dir(c.init_from, nullptr)).model,
+                                  c.init_from);
+    }
+    MT_CHECK(spec->family() == ResNetSpec::kFamily, "init_from {} holds a {} model, not a resnet",
+             c.init_from, spec->family());
+    return spec;
+  }
+  MT_CHECK(is_resnet_preset(m.preset), "model.preset = \"{}\" is not a resnet preset (resnet "
+           "presets: {})", m.preset, fmt::join(resnet_preset_names(), ", "));
+  return ResNetSpec::make(resnet_preset(m.preset));
 }
 
 // The family a checkpoint directory records (init_from), or "".
@@ -108,9 +143,11 @@ std::shared_ptr<const ModelSpec> base_model_from_config(const TrainConfig& c) {
   if (family.empty() && !c.init_from.empty() && is_hf_llama(c.init_from)) family = "llama";
   if (family.empty() && !c.init_from.empty() && is_model_file(c.init_from))
     family = read_model_file_spec(c.init_from)->family();
+  if (family.empty() && is_resnet_preset(c.model.preset)) family = "resnet";
   if (family.empty()) family = is_llama_preset(c.model.preset) ? "llama" : "gpt";
+  if (family == "resnet") return resnet_from_config(c);
   if (family == "llama") return llama_from_config(c);
-  MT_CHECK(family == "gpt", "model.family = \"{}\": expected gpt or llama", family);
+  MT_CHECK(family == "gpt", "model.family = \"{}\": expected gpt, llama or resnet", family);
   MT_CHECK(c.model.family.empty() || !is_llama_preset(c.model.preset), "model.preset = \"{}\" "
            "is a llama preset but model.family = \"gpt\"", c.model.preset);
   return gpt_from_config(c);

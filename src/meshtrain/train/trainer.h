@@ -60,6 +60,9 @@ struct TrainerOptions {
   // (world / tp) data-parallel groups of tp ranks, tp innermost.
   int tp = 1;
   bool sequence_parallel = false;  // tp > 1: norms and residual stream split over tp
+  // A model whose layers can use the whole data-parallel batch (batch norm,
+  // ModelSpec::uses_replica_group) gets the dp group (model.sync_bn).
+  bool sync_bn = false;
   // Pipeline parallelism: stages (pp outermost in the mesh) and the schedule
   // over grad_accum micro-batches (parallel/pipeline_executor.h).
   int pp = 1;

@@ -44,6 +44,10 @@ void TrainingRun::open_data() {
   lo.rank = mesh_.rank(parallel::Axis::DP);
   lo.world_size = mesh_.size(parallel::Axis::DP);
   if (resumed_) lo.start = resumed_->position;
+  if (spec_.input() == ModelSpec::Input::Dense) {
+    for (int64_t d : spec_.sample_shape()) lo.sample_shape.push_back(d);
+    lo.classes = spec_.vocab_size();
+  }
   train_ = data::open_batch_source(lo);
   // Masked instruction shards: the loss is the mean over the response tokens.
   stepper_->set_token_weighted(train_->masked());

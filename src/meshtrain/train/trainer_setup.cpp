@@ -104,6 +104,15 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
         world->allreduce_scalar(int64_t{so.setup_writes_ranges}, comm::ReduceOp::Min) == 1;
   synced_ = parallel::make_synced_model(mesh_.comm(parallel::Axis::DP), shard_spec_, so);
   model_ = synced_.model.get();
+  if (opt.sync_bn && spec_.uses_replica_group() && mesh_.size(parallel::Axis::DP) > 1) {
+    const comm::Communicator& dp = mesh_.comm(parallel::Axis::DP);
+    replica_group_ = parallel::make_tp_group(dp.split(0, dp.rank()));
+    model_->set_replica_group(replica_group_);
+    say(fmt::format("synchronized batch norm over the {} data-parallel ranks",
+                    mesh_.size(parallel::Axis::DP)));
+  } else if (opt.sync_bn && !spec_.uses_replica_group()) {
+    say(fmt::format("model.sync_bn: {} has no batch norm; ignored", spec_.family()));
+  }
   if (opt.tp > 1) {
     tp_group_ = parallel::make_tp_group(mesh_.comm(parallel::Axis::TP));
     model_->set_tensor_parallel_group(tp_group_);

@@ -73,6 +73,9 @@ class TrainingRun {
   // Tensor parallelism: checkpoints in the logical layout (null at tp = 1).
   std::unique_ptr<ModelParallelCheckpoint> mp_ckpt_;
   std::shared_ptr<parallel::CommTensorParallelGroup> tp_group_;  // times the tp collectives
+  // Synchronized batch norm's collectives (opt.sync_bn): a communicator of
+  // the dp ranks of its own, so they never queue behind gradient buckets.
+  std::shared_ptr<parallel::CommTensorParallelGroup> replica_group_;
   std::unique_ptr<telemetry::Tracer> tracer_;
   // Clears the global tracer pointer when the run goes, also when setup
   // throws (a constructor that throws runs no destructor of its own class,
