@@ -125,6 +125,12 @@ void run_bench_train(const BenchTrainArgs& a) {
   // Each data-parallel rank its own tokens; a tp group shares them.
   Rng rng(1234 + static_cast<uint64_t>(mesh.rank(parallel::Axis::DP)));
   std::vector<int32_t> tok(static_cast<size_t>(a.batch) * (T + 1));
+  // A model of dense samples (images) takes random values and labels instead.
+  const bool dense = spec->input() == ModelSpec::Input::Dense;
+  int64_t sample = 1;
+  for (int64_t d : spec->sample_shape()) sample *= d;
+  std::vector<float> features(dense ? static_cast<size_t>(a.batch * sample) : 0);
+  std::vector<int32_t> labels(dense ? static_cast<size_t>(a.batch) : 0);
   std::vector<double> step_s, fwd_s, bwd_s, opt_s, cpu_s, exposed_s, comm_s, tp_s;
   int buckets = 0;
   float loss = 0;
@@ -136,8 +142,14 @@ void run_bench_train(const BenchTrainArgs& a) {
         in[b * T + t] = tok[b * (T + 1) + t];
         tg[b * T + t] = tok[b * (T + 1) + t + 1];
       }
+    MicroBatch mb{in.data(), tg.data(), a.batch, T};
+    if (dense) {
+      for (auto& v : features) v = rng.normal();
+      for (auto& l : labels) l = static_cast<int32_t>(rng.below(spec->vocab_size()));
+      mb = MicroBatch{nullptr, labels.data(), a.batch, 1, features.data()};
+    }
     const double c0 = process_cpu_s();
-    auto st = stepper.run({MicroBatch{in.data(), tg.data(), a.batch, T}}, s);
+    auto st = stepper.run({mb}, s);
     const double c1 = process_cpu_s();
     loss = st.loss;
     if (s >= a.warmup) {
@@ -189,6 +201,7 @@ void run_bench_train(const BenchTrainArgs& a) {
                         {"steps", a.steps}, {"ms_per_step", med * 1e3},
                         {"forward_ms", median_of(fwd_s) * 1e3}, {"backward_ms", median_of(bwd_s) * 1e3},
                         {"optimizer_ms", median_of(opt_s) * 1e3}, {"tokens_per_s", tok_s},
+                        {"samples_per_s", static_cast<double>(a.batch) * ranks / med},
                         {"cpu_ms_per_step", median_of(cpu_s) * 1e3},
                         {"tokens_per_cpu_s", tokens / median_of(cpu_s)},
                         {"model_gflops", gflops}, {"sgemm_peak_gflops", peak_gflops},
@@ -259,16 +272,19 @@ void run_bench_train(const BenchTrainArgs& a) {
     fmt::print("  step predicted (plan)      {}\n", step_time_line(*predicted, med));
   else
     fmt::print("  step predicted (plan)      none: {}\n", why_not);
-  fmt::print("  throughput                 {:10.0f} tokens/s  (CPU time {:.2f} ms/step: {:.0f} tokens per CPU-second)\n",
-             tok_s, median_of(cpu_s) * 1e3, tokens / median_of(cpu_s));
+  const char* unit = dense ? "samples" : "tokens";  // a dense model: one sample, one "token"
+  fmt::print("  throughput                 {:10.{}f} {}/s  (CPU time {:.2f} ms/step: {:.{}f} {} per CPU-second)\n",
+             tok_s, dense ? 2 : 0, unit, median_of(cpu_s) * 1e3, tokens / median_of(cpu_s),
+             dense ? 2 : 0, unit);
   if (a.tp > 1)
     fmt::print("  tp collectives / step      {:10.2f} ms  (blocking; outside fwd and bwd above)\n",
                median_of(tp_s) * 1e3);
   if (dp)
     fmt::print("  gradient allreduce / step  {:10.2f} ms exposed (waited after backward) of {:.2f} ms "
                "total in {} bucket(s)\n", median_of(exposed_s) * 1e3, median_of(comm_s) * 1e3, buckets);
-  fmt::print("  model FLOPs                {:10.1f} GFLOP/s  ({:.1f} MFLOP/token = 6N + 6LCT)\n",
-             gflops, spec->flops_per_token(T) / 1e6);
+  fmt::print("  model FLOPs                {:10.1f} GFLOP/s  ({:.1f} MFLOP/{})\n", gflops,
+             spec->flops_per_token(T) / 1e6,
+             dense ? "sample = 6 x multiply-adds" : "token = 6N + 6LCT");
   fmt::print("  MFU vs measured sgemm peak {:10.1f} %\n", mfu * 100);
   fmt::print("  memory predicted           {:10.1f} MB  (params {:.1f}, grads {:.1f}, optimizer {:.1f}, activations {:.1f})\n",
              pred.total_bytes() / 1e6, pred.params / 1e6, pred.grads / 1e6, pred.optimizer / 1e6,
