@@ -52,3 +52,13 @@ add_library(meshtrain_pcre2 INTERFACE)
 target_link_libraries(meshtrain_pcre2 INTERFACE ${PCRE2_LIB})
 target_include_directories(meshtrain_pcre2 INTERFACE ${PCRE2_INCLUDE_DIR})
 message(STATUS "PCRE2: ${PCRE2_LIB}")
+
+# Image data (data/image_decode, idx_file, image_prepare): libjpeg-turbo
+# (Debian libjpeg62-turbo-dev, the libjpeg API), libpng (libpng-dev) and zlib
+# (zlib1g-dev: gzip-compressed IDX files, and libpng's own dependency).
+find_package(JPEG REQUIRED)
+find_package(PNG REQUIRED)
+find_package(ZLIB REQUIRED)
+add_library(meshtrain_images INTERFACE)
+target_link_libraries(meshtrain_images INTERFACE JPEG::JPEG PNG::PNG ZLIB::ZLIB)
+message(STATUS "Images: libjpeg ${JPEG_LIBRARIES}, libpng ${PNG_LIBRARIES}")

@@ -15,7 +15,8 @@ start=$SECONDS
 
 # Host tools and arch-independent headers; arm64 libraries via multiarch.
 HOST_PACKAGES=(cmake make file g++-aarch64-linux-gnu nlohmann-json3-dev libcli11-dev)
-ARM64_PACKAGES=(libopenblas-openmp-dev:arm64 libfmt-dev:arm64 libpcre2-dev:arm64)
+ARM64_PACKAGES=(libopenblas-openmp-dev:arm64 libfmt-dev:arm64 libpcre2-dev:arm64
+  libjpeg62-turbo-dev:arm64 libpng-dev:arm64 zlib1g-dev:arm64)
 
 missing=()
 for p in "${HOST_PACKAGES[@]}" "${ARM64_PACKAGES[@]}"; do

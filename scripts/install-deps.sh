@@ -17,6 +17,9 @@ PACKAGES=(
   libbenchmark-dev                # micro-benchmarks
   libzstd-dev                     # compression
   libpcre2-dev                    # tokenizer pre-tokenization regexes (Unicode, JIT)
+  libjpeg62-turbo-dev libpng-dev  # image data: JPEG and PNG decoding (data prepare-images)
+  zlib1g-dev                      # gzip-compressed IDX files (MNIST, Fashion-MNIST)
+  dataset-fashion-mnist           # Fashion-MNIST's IDX files (ResNet's accuracy target, tests)
   fortunes                        # English text for the default corpus
   python3                         # a few CLI tests check JSON output with it
 )

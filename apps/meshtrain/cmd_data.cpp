@@ -132,7 +132,7 @@ void run_inspect(const std::vector<std::string>& paths, int64_t show,
 }  // namespace
 
 void register_data(CLI::App& app) {
-  CLI::App* data_cmd = app.add_subcommand("data", "Make and inspect token shards");
+  CLI::App* data_cmd = app.add_subcommand("data", "Make and inspect token shards and image shards");
   data_cmd->require_subcommand(1);
 
   auto prepare_opts = std::make_shared<data::PrepareOptions>();
@@ -219,6 +219,8 @@ void register_data(CLI::App& app) {
   inspect->callback([inspect_paths, show, inspect_tokenizer] {
     run_inspect(*inspect_paths, *show, *inspect_tokenizer);
   });
+
+  register_data_images(data_cmd);
 }
 
 }  // namespace meshtrain::cli

@@ -12,6 +12,7 @@ void register_train(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_data(CLI::App& app);
+void register_data_images(CLI::App* data_cmd);  // data prepare-images (cmd_data_images.cpp)
 void register_bench(CLI::App& app);      // creates "bench", calls the two below
 void register_bench_train(CLI::App& bench);
 void register_bench_comm(CLI::App& bench);
