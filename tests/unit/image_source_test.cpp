@@ -1,0 +1,164 @@
+// test-links: mt_data mt_core
+// The image batch source (data/image_source.h) and its augmentation
+// (data/image_augment.h) on shards written here: the evaluation view of a
+// size x size image is its normalized pixels exactly; training views are a
+// function of the seed alone (the same bytes again, a different seed moves
+// them) and stay within the padded image; one rank with batch 2b sees the
+// images and labels two ranks with b see together; a seek returns exactly
+// the batch the sequence would have; evaluation repeats its order; a label
+// beyond the model's classes and a pattern matching nothing are named.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "meshtrain/core/error.h"
+#include "meshtrain/data/image_augment.h"
+#include "meshtrain/data/image_source.h"
+
+using namespace meshtrain;
+using namespace meshtrain::data;
+
+namespace {
+
+constexpr int kSize = 8, kImages = 24, kClasses = 3;
+
+// Image i: pixel (x, y) = (7 i + 3 x + 5 y) mod 256, one channel.
+std::vector<uint8_t> pixels_of(int i) {
+  std::vector<uint8_t> p(kSize * kSize);
+  for (int y = 0; y < kSize; ++y)
+    for (int x = 0; x < kSize; ++x) p[y * kSize + x] = static_cast<uint8_t>((7 * i + 3 * x + 5 * y) % 256);
+  return p;
+}
+
+std::string write_shards(const std::string& dir, int label_offset = 0) {
+  std::filesystem::create_directories(dir);
+  ImageShardWriter w(dir, "train", 10);
+  for (int i = 0; i < kImages; ++i) {
+    const std::vector<uint8_t> png = encode_png(pixels_of(i), kSize, kSize, 1);
+    w.add("png", png, i % kClasses + label_offset);
+  }
+  w.finish();
+  return dir + "/train-*.tar";
+}
+
+LoaderOptions options(const std::string& pattern, int64_t batch, int rank, int ranks) {
+  LoaderOptions o;
+  o.pattern = pattern;
+  o.batch = batch;
+  o.rank = rank;
+  o.world_size = ranks;
+  o.sample_shape = {1, kSize, kSize};
+  o.classes = kClasses;
+  o.prefetch = 1;
+  return o;
+}
+
+std::string temp_dir(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string("mt-image-source-") + name + "-" +
+                                                    std::to_string(getpid())))
+      .string();
+}
+
+}  // namespace
+
+TEST(image_source, evaluation_view_is_the_normalized_image) {
+  DecodedImage im{kSize, kSize, 1, ImageFormat::Png, pixels_of(5)};
+  AugmentOptions a;
+  a.size = kSize;
+  a.channels = 1;
+  a.train = false;
+  a.mean = {0.25f};
+  a.std = {0.5f};
+  std::vector<float> out(kSize * kSize);
+  augment_image(im, a, 1, out.data());
+  for (int j = 0; j < kSize * kSize; ++j) EXPECT_FLOAT_EQ(out[j], (im.pixels[j] / 255.f - 0.25f) / 0.5f) << j;
+}
+
+TEST(image_source, training_views_follow_the_seed) {
+  DecodedImage im{kSize, kSize, 1, ImageFormat::Png, pixels_of(9)};
+  AugmentOptions a;
+  a.size = kSize;
+  a.channels = 1;
+  a.crop = AugmentOptions::Crop::PadCrop;
+  std::vector<float> x(kSize * kSize), y(kSize * kSize), z(kSize * kSize);
+  augment_image(im, a, 42, x.data());
+  augment_image(im, a, 42, y.data());
+  EXPECT_EQ(x, y);
+  bool differs = false;
+  for (uint64_t seed = 1; seed < 20 && !differs; ++seed) {
+    augment_image(im, a, seed, z.data());
+    differs = z != x;
+  }
+  EXPECT_TRUE(differs);
+  // Every value is a pixel of the image or the padding (0 -> -1 normalized).
+  for (float v : x) {
+    const float p = v * 0.5f + 0.5f;
+    EXPECT_GE(p, -1e-6f);
+    EXPECT_LE(p, 1.f + 1e-6f);
+  }
+  // RGB images for a 1-channel model become luma; random-resized crops work too.
+  DecodedImage rgb{kSize, kSize, 3, ImageFormat::Png, std::vector<uint8_t>(kSize * kSize * 3, 100)};
+  a.crop = AugmentOptions::Crop::RandomResized;
+  augment_image(rgb, a, 3, x.data());
+  for (float v : x) EXPECT_NEAR(v, (100.f / 255.f - 0.5f) / 0.5f, 1e-5f);
+}
+
+TEST(image_source, two_ranks_see_what_one_rank_sees) {
+  const std::string dir = temp_dir("ranks");
+  const std::string pattern = write_shards(dir);
+  ImageSource one(options(pattern, 4, 0, 1));
+  ImageSource r0(options(pattern, 2, 0, 2)), r1(options(pattern, 2, 1, 2));
+  EXPECT_EQ(one.num_samples(), kImages);
+  EXPECT_EQ(one.batches_per_epoch(), kImages / 4);
+  for (int k = 0; k < 8; ++k) {  // into the second epoch
+    const Batch a = one.next(), b = r0.next(), c = r1.next();
+    const int64_t n = kSize * kSize;
+    for (int i = 0; i < 4; ++i) {
+      const Batch& part = i < 2 ? b : c;
+      const int j = i % 2;
+      EXPECT_EQ(a.targets.data<int32_t>()[i], part.targets.data<int32_t>()[j]) << k << " " << i;
+      for (int64_t e = 0; e < n; ++e)
+        ASSERT_EQ(a.inputs.data<float>()[i * n + e], part.inputs.data<float>()[j * n + e]) << k << " " << i;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(image_source, seek_returns_the_same_batch_and_evaluation_repeats) {
+  const std::string dir = temp_dir("seek");
+  const std::string pattern = write_shards(dir);
+  ImageSource a(options(pattern, 4, 0, 1));
+  std::vector<Batch> seq;
+  for (int k = 0; k < 9; ++k) seq.push_back(a.next());
+  EXPECT_EQ(a.position(), (LoaderPosition{1, 3}));
+  ImageSource b(options(pattern, 4, 0, 1));
+  b.seek({1, 1});
+  const Batch again = b.next();
+  EXPECT_EQ(again.position, seq[7].position);
+  ASSERT_EQ(again.inputs.numel(), seq[7].inputs.numel());
+  for (int64_t e = 0; e < again.inputs.numel(); ++e)
+    ASSERT_EQ(again.inputs.data<float>()[e], seq[7].inputs.data<float>()[e]);
+  LoaderOptions eo = options(pattern, 4, 0, 1);
+  eo.mode = LoaderMode::Eval;
+  ImageSource ev(eo);
+  const Batch first = ev.next();
+  ev.rewind();
+  const Batch second = ev.next();
+  for (int64_t e = 0; e < first.inputs.numel(); ++e)
+    ASSERT_EQ(first.inputs.data<float>()[e], second.inputs.data<float>()[e]);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(image_source, bad_labels_and_missing_shards_are_named) {
+  const std::string dir = temp_dir("bad");
+  const std::string pattern = write_shards(dir, 1);  // labels 1..3 for 3 classes
+  try {
+    ImageSource s(options(pattern, 4, 0, 1));
+    ADD_FAILURE() << "a label beyond the classes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has class 3, but the model has 3 classes"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ImageSource(options(dir + "/none-*.tar", 4, 0, 1)), Error);
+  std::filesystem::remove_all(dir);
+}
