@@ -145,6 +145,7 @@ assert meta["image_size"] == [28, 28] and meta["channels"] == 1, meta
 assert meta["splits"]["train"]["per_class"] == [6000] * 10, meta["splits"]["train"]
 assert meta["splits"]["test"]["per_class"] == [1000] * 10, meta["splits"]["test"]
 # Fashion-MNIST's training-set statistics (0.2860, 0.3530: numpy over the same pixels).
+# The literals are rounded to 5 digits, hence the 1e-4.
 assert abs(meta["mean"][0] - 0.28604) < 1e-4 and abs(meta["std"][0] - 0.35302) < 1e-4, meta["mean"]
 with tarfile.open(os.path.join(out, "test-000000.tar")) as tf:
     names = tf.getnames()

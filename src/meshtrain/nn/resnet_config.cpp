@@ -34,11 +34,8 @@ void ResNetConfig::validate() const {
            num_classes);
   MT_CHECK(bn_eps > 0 && bn_momentum > 0 && bn_momentum <= 1, "resnet: batch norm eps {} and "
            "momentum {} (expected eps > 0, momentum in (0, 1])", bn_eps, bn_momentum);
-  // Each stage after the first halves the size: it must stay at least 1.
-  int hw = small_input ? image_size : ((image_size + 6 - 7) / 2 + 1 + 2 - 3) / 2 + 1;
-  for (size_t s = 1; s < layers.size(); ++s) hw = (hw + 2 - 3) / 2 + 1;
-  MT_CHECK(image_size >= (small_input ? 1 : 8) && hw >= 1, "resnet: {}x{} images are too small for "
-           "{} stages{}", image_size, image_size, layers.size(), small_input ? "" : " after the stem");
+  // Whether every stage keeps at least one pixel is resnet_plan's check.
+  MT_CHECK(image_size >= 1, "resnet: image size {}", image_size);
 }
 
 std::string ResNetConfig::describe() const {

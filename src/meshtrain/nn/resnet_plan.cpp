@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "meshtrain/core/error.h"
+
 namespace meshtrain {
 
 namespace {
@@ -88,6 +90,8 @@ ResNetPlan resnet_plan(const ResNetConfig& cfg) {
                                   stride));
       }
       hw = p.convs[blk.convs.back()].shape.OH();
+      MT_CHECK(hw >= 1, "resnet: {}x{} images are too small for {} stages", cfg.image_size,
+               cfg.image_size, cfg.layers.size());
       ch = out;
       p.blocks.push_back(blk);
       b.close_unit(fmt::format("layer{}.{}", s + 1, k));

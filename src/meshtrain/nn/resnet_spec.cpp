@@ -52,7 +52,9 @@ ResNetConfig ResNetSpec::config_from_json(const nlohmann::json& j, const std::st
 }
 
 std::string ResNetSpec::describe() const {
-  return fmt::format("{}: {:.2f}M parameters", cfg_.describe(), cfg_.num_params() / 1e6);
+  int64_t trained = 0;
+  for (const ParamInfo& p : plan_.layout.params) trained += p.trained ? p.numel() : 0;
+  return fmt::format("{}: {:.2f}M parameters", cfg_.describe(), trained / 1e6);
 }
 
 ModelMemory ResNetSpec::memory(int B, int, int, const Recompute&, Precision) const {
