@@ -43,7 +43,7 @@ struct Side {
     sched.max_lr = 3e-4f;
     sched.kind = "constant";
     sync.attach(*model);
-    stepper = std::make_unique<TrainStep>(*model, sync, AdamWConfig{}, sched, 1.0f);
+    stepper = std::make_unique<TrainStep>(*model, sync, OptimizerConfig{}, sched, 1.0f);
     stepper->set_mixed_precision(mixed.get());
   }
 

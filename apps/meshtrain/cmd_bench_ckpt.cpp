@@ -30,6 +30,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "meshtrain/optim/adamw.h"
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
 #include "meshtrain/ckpt/model_checkpoint.h"
@@ -105,7 +106,7 @@ std::pair<double, double> measure_recovery(const BenchCkptArgs& a, const std::st
   const ckpt::CheckpointIndex index = ckpt::read_index(step8);
   const std::unique_ptr<Model> model = model_spec_from_json(index.model, step8)->build();
   const int64_t P = model->layout().numel;
-  AdamW adam(0, P, {{0, P, true}}, AdamWConfig{});
+  AdamW adam(0, P, {{0, P, true}}, AdamWConfig{});  // the trainer's default optimizer
   const double t0 = now_s();
   ckpt::load_checkpoint(step8, ckpt::model_fill_requests(*model, &adam));
   return {recovery, now_s() - t0};

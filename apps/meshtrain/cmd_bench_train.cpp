@@ -119,7 +119,7 @@ void run_bench_train(const BenchTrainArgs& a) {
   sched.max_lr = 3e-4f;
   sched.kind = "constant";
   MixedPrecision mixed(model, MixedPrecisionOptions{precision, {}});
-  TrainStep stepper(model, sync, AdamWConfig{}, sched, 1.0f);
+  TrainStep stepper(model, sync, OptimizerConfig{}, sched, 1.0f);
   stepper.set_mixed_precision(&mixed);
   if (a.tp > 1) stepper.set_tensor_parallel(&mesh.comm(parallel::Axis::TP), tp_group.get());
   // Each data-parallel rank its own tokens; a tp group shares them.

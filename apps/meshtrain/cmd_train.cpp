@@ -147,9 +147,13 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
     need.world = dp;
     need.zero_stage = dp > 1 ? c.zero.stage : 0;
     need.persist_threshold = c.zero.persist_threshold;
+    OptimizerConfig optimizer;
+    optimizer.type = c.train.optimizer;
+    need.bytes.o = 4 * optimizer.states_per_param();  // f32 state values per parameter
     need.base = predict_training_memory(*need.model, need.B, T, threads,
                                         recompute_from_config(c.recompute), precision,
-                                        Device::cpu(), part.activation_slots, part.split_backward);
+                                        Device::cpu(), part.activation_slots, part.split_backward,
+                                        optimizer.states_per_param());
     if (is_mixed(precision)) need.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
     if (c.comm.grad_dtype == "bf16") need.grad_wire = 2;
     need.setup_own_range = setup_from_own_range(need.zero_stage, precision, c.init_from, *need.model);
@@ -264,10 +268,16 @@ void run_train(const TrainArgs& a) {
   o.schedule.min_lr_ratio = static_cast<float>(c.train.min_lr_ratio);
   o.schedule.warmup = c.train.warmup;
   o.schedule.total = c.train.steps;
-  o.adam.beta1 = static_cast<float>(c.train.beta1);
-  o.adam.beta2 = static_cast<float>(c.train.beta2);
-  o.adam.eps = static_cast<float>(c.train.eps);
-  o.adam.weight_decay = static_cast<float>(c.train.weight_decay);
+  o.optimizer.type = c.train.optimizer;
+  o.optimizer.beta1 = static_cast<float>(c.train.beta1);
+  o.optimizer.beta2 = static_cast<float>(c.train.beta2);
+  o.optimizer.eps = static_cast<float>(c.train.eps);
+  o.optimizer.weight_decay = static_cast<float>(c.train.weight_decay);
+  o.optimizer.momentum = static_cast<float>(c.train.momentum);
+  o.optimizer.nesterov = c.train.nesterov;
+  o.optimizer.trust_coefficient = static_cast<float>(c.train.trust_coefficient);
+  o.optimizer.trust_clip = static_cast<float>(c.train.trust_clip);
+  o.optimizer.exclude_norms_and_biases = c.train.exclude_norms_and_biases;
   o.clip = static_cast<float>(c.train.clip);
   o.eval_every = c.train.eval_every;
   o.eval_batches = c.train.eval_batches;

@@ -25,6 +25,9 @@ expect 1 "bad.json" -- "$BIN" train --config "$TMP/bad.json"
 echo '{"trian": {}}' >"$TMP/typo.json"
 expect 1 "did you mean 'train'" -- "$BIN" train --config "$TMP/typo.json"
 expect 1 "must be" -- "$BIN" train "${COMMON[@]}" --set train.micro_batch=0
+# Optimizers: an unknown one lists those there are; Nesterov needs momentum.
+expect 1 "adamw" -- "$BIN" train "${COMMON[@]}" --set train.optimizer=adagrad
+expect 1 "train.nesterov" -- "$BIN" train "${COMMON[@]}" --set train.optimizer=sgd --set train.nesterov=true --set train.momentum=0
 expect 1 "no token shards match" -- \
   "$BIN" train --set model.preset=tiny --set "data.train=$TMP/none_*.bin" --set "telemetry.dir=$TMP/run"
 

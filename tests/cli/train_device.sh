@@ -68,6 +68,17 @@ memory_as_predicted dev
 train dev_full guarded --set recompute=full
 same_run dev dev_full
 
+# The other optimizers' kernels on the device (table ops): the CPU's bits,
+# and their state's memory (SGD's one momentum, LAMB's two moments) as predicted.
+train sgd_cpu cpu --set train.optimizer=sgd --set train.nesterov=true --set train.lr=0.1
+train sgd_dev guarded --set train.optimizer=sgd --set train.nesterov=true --set train.lr=0.1
+same_run sgd_cpu sgd_dev
+memory_as_predicted sgd_dev
+train lamb_cpu cpu --set train.optimizer=lamb --set train.lr=0.05
+train lamb_dev guarded --set train.optimizer=lamb --set train.lr=0.05
+same_run lamb_cpu lamb_dev
+memory_as_predicted lamb_dev
+
 # Llama, bf16 (the 16-bit copy and the rotary angles on the device).
 train llama_cpu cpu --set model.preset=llama-tiny --set precision=bf16
 train llama_dev guarded --set model.preset=llama-tiny --set precision=bf16

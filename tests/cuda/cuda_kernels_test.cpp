@@ -10,6 +10,8 @@
 #include "cuda_test_util.h"
 #include "meshtrain/core/half.h"
 #include "meshtrain/kernels/cpu/adamw.h"
+#include "meshtrain/kernels/cpu/lamb.h"
+#include "meshtrain/kernels/cpu/sgd.h"
 #include "meshtrain/kernels/cpu/attention.h"
 #include "meshtrain/kernels/cpu/convert.h"
 #include "meshtrain/kernels/cpu/elementwise.h"
@@ -836,6 +838,53 @@ TEST(cuda_kernels, adamw_step) {
   EXPECT_TRUE(close(gm.host(), m, 1e-8, 1e-6));
   EXPECT_TRUE(close(gv.host(), v, 1e-12, 1e-6));
   EXPECT_TRUE(close(gp.host(), p, 2e-7, 1e-6));
+}
+
+// SGD (first step, then momentum with Nesterov and a LARS trust ratio) as
+// the CPU computes it; tolerances as adamw_step's (a fused multiply-add).
+TEST(cuda_kernels, sgd_step) {
+  MT_REQUIRE_GPU();
+  const int64_t n = 10007;
+  const auto p0 = uniform(n, 170), g = uniform(n, 171), b0 = uniform(n, 172, -0.1f, 0.1f);
+  for (const bool first : {true, false}) {
+    SCOPED_TRACE(first ? "first step" : "momentum, Nesterov, trust 0.3");
+    SgdHyper h;
+    h.lr = 0.05f;
+    h.weight_decay = 0.01f;
+    h.grad_scale = 0.5f;
+    h.first = first;
+    h.nesterov = !first;
+    h.trust = first ? 1.0f : 0.3f;
+    auto p = p0, b = b0;
+    cpu::sgd_step(p.data(), g.data(), b.data(), n, h);
+    FB gp(p0), gg(g), gb(b0);
+    gpu().sgd_step(stream(), gp.get(), gg.get(), gb.get(), n, h);
+    EXPECT_TRUE(close(gb.host(), b, 1e-8, 1e-6));
+    EXPECT_TRUE(close(gp.host(), p, 2e-7, 1e-6));
+  }
+}
+
+// LAMB's two passes: the moments and the update's sum of squares (double,
+// summed in another order than the CPU's, so relative 1e-6), then the update.
+TEST(cuda_kernels, lamb_moments_and_apply) {
+  MT_REQUIRE_GPU();
+  const int64_t n = 70001;
+  LambHyper h;
+  h.weight_decay = 0.01f;
+  h.grad_scale = 0.5f;
+  h.step = 3;
+  const auto p0 = uniform(n, 180), g = uniform(n, 181), m0 = uniform(n, 182, -0.1f, 0.1f);
+  const auto v0 = uniform(n, 183, 0.f, 0.01f);
+  auto p = p0, m = m0, v = v0;
+  const double want = cpu::lamb_moments(g.data(), m.data(), v.data(), p.data(), n, h);
+  cpu::lamb_apply(p.data(), m.data(), v.data(), n, h, 0.02f);
+  FB gp(p0), gg(g), gm(m0), gv(v0);
+  const double got = gpu().lamb_moments(stream(), gg.get(), gm.get(), gv.get(), gp.get(), n, h);
+  gpu().lamb_apply(stream(), gp.get(), gm.get(), gv.get(), n, h, 0.02f);
+  EXPECT_NEAR(got, want, 1e-6 * want);
+  EXPECT_TRUE(close(gm.host(), m, 1e-8, 1e-6));
+  EXPECT_TRUE(close(gv.host(), v, 1e-12, 1e-6));
+  EXPECT_TRUE(close(gp.host(), p, 2e-7, 1e-5));
 }
 
 // The ops that return a host value return the CPU's, on a stream of their own.

@@ -27,6 +27,7 @@
 #include "meshtrain/ckpt/checkpoint_dir.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
 #include "meshtrain/ckpt/model_checkpoint.h"
+#include "meshtrain/optim/adamw.h"
 #include "meshtrain/nn/gpt.h"
 #include "meshtrain/parallel/gradient_sync.h"
 #include "meshtrain/ckpt/resume.h"
@@ -131,12 +132,16 @@ class ckpt_async : public ::testing::Test {
 // The parameters and both AdamW moments at one moment, and as a checkpoint holds them.
 struct State {
   std::vector<float> p, m, v;
-  static State of(const GPT& model, AdamW& adam) {
+  static State of(const GPT& model, Optimizer& adam) {
     const float* p = model.params().flat.data<float>();
     const int64_t n = model.params().flat.numel();
-    return {std::vector<float>(p, p + n),
-            std::vector<float>(adam.exp_avg().data<float>(), adam.exp_avg().data<float>() + n),
-            std::vector<float>(adam.exp_avg_sq().data<float>(), adam.exp_avg_sq().data<float>() + n)};
+    auto named = [&](const std::string& name) {
+      for (const OptimizerState& s : adam.state())
+        if (s.name == name) return std::vector<float>(s.tensor->data<float>(), s.tensor->data<float>() + n);
+      ADD_FAILURE() << "no optimizer state " << name;
+      return std::vector<float>();
+    };
+    return {std::vector<float>(p, p + n), named("exp_avg"), named("exp_avg_sq")};
   }
   static State load(const std::string& step_dir, const GPTConfig& cfg) {
     const int64_t n = cfg.num_params();
@@ -177,7 +182,7 @@ void train_with_async_save(SaveRun& run, const std::string& root, int64_t save_a
   schedule.total = steps;
   parallel::LocalGradients sync;
   sync.attach(model);
-  TrainStep stepper(model, sync, AdamWConfig{}, schedule, 1.0f);
+  TrainStep stepper(model, sync, OptimizerConfig{}, schedule, 1.0f);
   Gate copy_gate;
   CheckpointOptions co;
   co.dir = root;

@@ -14,6 +14,7 @@
 #include "meshtrain/ckpt/checkpoint_writer.h"
 #include "meshtrain/ckpt/crc32c.h"
 #include "meshtrain/ckpt/model_checkpoint.h"
+#include "meshtrain/optim/adamw.h"
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/ckpt/resume.h"
 #include "meshtrain/core/error.h"

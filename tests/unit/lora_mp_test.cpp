@@ -75,7 +75,7 @@ TrainRun train(const Communicator& comm, const Setup& setup, int stage, int accu
   // an element whose gradient nearly cancels then takes a step whose sign is
   // rounding. With 1e-8 such an element put llama-tiny's adapters 1.1e-5
   // apart (seed 4) while the losses agreed to 1e-7.
-  AdamWConfig adamw;
+  OptimizerConfig adamw;
   adamw.eps = 1e-6f;
   TrainStep stepper(model, sync, adamw, sched, /*clip=*/1.0f);
   stepper.set_mixed_precision(&mixed);

@@ -72,7 +72,7 @@ TrainRun train(const Communicator& comm, int stage, int accum) {
   LrSchedule sched;
   sched.max_lr = 2e-2f;
   sched.kind = "constant";
-  TrainStep stepper(model, sync, AdamWConfig{}, sched, /*clip=*/0.5f);
+  TrainStep stepper(model, sync, OptimizerConfig{}, sched, /*clip=*/0.5f);
   const int world = comm.valid() ? comm.size() : 1, rank = comm.valid() ? comm.rank() : 0;
   const int per_rank = kGlobalBatch / world, per_micro = per_rank / accum;
   TrainRun run;

@@ -195,7 +195,7 @@ Trained train_steps(const std::string& family, Communicator* pp, plan::PipeSched
   LrSchedule sched;
   sched.max_lr = 3e-3f;
   sched.kind = "constant";
-  TrainStep step(*synced.model, *synced.sync, AdamWConfig{}, sched, /*clip=*/0.5f);
+  TrainStep step(*synced.model, *synced.sync, OptimizerConfig{}, sched, /*clip=*/0.5f);
   std::unique_ptr<parallel::PipelineExecutor> exec;
   if (pp) {
     exec = std::make_unique<parallel::PipelineExecutor>(*pp, specs, std::vector<Model*>{synced.model.get()}, kind, m);

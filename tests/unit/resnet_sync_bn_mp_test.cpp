@@ -77,7 +77,7 @@ TrainedRun train(const Communicator& comm, int stage, bool sync_bn) {
   LrSchedule sched;
   sched.max_lr = 1e-2f;
   sched.kind = "constant";
-  TrainStep stepper(model, sync, AdamWConfig{}, sched, /*clip=*/1.0f);
+  TrainStep stepper(model, sync, OptimizerConfig{}, sched, /*clip=*/1.0f);
   const int world = comm.valid() ? comm.size() : 1, rank = comm.valid() ? comm.rank() : 0;
   const int b = kGlobalBatch / world;
   const int64_t image = int64_t{cfg.in_channels} * cfg.image_size * cfg.image_size;

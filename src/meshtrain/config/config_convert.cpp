@@ -156,7 +156,15 @@ TrainConfig convert_config(const nlohmann::json& j,
   t.min_lr_ratio = r.in_range("train.min_lr_ratio", 0.0, 1.0, false);
   t.warmup = r.integer("train.warmup", 0, INT64_MAX);
   t.schedule = r.choice("train.schedule", {"cosine", "linear", "constant"});
+  t.optimizer = r.choice("train.optimizer", {"adamw", "sgd", "lars", "lamb"});
   t.weight_decay = r.in_range("train.weight_decay", 0.0, 1e9, false);
+  t.momentum = r.in_range("train.momentum", 0.0, 1.0, true);
+  t.nesterov = r.boolean("train.nesterov");
+  if (t.nesterov && t.momentum == 0)
+    r.error("train.nesterov", "needs train.momentum > 0 (Nesterov momentum with no momentum)");
+  t.trust_coefficient = r.positive("train.trust_coefficient");
+  t.trust_clip = r.in_range("train.trust_clip", 0.0, 1e9, false);
+  t.exclude_norms_and_biases = r.boolean("train.exclude_norms_and_biases");
   t.beta1 = r.in_range("train.beta1", 0.0, 1.0, true);
   t.beta2 = r.in_range("train.beta2", 0.0, 1.0, true);
   t.eps = r.positive("train.eps");

@@ -38,7 +38,13 @@ J to_json(const TrainConfig& c) {
   train["min_lr_ratio"] = t.min_lr_ratio;
   train["warmup"] = t.warmup;
   train["schedule"] = t.schedule;
+  train["optimizer"] = t.optimizer;
   train["weight_decay"] = t.weight_decay;
+  train["momentum"] = t.momentum;
+  train["nesterov"] = t.nesterov;
+  train["trust_coefficient"] = t.trust_coefficient;
+  train["trust_clip"] = t.trust_clip;
+  train["exclude_norms_and_biases"] = t.exclude_norms_and_biases;
   train["beta1"] = t.beta1;
   train["beta2"] = t.beta2;
   train["eps"] = t.eps;

@@ -43,7 +43,13 @@ struct TrainSection {
   double min_lr_ratio = 0.1;  // final lr = lr * min_lr_ratio (cosine, linear)
   int64_t warmup = 100;    // linear warmup steps
   std::string schedule = "cosine";  // cosine | linear | constant
+  std::string optimizer = "adamw";  // adamw | sgd | lars | lamb (optim/optimizer.h)
   double weight_decay = 0.1;
+  double momentum = 0.9;       // sgd, lars
+  bool nesterov = false;       // sgd, lars
+  double trust_coefficient = 0.001;  // lars: eta
+  double trust_clip = 10;      // lamb: the trust ratio's upper bound; 0 = none
+  bool exclude_norms_and_biases = true;  // from weight decay and (lars, lamb) the trust ratio
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;

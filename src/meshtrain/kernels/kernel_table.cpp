@@ -5,6 +5,8 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/guarded_device.h"
 #include "meshtrain/kernels/cpu/adamw.h"
+#include "meshtrain/kernels/cpu/lamb.h"
+#include "meshtrain/kernels/cpu/sgd.h"
 #include "meshtrain/kernels/cpu/attention.h"
 #include "meshtrain/kernels/cpu/batchnorm.h"
 #include "meshtrain/kernels/cpu/conv2d.h"
@@ -108,6 +110,9 @@ constexpr KernelTable cpu_kernels(Device device) {
       &Wrap<&cpu::to_half>::call,
       &Wrap<&cpu::from_half>::call,
       &Wrap<&cpu::adamw_step>::call,
+      &Wrap<&cpu::sgd_step>::call,
+      &Wrap<&cpu::lamb_moments>::call,
+      &Wrap<&cpu::lamb_apply>::call,
       &Wrap<&cpu::expand_kv_heads>::call,
       &Wrap<&cpu::fold_kv_heads>::call,
       &Wrap<&cpu::vocab_shard_row_max>::call,

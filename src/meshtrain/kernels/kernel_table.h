@@ -18,6 +18,7 @@
 #include "meshtrain/core/stream.h"
 #include "meshtrain/kernels/adamw_hyper.h"
 #include "meshtrain/kernels/image_shapes.h"
+#include "meshtrain/kernels/optimizer_hyper.h"
 #include "meshtrain/kernels/rope_view.h"
 
 namespace meshtrain {
@@ -118,6 +119,14 @@ struct KernelTable {
   void (*from_half)(Stream, HalfFormat fmt, const uint16_t* in, float* out, int64_t n);
   void (*adamw_step)(Stream, float* param, const float* grad, float* m, float* v, int64_t n,
                      const AdamWHyper& h);
+  // SGD/LARS and LAMB (kernels/optimizer_hyper.h); lamb_moments returns the
+  // update's sum of squares in an order fixed by n alone and waits for the device.
+  void (*sgd_step)(Stream, float* param, const float* grad, float* buf, int64_t n,
+                   const SgdHyper& h);
+  double (*lamb_moments)(Stream, const float* grad, float* m, float* v, const float* param,
+                         int64_t n, const LambHyper& h);
+  void (*lamb_apply)(Stream, float* param, const float* m, const float* v, int64_t n,
+                     const LambHyper& h, float step_size);
   // Grouped-query attention's shared key/value heads (kernels/cpu/kv_heads.h).
   void (*expand_kv_heads)(Stream, float* full, const float* qkv, int64_t N, int64_t NH,
                           int64_t NKV, int64_t hd);

@@ -4,13 +4,14 @@ namespace meshtrain {
 
 MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, int threads,
                                          const Recompute& recompute, Precision precision,
-                                         Device device, int activation_slots, bool split_backward) {
+                                         Device device, int activation_slots, bool split_backward,
+                                         int optimizer_states) {
   const int64_t P = spec.num_params();
   MemoryPrediction m;
   // A LoRA model's adapters have no 16-bit copy of their own (nn/lora_model.h).
   m.params = (is_mixed(precision) && !spec.frozen_base() ? 6 : 4) * P;
   m.grads = 4 * P;
-  m.optimizer = 8 * P;
+  m.optimizer = 4 * static_cast<int64_t>(optimizer_states) * P;
   const ModelMemory mm = spec.memory(B, T, threads, recompute, precision);
   const int64_t slots = activation_slots;
   m.activations = slots * (mm.activations + (split_backward ? mm.deferred_weights : 0));

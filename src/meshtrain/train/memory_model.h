@@ -16,7 +16,9 @@ struct MemoryPrediction {
   int64_t total_bytes() const { return params + grads + optimizer + activations + workspace; }
 };
 
-// f32 parameters, gradients and AdamW moments (2 per parameter), activations
+// f32 parameters, gradients and the optimizer's state (`optimizer_states`
+// f32 values per parameter: AdamW's and LAMB's moments 2, SGD's and LARS's
+// momentum 1; OptimizerConfig::states_per_param), activations
 // saved for backward plus backward scratch, and attention scratch per thread.
 // Activations and workspace come from the model (ModelSpec::memory: exact).
 // Mixed precision adds the model's 16-bit compute copy (2 bytes per
@@ -33,6 +35,6 @@ MemoryPrediction predict_training_memory(const ModelSpec& spec, int B, int T, in
                                          const Recompute& recompute = {},
                                          Precision precision = Precision::FP32,
                                          Device device = Device::cpu(), int activation_slots = 1,
-                                         bool split_backward = false);
+                                         bool split_backward = false, int optimizer_states = 2);
 
 }  // namespace meshtrain

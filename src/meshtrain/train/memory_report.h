@@ -33,7 +33,7 @@ namespace meshtrain {
 struct StateBytes {
   int64_t p = 4;  // parameters the model computes with
   int64_t g = 4;  // gradients (as held for the optimizer)
-  int64_t o = 8;  // optimizer state (Adam m, v; + fp32 master weights under mixed precision)
+  int64_t o = 8;  // optimizer state: AdamW/LAMB m, v (8), SGD/LARS momentum (4)
   // Mixed precision's 16-bit compute copy (2; nn/gpt.h; 0 for fp32). Stage 0:
   // beside the f32 parameters `p`; stages 1-3: the parameter copy, and `p`
   // is the f32 master counted in the sharded optimizer state (see above).

@@ -19,20 +19,6 @@ double now_s() {
 }
 }  // namespace
 
-std::vector<ParamSegment> param_segments(const ParamLayout& layout) {
-  std::vector<ParamSegment> segs;
-  for (const ParamInfo& p : layout.params) {
-    ParamSegment s{p.begin, p.end(), p.decay, p.trained};
-    // Merge with the previous run when the settings agree.
-    if (!segs.empty() && segs.back().end == s.begin && segs.back().decay == s.decay &&
-        segs.back().trained == s.trained)
-      segs.back().end = s.end;
-    else
-      segs.push_back(s);
-  }
-  return segs;
-}
-
 GradientCheck check_gradients(double loss, const float* grads, int64_t begin, int64_t end,
                               comm::Communicator* comm, bool sharded) {
   return check_gradients(loss, grads, begin, end, comm, sharded, {});
@@ -119,6 +105,26 @@ void TrainStep::set_tensor_parallel(const comm::Communicator* tp,
   tp_norm_.tp = &tp_comm_;
   for (const ParamInfo& p : model_.layout().params)
     if (p.split_dim < 0) tp_norm_.replicated.push_back({p.begin, p.end()});
+  update_norm_group();
+}
+
+void TrainStep::update_norm_group() {
+  // The data-parallel slots are the ZeRO ranges whether or not this rank
+  // holds only its own (check_gradients' order, so DP and ZeRO agree).
+  NormGroup g;
+  comm::Communicator* comm = sync_.comm();
+  const int n = comm ? comm->size() : 1;
+  const int64_t total = model_.layout().numel;
+  for (int r = 0; r < n; ++r) g.slots.push_back(parallel::ZeroLayout(total, n, r).own());
+  if (sync_.sharded() && comm) {
+    g.own = comm->rank();
+    g.shards = comm;
+    MT_CHECK(g.slots[static_cast<size_t>(g.own)] == sync_.update_range(), "the update range is "
+             "not this rank's ZeRO range: per-layer norms would miss pieces");
+  }
+  g.tp = tp_norm_.tp;
+  for (const ParamInfo& p : model_.layout().params) g.tp_replicated.push_back(p.split_dim < 0);
+  opt_->set_norm_group(std::move(g));
 }
 
 void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Communicator* pp) {
@@ -149,12 +155,12 @@ void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Commu
   }
 }
 
-TrainStep::TrainStep(Model& model, parallel::GradientSync& sync, AdamWConfig adam,
+TrainStep::TrainStep(Model& model, parallel::GradientSync& sync, const OptimizerConfig& optimizer,
                      LrSchedule schedule, float clip)
     : model_(model), sync_(sync), schedule_(schedule), clip_(clip) {
   const ElemSpan r = sync_.update_range();
-  opt_ = std::make_unique<AdamW>(r.begin, r.end, param_segments(model.layout()), adam,
-                                 model.param_buffer().device());
+  opt_ = make_optimizer(optimizer, r.begin, r.end, model.layout(), model.param_buffer().device());
+  update_norm_group();
 }
 
 StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {

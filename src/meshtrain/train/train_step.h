@@ -2,8 +2,9 @@
 // micro-batches of a step (gradient accumulation), with the gradient
 // synchronization strategy (parallel/gradient_sync.h: local, replicated
 // data parallelism, ZeRO 1-3) called around each backward, then
-// global-norm clipping and AdamW over the strategy's update range. The step
-// has no branch on which strategy runs.
+// global-norm clipping and the optimizer (optim/optimizer.h: AdamW, SGD,
+// LARS, LAMB) over the strategy's update range. The step has no branch on
+// which strategy or optimizer runs.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "meshtrain/nn/model.h"
-#include "meshtrain/optim/adamw.h"
+#include "meshtrain/optim/optimizer.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/gradient_sync.h"
 #include "meshtrain/parallel/pipeline_executor.h"
@@ -19,10 +20,6 @@
 #include "meshtrain/train/mixed_precision.h"
 
 namespace meshtrain {
-
-// AdamW's decay segments from the layout: decay on matrices and embeddings
-// (ParamInfo::decay), none on biases and norms; adjacent runs merged.
-std::vector<ParamSegment> param_segments(const ParamLayout& layout);
 
 // The fp32 gradient decision every rank takes alike: the global gradient norm
 // and whether the loss and every gradient are finite on every rank.
@@ -75,12 +72,12 @@ struct StepStats {
 class TrainStep {
  public:
   // `sync` is attached to `model`; the optimizer state covers its update range.
-  TrainStep(Model& model, parallel::GradientSync& sync, AdamWConfig adam, LrSchedule schedule,
-            float clip);
+  TrainStep(Model& model, parallel::GradientSync& sync, const OptimizerConfig& optimizer,
+            LrSchedule schedule, float clip);
   // Runs forward/backward for each micro-batch and then the update for `step`
   // (0-based, drives the schedule).
   StepStats run(const std::vector<MicroBatch>& micro, int64_t step);
-  AdamW& optimizer() { return *opt_; }
+  Optimizer& optimizer() { return *opt_; }
   const LrSchedule& schedule() const { return schedule_; }
   // The schedule's length (train.max_minutes may shorten the run).
   void set_total_steps(int64_t total) { schedule_.total = total; }
@@ -117,7 +114,9 @@ class TrainStep {
   void settle_device() const;
   Model& model_;
   parallel::GradientSync& sync_;
-  std::unique_ptr<AdamW> opt_;
+  // Where the other pieces of each layer's norms are (LARS, LAMB).
+  void update_norm_group();
+  std::unique_ptr<Optimizer> opt_;
   LrSchedule schedule_;
   float clip_;
   MixedPrecision* mp_ = nullptr;

@@ -17,7 +17,7 @@
 #include "meshtrain/nn/model.h"
 #include "meshtrain/nn/precision.h"
 #include "meshtrain/nn/recompute.h"
-#include "meshtrain/optim/adamw.h"
+#include "meshtrain/optim/optimizer.h"
 #include "meshtrain/optim/loss_scaler.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/data_parallel.h"
@@ -34,7 +34,7 @@ struct TrainerOptions {
   Recompute recompute;        // activation checkpointing (same results, less memory)
   int64_t steps = 100;
   LrSchedule schedule;
-  AdamWConfig adam;
+  OptimizerConfig optimizer;  // optim/optimizer.h: AdamW, SGD, LARS, LAMB
   float clip = 1.0f;
   int64_t eval_every = 100, eval_batches = 20, log_every = 1, save_every = 0;
   int64_t sample_every = 0;   // print a short generated sample every N steps

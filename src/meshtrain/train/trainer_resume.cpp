@@ -84,7 +84,8 @@ void TrainingRun::describe() const {
     auto full = memory_plan(0);
     full.model = spec_.frozen_base();
     full.base = predict_training_memory(*full.model, opt_.micro_batch, T_, thread_count(),
-                                        opt_.recompute, opt_.precision);
+                                        opt_.recompute, opt_.precision, Device::cpu(), 1, false,
+                                        opt_.optimizer.states_per_param());
     if (is_mixed(opt_.precision)) full.bytes.p_full = 2;
     const RankMemory fm = predict_rank_memory(full);
     say(fmt::format("LoRA: the frozen base holds {:.1f} MB of the parameters; model states {:.1f} MB "

@@ -178,7 +178,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   // both in full.
   sync_->before_resume();
   // Token ids are checked against the vocabulary by the model's forward on every batch.
-  stepper_ = std::make_unique<TrainStep>(*model_, *sync_, opt.adam, opt.schedule, opt.clip);
+  stepper_ = std::make_unique<TrainStep>(*model_, *sync_, opt.optimizer, opt.schedule, opt.clip);
   stepper_->set_mixed_precision(mixed_.get());
   if (opt.tp > 1) stepper_->set_tensor_parallel(&mesh_.comm(parallel::Axis::TP), tp_group_.get());
   if (opt.pp > 1) setup_pipeline();
@@ -300,11 +300,12 @@ void TrainingRun::say(const std::string& line) const {
 MemoryPrediction TrainingRun::predicted_for(int world_rank) const {
   if (opt_.pp == 1)  // every tp shard is the same size
     return predict_training_memory(spec_, opt_.micro_batch, T_, thread_count(), opt_.recompute,
-                                   opt_.precision, opt_.device);
+                                   opt_.precision, opt_.device, 1, false,
+                                   opt_.optimizer.states_per_param());
   const parallel::PipelineRankSpec part = pipeline_part(opt_, world_, world_rank);
   return predict_training_memory(*part.spec, opt_.micro_batch, T_, thread_count(), opt_.recompute,
                                  opt_.precision, opt_.device, part.activation_slots,
-                                 part.split_backward);
+                                 part.split_backward, opt_.optimizer.states_per_param());
 }
 
 MemoryPlan TrainingRun::memory_plan(int rank) const {
@@ -320,6 +321,7 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   plan.zero_stage = dp > 1 ? opt_.zero_stage : 0;
   plan.persist_threshold = opt_.zero_persist_threshold;
   plan.bytes = opt_.state_bytes;
+  plan.bytes.o = 4 * opt_.optimizer.states_per_param();  // f32 state values per parameter
   // Mixed precision: the model's 16-bit compute copy beside its f32 master
   // parameters (nn/model.h), 2 more bytes per parameter.
   // (A LoRA model has none of its own; ZeRO keeps one of the adapters.)

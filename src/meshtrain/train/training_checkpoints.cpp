@@ -31,12 +31,12 @@ int64_t saved_global_batch(const ckpt::ResumeResult& r) {
 }  // namespace
 
 std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const Model& model,
-                                           AdamW& adam, comm::Communicator* comm,
+                                           Optimizer& optimizer, comm::Communicator* comm,
                                            int64_t global_batch,
                                            std::optional<ckpt::ElemRange> own_params,
                                            const ModelParallelCheckpoint* tp) {
   if (opt.resume == "never") return std::nullopt;
-  std::vector<ckpt::FillRequest> fills = ckpt::model_fill_requests(model, &adam);
+  std::vector<ckpt::FillRequest> fills = ckpt::model_fill_requests(model, &optimizer);
   if (tp) {
     // The shard's runs, each from its range of the logical buffers.
     fills.clear();
@@ -45,9 +45,9 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
       fills.insert(fills.end(), more.begin(), more.end());
     };
     add(tp->fills(ckpt::kParams, p, model.param_buffer().data<float>() + p.begin, false));
-    const ckpt::ElemRange o{adam.begin(), adam.end()};
-    add(tp->fills(ckpt::kExpAvg, o, adam.exp_avg().data<float>(), true));
-    add(tp->fills(ckpt::kExpAvgSq, o, adam.exp_avg_sq().data<float>(), true));
+    const ckpt::ElemRange o{optimizer.begin(), optimizer.end()};
+    for (const OptimizerState& s : optimizer.state())
+      add(tp->fills(s.name, o, s.tensor->data<float>(), true));
   } else if (own_params) {
     for (ckpt::FillRequest& f : fills) {
       if (f.buffer != ckpt::kParams) continue;
@@ -74,7 +74,7 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
     MT_CHECK(r.has_value(), "checkpoint.resume = \"{}\": no complete, intact checkpoint there",
              opt.resume);
   }
-  ckpt::apply_optimizer_state(*r, &adam);
+  ckpt::apply_optimizer_state(*r, &optimizer);
   ResumePoint p;
   p.dir = r->dir;
   p.step = r->index.step;
@@ -120,7 +120,7 @@ TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::C
   writer_ = std::make_unique<ckpt::CheckpointWriter>(wo, comm && comm->valid() ? comm : nullptr);
 }
 
-double TrainingCheckpointer::save(int64_t step, const Model& model, AdamW& adam,
+double TrainingCheckpointer::save(int64_t step, const Model& model, Optimizer& optimizer,
                                   data::LoaderPosition next,
                                   std::optional<ckpt::ElemRange> own_params,
                                   const nlohmann::json& loss_scaler) {
@@ -128,9 +128,9 @@ double TrainingCheckpointer::save(int64_t step, const Model& model, AdamW& adam,
   const double t0 = now_s();
   ckpt::SaveRequest req;
   if (tp_) {
-    req = logical_request(step, model, adam, own_params);
+    req = logical_request(step, model, optimizer, own_params);
   } else {
-    req = ckpt::model_save_request(step, model, &adam);
+    req = ckpt::model_save_request(step, model, &optimizer);
   }
   if (own_params && !tp_) {
     for (ckpt::SaveBuffer& b : req.buffers) {
@@ -156,15 +156,17 @@ double TrainingCheckpointer::save(int64_t step, const Model& model, AdamW& adam,
   return now_s() - t0;
 }
 
-ckpt::SaveRequest TrainingCheckpointer::logical_request(int64_t step, const Model& model, AdamW& adam,
+ckpt::SaveRequest TrainingCheckpointer::logical_request(int64_t step, const Model& model, Optimizer& optimizer,
                                                         std::optional<ckpt::ElemRange> own_params) {
   // The previous save's snapshot reads blocks_: it must be taken first.
   writer_->wait_for_snapshot();
   const ckpt::ElemRange p = own_params.value_or(ckpt::ElemRange{0, model.param_buffer().numel()});
-  const ckpt::ElemRange o{adam.begin(), adam.end()};
+  const ckpt::ElemRange o{optimizer.begin(), optimizer.end()};
+  const std::vector<OptimizerState> states = optimizer.state();
+  blocks_.resize(1 + states.size());
   blocks_[0] = tp_->to_logical_block(model.param_buffer().data<float>() + p.begin, p);
-  blocks_[1] = tp_->to_logical_block(adam.exp_avg().data<float>(), o);
-  blocks_[2] = tp_->to_logical_block(adam.exp_avg_sq().data<float>(), o);
+  for (size_t i = 0; i < states.size(); ++i)
+    blocks_[i + 1] = tp_->to_logical_block(states[i].tensor->data<float>(), o);
   const int64_t n = tp_->logical_numel();
   const ckpt::ElemRange block = tp_->block();
   ckpt::SaveRequest r;
@@ -172,12 +174,10 @@ ckpt::SaveRequest TrainingCheckpointer::logical_request(int64_t step, const Mode
   r.model = model.spec().to_json();  // a shard describes the whole model
   r.tensors = ckpt::model_tensor_entries(tp_->logical_layout());
   r.buffers.push_back({ckpt::kParams, DType::F32, n, blocks_[0].data(), block});
-  r.buffers.push_back({ckpt::kExpAvg, DType::F32, n, blocks_[1].data(), block});
-  r.buffers.push_back({ckpt::kExpAvgSq, DType::F32, n, blocks_[2].data(), block});
-  r.optimizer_steps = adam.steps_taken();
-  const auto& c = adam.config();
-  r.optimizer = {{"type", "adamw"}, {"range", {0, n}}, {"beta1", c.beta1}, {"beta2", c.beta2},
-                 {"eps", c.eps}, {"weight_decay", c.weight_decay}};
+  for (size_t i = 0; i < states.size(); ++i)
+    r.buffers.push_back({states[i].name, DType::F32, n, blocks_[i + 1].data(), block});
+  r.optimizer_steps = optimizer.steps_taken();
+  r.optimizer = ckpt::optimizer_record(optimizer, 0, n);
   return r;
 }
 

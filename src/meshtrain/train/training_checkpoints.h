@@ -15,7 +15,7 @@
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/data/data_loader.h"
 #include "meshtrain/nn/model.h"
-#include "meshtrain/optim/adamw.h"
+#include "meshtrain/optim/optimizer.h"
 #include "meshtrain/train/model_parallel_checkpoint.h"
 
 namespace meshtrain {
@@ -51,7 +51,7 @@ struct ResumePoint {
 // `tp` (tensor parallelism): the checkpoint is logical; this shard reads its
 // runs, and `comm` is the world's.
 std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const Model& model,
-                                           AdamW& adam, comm::Communicator* comm,
+                                           Optimizer& optimizer, comm::Communicator* comm,
                                            int64_t global_batch,
                                            std::optional<ckpt::ElemRange> own_params = {},
                                            const ModelParallelCheckpoint* tp = nullptr);
@@ -75,7 +75,7 @@ class TrainingCheckpointer {
   // when synchronous.
   // `own_params` (ZeRO): this rank holds current parameters only there.
   // `loss_scaler`: the fp16 loss scaler's state (null: none).
-  double save(int64_t step, const Model& model, AdamW& adam, data::LoaderPosition next,
+  double save(int64_t step, const Model& model, Optimizer& optimizer, data::LoaderPosition next,
               std::optional<ckpt::ElemRange> own_params = {},
               const nlohmann::json& loss_scaler = nullptr);
   // Blocks until the last save's snapshot is taken, so parameters and
@@ -87,16 +87,17 @@ class TrainingCheckpointer {
 
  private:
   // Tensor parallelism: the save in the logical layout (model_parallel_checkpoint.h).
-  ckpt::SaveRequest logical_request(int64_t step, const Model& model, AdamW& adam,
+  ckpt::SaveRequest logical_request(int64_t step, const Model& model, Optimizer& optimizer,
                                     std::optional<ckpt::ElemRange> own_params);
   int64_t every_;
   nlohmann::json config_;
   ckpt::MeshShape mesh_;
   int64_t global_batch_;
   const ModelParallelCheckpoint* tp_ = nullptr;
-  // Tensor parallelism: this rank's blocks of the logical params, exp_avg,
-  // exp_avg_sq (what the writer copies), kept until the snapshot is taken.
-  std::vector<float> blocks_[3];
+  // Tensor parallelism: this rank's blocks of the logical params and of each
+  // optimizer state tensor (what the writer copies), kept until the snapshot
+  // is taken.
+  std::vector<std::vector<float>> blocks_;
   std::unique_ptr<ckpt::CheckpointWriter> writer_;
 };
 
