@@ -55,9 +55,23 @@ def run(args, data, entropy, recipe, factor, warmup_tokens, out):
            "--set", f"train.eval_batches={args.eval_batches}", "--set", f"train.threads={args.threads}",
            "--set", f"train.log_every={max(1, steps // evals)}", "--set", f"train.seed={args.seed}",
            "--set", f"telemetry.dir={run_dir}"]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    scaled = lr * (factor if scaling == "linear" else math.sqrt(factor))
+    result = {"recipe": recipe, "factor": factor, "warmup_tokens": warmup_tokens, "lr": scaled,
+              "steps": steps, "warmup_steps": warmup, "tokens_to_target": None,
+              "final_ratio": None, "stopped": None}
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=args.run_timeout)
+    except subprocess.TimeoutExpired:
+        # A diverged run can crawl (its backward about 15x slower: values
+        # near the float range's ends); it is reported, not waited for.
+        result["stopped"] = f"over {args.run_timeout} s"
+        return result
     if r.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout[-3000:]}")
+        if "non-finite" not in r.stdout:
+            sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout[-3000:]}")
+        result["stopped"] = "diverged"
+        return result
     curve = []  # (tokens, val loss)
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
@@ -74,10 +88,9 @@ def run(args, data, entropy, recipe, factor, warmup_tokens, out):
             reached = t if not math.isfinite(v0) else t0 + (t - t0) * (v0 - target) / (v0 - v)
             break
         prev = (t, v)
-    scaled = lr * (factor if scaling == "linear" else math.sqrt(factor))
-    return {"recipe": recipe, "factor": factor, "warmup_tokens": warmup_tokens, "lr": scaled,
-            "steps": steps, "warmup_steps": warmup, "tokens_to_target": reached,
-            "final_ratio": curve[-1][1] / entropy if curve else None}
+    result["tokens_to_target"] = reached
+    result["final_ratio"] = curve[-1][1] / entropy if curve else None
+    return result
 
 
 def main():
@@ -91,12 +104,13 @@ def main():
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=1_572_864, help="token budget of every run")
     ap.add_argument("--base-lr", type=float, default=2e-3, help="AdamW's lr at batch B")
-    ap.add_argument("--lamb-lr", type=float, default=2e-2, help="LAMB's lr at batch B")
+    ap.add_argument("--lamb-lr", type=float, default=5e-3, help="LAMB's lr at batch B")
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--target-ratio", type=float, default=1.10)
     ap.add_argument("--evals", type=int, default=24, help="evaluations per run")
     ap.add_argument("--eval-batches", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--run-timeout", type=int, default=150, help="seconds before a run is given up")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="", help="keep the runs here (default: a temporary folder)")
     ap.add_argument("--json", default="", help="also write the results here")
@@ -133,7 +147,11 @@ def main():
                 r = next(x for x in results if x["recipe"] == recipe and x["factor"] == factor
                          and x["warmup_tokens"] == warmup)
                 t = r["tokens_to_target"]
-                cells.append((f"{t / 1e3:.0f}K" if t else "-") + f" ({r['final_ratio']:.3f}x, lr {r['lr']:.3g})")
+                if r["stopped"]:
+                    cells.append(f"{r['stopped']} (lr {r['lr']:.3g})")
+                else:
+                    cells.append((f"{t / 1e3:.0f}K" if t else "-") +
+                                 f" ({r['final_ratio']:.3f}x, lr {r['lr']:.3g})")
             rows.append([str(warmup), recipe] + cells)
     print_table(f"Tokens to validation loss {args.target_ratio:.2f}x the entropy floor "
                 f"({target_tokens:.4f} nats; floor {entropy:.4f}), budget {args.tokens / 1e6:.2f}M "

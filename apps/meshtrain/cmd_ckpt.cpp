@@ -91,6 +91,8 @@ void print_details(const Inspection& in, bool verify) {
   fmt::print("  world      {} rank(s), mesh dp={} tp={} pp={}\n", x.world_size, x.mesh.dp, x.mesh.tp, x.mesh.pp);
   fmt::print("  model      {}\n", model_spec_from_json(x.model, in.dir)->describe());
   fmt::print("  size       {} in {} file(s)\n", human_bytes(in.bytes), x.files.size());
+  fmt::print("  optimizer  {}\n", x.optimizer.is_object() && x.optimizer.contains("type")
+                                      ? x.optimizer.dump() : std::string("none saved"));
   fmt::print("  loss scaler {}\n", x.loss_scaler.is_null() ? "none" : x.loss_scaler.dump());
   fmt::print("buffers\n");
   for (const auto& b : x.buffers)

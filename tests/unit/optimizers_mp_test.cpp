@@ -1,13 +1,14 @@
 // SGD (Nesterov), LARS and LAMB in training: on 2 ranks, replicated and ZeRO
 // 1-3, they train what one rank with twice the micro-batch trains (losses
-// within 1e-5, parameters as dp_harness.h compares them); ZeRO's per-layer
+// within 1e-5, parameters as dp_harness.h compares them). ZeRO's per-layer
 // norms, summed from the pieces each rank's range holds, equal replicated
 // data parallelism's bit for bit (the same slots added in the same order,
-// optim/tensor_norms.h), so the runs write identical model files; under
-// tensor parallelism the split layers' norms are the whole layer's. A
-// checkpoint carries the optimizer's own state to another ZeRO stage, and
-// resuming it with another optimizer is refused with the reason.
-// Real processes through `meshtrain train --nproc N`.
+// optim/tensor_norms.h), so ZeRO-1, whose gradients are the replicated run's,
+// writes the identical model file. Under tensor parallelism the split
+// layers' norms are the whole layer's; two pipeline stages train what one
+// rank trains. A checkpoint carries the optimizer's own state to another
+// ZeRO stage, and resuming it with another optimizer is refused with the
+// reason. Real processes through `meshtrain train --nproc N`.
 #include <map>
 
 #include "dp_harness.h"
@@ -93,6 +94,16 @@ TEST(optimizers, lars_and_lamb_layer_norms_under_tensor_parallelism) {
     SCOPED_TRACE(opt);
     const RunResult tp = run(opt + "_tp2", opt, 2, 0, 4, " --set parallel.tp=2");
     expect_same_training(tp, reference(opt), kTol);
+  }
+}
+
+// Two pipeline stages (tiny GPT: one layer each, the tied embedding on
+// both): each stage's layers are whole on it, so its norms need no exchange.
+TEST(optimizers, sgd_lars_and_lamb_on_two_pipeline_stages) {
+  for (const std::string opt : {"sgd", "lars", "lamb"}) {
+    SCOPED_TRACE(opt);
+    const RunResult pp = run(opt + "_pp2", opt, 2, 0, 4, " --set parallel.pp=2");
+    expect_same_training(pp, reference(opt), kTol);
   }
 }
 
