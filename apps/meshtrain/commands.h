@@ -10,6 +10,7 @@ namespace meshtrain::cli {
 
 void register_train(CLI::App& app);
 void register_sample(CLI::App& app);
+void register_eval(CLI::App& app);    // cmd_eval.cpp
 void register_tokenize(CLI::App& app);
 void register_data(CLI::App& app);
 void register_data_images(CLI::App* data_cmd);  // data prepare-images (cmd_data_images.cpp)

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   meshtrain::cli::register_train(app);
   meshtrain::cli::register_sample(app);
+  meshtrain::cli::register_eval(app);
   meshtrain::cli::register_tokenize(app);
   meshtrain::cli::register_data(app);
   meshtrain::cli::register_bench(app);

@@ -8,6 +8,7 @@
 #     21-40 and the model bit for bit the uninterrupted run's (the running
 #     statistics are in the checkpoint);
 #  4. clear errors: token shards for a resnet, bf16, a decoder dimension.
+# Also `meshtrain eval` of the saved model against training's last evaluation.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 source "$(dirname "$0")/lib/losses.sh"  # same_losses
@@ -27,6 +28,18 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 top1 = [r["val_top1"] for r in rows if "val_top1" in r]
 assert len(top1) == 2 and top1[-1] > 0.4, top1
 PY
+# `meshtrain eval` of the saved model scores what training's last evaluation scored.
+"$BIN" eval --model "$TMP/one/model.safetensors" --data synthetic:256 --batch 16 --batches 8 \
+  --json >"$TMP/eval.json" 2>&1 || { cat "$TMP/eval.json"; fail "eval failed"; }
+python3 - "$TMP/eval.json" "$TMP/one/metrics.jsonl" <<'PY' || fail "eval differs from training's evaluation"
+import json, sys
+e = json.loads(open(sys.argv[1]).read())
+last = [r for r in map(json.loads, open(sys.argv[2])) if "val_top1" in r][-1]
+assert e["batches"] == 8 and e["top1"] == last["val_top1"], (e, last)
+assert abs(e["loss"] - last["val_loss"]) <= 1e-6 * abs(last["val_loss"]), (e, last)
+PY
+out=$("$BIN" eval --model "$TMP/one/metrics.jsonl" --data synthetic:256 2>&1) && fail "eval of a non-model file"
+grep "not a meshtrain model file" >/dev/null <<<"$out" || fail "eval error: $out"
 "$BIN" train "${ARGS[@]}" --set train.micro_batch=8 --nproc 2 --set telemetry.dir="$TMP/two" \
   >"$TMP/log2" 2>&1 || { cat "$TMP/log2"; fail "2-rank run failed"; }
 grep "synchronized batch norm over the 2 data-parallel ranks" "$TMP/log2" >/dev/null ||
