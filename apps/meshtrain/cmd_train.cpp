@@ -156,6 +156,9 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
                                         optimizer.states_per_param());
     if (is_mixed(precision)) need.bytes.p_full = 2;  // the 16-bit compute copy (as the trainer)
     if (c.comm.grad_dtype == "bf16") need.grad_wire = 2;
+    // Error feedback keeps an f32 residual per parameter (the factors and
+    // messages are small beside it).
+    if (c.comm.compression.type != "none" && c.comm.compression.error_feedback) need.grad_wire = 4;
     need.setup_own_range = setup_from_own_range(need.zero_stage, precision, c.init_from, *need.model);
     check_memory_limit(need, c.memory.limit_mb * 1e6);
   }
@@ -293,6 +296,11 @@ void run_train(const TrainArgs& a) {
   o.dp.first_bucket_bytes = static_cast<size_t>(std::llround(c.parallel.first_bucket_mb * (1 << 20)));
   o.dp.verify = parallel::DataParallelOptions::from_env().verify;
   o.dp.grad_dtype = dtype_from_name(c.comm.grad_dtype);
+  o.dp.compression.type = c.comm.compression.type;
+  o.dp.compression.rank = c.comm.compression.rank;
+  o.dp.compression.ratio = c.comm.compression.ratio;
+  o.dp.compression.warmup_steps = c.comm.compression.warmup_steps;
+  o.dp.compression.error_feedback = c.comm.compression.error_feedback;
   o.zero_stage = c.zero.stage;
   o.tp = c.parallel.tp;
   o.pp = c.parallel.pp;

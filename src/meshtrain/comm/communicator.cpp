@@ -8,6 +8,7 @@
 
 #include "meshtrain/comm/comm_impl.h"
 #include "meshtrain/comm/reduce.h"
+#include "meshtrain/comm/wire_bytes.h"
 
 namespace meshtrain::comm {
 
@@ -56,6 +57,15 @@ void test_delay(CollOp op) {
     return d;
   }();
   if (delayed[static_cast<size_t>(op)]) std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
+
+// CommOptions::throttle_gbps: sleeps out what is left of the time the op's
+// bytes take at the throttled rate, counted from `start`.
+void throttle(CollOp op, size_t bytes, int ranks, double gbps, std::chrono::steady_clock::time_point start) {
+  const double need_s = bytes_sent_per_rank(op, bytes, ranks) / (gbps * 1e9);
+  const auto until = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(need_s));
+  std::this_thread::sleep_until(until);
 }
 
 }  // namespace
@@ -119,10 +129,13 @@ void CommImpl::run(Task& t) {
     }
     if (opts.debug && t.collective && size() > 1) debug_check(t, ctx);
     test_delay(t.op);
+    const bool throttled = opts.throttle_gbps > 0;
+    const auto start = throttled ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (t.alg)
       run_algorithm(t, ctx);
     else
       t.body(ctx);
+    if (throttled) throttle(t.op, t.args.bytes(), size(), opts.throttle_gbps, start);
     recorder.finished(entry, true);
     if (marks) transport->note_done();
     if (t.work) t.work->finish();

@@ -28,6 +28,11 @@ CommOptions CommOptions::from_env() {
   if (auto s = env("MESHTRAIN_COMM_NODE_SIZE")) o.node_size = std::atoi(s);
   if (auto s = env("MESHTRAIN_COMM_INLINE_BYTES")) o.inline_bytes = std::strtoull(s, nullptr, 10);
   if (auto s = env("MESHTRAIN_COMM_COST_FILE")) o.cost_file = s;
+  if (auto s = env("MESHTRAIN_COMM_THROTTLE_GBPS")) {
+    o.throttle_gbps = std::atof(s);
+    if (!(o.throttle_gbps >= 0))
+      throw UsageError(fmt::format("MESHTRAIN_COMM_THROTTLE_GBPS='{}' must be a rate >= 0 in GB/s", s));
+  }
   if (auto s = env("MESHTRAIN_COMM_ALGO")) {
     std::string_view list(s);
     while (!list.empty()) {

@@ -30,6 +30,12 @@ struct CommOptions {
   // Measured alpha/beta table (meshtrain bench comm --calibrate writes it).
   // MESHTRAIN_COMM_COST_FILE; default ~/.cache/meshtrain/comm_cost.json if present.
   std::string cost_file;
+  // Test hook: every operation takes at least the time its bytes
+  // (comm/wire_bytes.h) need at this rate in GB/s (1e9 bytes), the rank
+  // sleeping out the rest: a slow network emulated on one host, so what
+  // gradient compression saves is measurable there. 0 = off.
+  // MESHTRAIN_COMM_THROTTLE_GBPS
+  double throttle_gbps = 0;
 
   static CommOptions from_env();
 };

@@ -283,6 +283,15 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.comm.transport = r.choice("comm.transport", {"auto", "shm", "mpi", "nccl", "tcp"});
   c.comm.timeout_s = r.positive("comm.timeout_s");
   c.comm.grad_dtype = r.choice("comm.grad_dtype", {"f32", "bf16"});
+  c.comm.compression.type = r.choice("comm.compression.type", {"none", "powersgd", "topk", "sign"});
+  c.comm.compression.rank = r.small_int("comm.compression.rank", 1, 4096);
+  c.comm.compression.ratio = r.in_range("comm.compression.ratio", 0.0, 1.0, false);
+  if (c.comm.compression.ratio <= 0) r.error("comm.compression.ratio", "must be > 0 (a fraction of each bucket)");
+  c.comm.compression.warmup_steps = r.integer("comm.compression.warmup_steps", 0, INT64_MAX);
+  c.comm.compression.error_feedback = r.boolean("comm.compression.error_feedback");
+  if (c.comm.compression.type != "none" && c.comm.grad_dtype != "f32")
+    r.error("comm.compression.type", fmt::format("= \"{}\" encodes f32 gradients itself: set comm.grad_dtype "
+            "= \"f32\" (it is \"{}\")", c.comm.compression.type, c.comm.grad_dtype));
   c.run_name = r.string("run_name");
   if (c.run_name.empty() || c.run_name.find('/') != std::string::npos)
     r.error("run_name", fmt::format("must be a non-empty name without '/', got \"{}\"", c.run_name));

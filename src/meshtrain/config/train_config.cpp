@@ -106,6 +106,13 @@ J to_json(const TrainConfig& c) {
   comm["transport"] = c.comm.transport;
   comm["timeout_s"] = c.comm.timeout_s;
   comm["grad_dtype"] = c.comm.grad_dtype;
+  J compression;
+  compression["type"] = c.comm.compression.type;
+  compression["rank"] = c.comm.compression.rank;
+  compression["ratio"] = c.comm.compression.ratio;
+  compression["warmup_steps"] = c.comm.compression.warmup_steps;
+  compression["error_feedback"] = c.comm.compression.error_feedback;
+  comm["compression"] = compression;
   j["comm"] = comm;
   j["run_name"] = c.run_name;
   j["out"] = c.out;

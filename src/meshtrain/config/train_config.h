@@ -126,10 +126,20 @@ struct TelemetrySection {
   double peak_gflops = 0.0;  // MFU's denominator per rank; 0 = measured at start-up
 };
 
+// Lossy gradient compression with error feedback (parallel/gradient_codec.h).
+struct CompressionSection {
+  std::string type = "none";  // none | powersgd | topk | sign
+  int rank = 4;               // powersgd: rank of the factors
+  double ratio = 0.01;        // topk: fraction of each bucket sent
+  int64_t warmup_steps = 0;   // uncompressed steps first
+  bool error_feedback = true;
+};
+
 struct CommSection {
   std::string transport = "auto";  // auto | shm | mpi | nccl | tcp
   double timeout_s = 300;          // a collective waiting longer fails the job
   std::string grad_dtype = "f32";  // f32 | bf16: wire format of the data-parallel gradient reduction
+  CompressionSection compression;
 };
 
 struct TrainConfig {

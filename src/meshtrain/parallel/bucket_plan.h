@@ -17,4 +17,10 @@ struct Bucket {
 // Bucket i+1 ends where bucket i begins, so the list is in launch order.
 std::vector<Bucket> plan_buckets(int64_t total, int64_t first_cap, int64_t cap);
 
+// The same, but every bucket begins at one of `cuts` (sorted offsets where
+// tensors begin; 0 is implied): a bucket ends at the last cut that keeps it
+// within its cap, or holds one whole tensor larger than the cap.
+std::vector<Bucket> plan_buckets_on(const std::vector<int64_t>& cuts, int64_t total,
+                                    int64_t first_cap, int64_t cap);
+
 }  // namespace meshtrain::parallel

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "meshtrain/comm/wire_bytes.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/kernel_table.h"
 #include "meshtrain/nn/model.h"
@@ -41,19 +42,24 @@ DataParallelOptions DataParallelOptions::from_env() {
   return o;
 }
 
-DataParallel::DataParallel(comm::Communicator comm, int64_t num_params, DataParallelOptions opts)
+DataParallel::DataParallel(comm::Communicator comm, int64_t num_params, DataParallelOptions opts,
+                           const ParamLayout* layout)
     : comm_(std::move(comm)), opts_(opts), num_params_(num_params) {
   MT_CHECK(comm_.valid(), "data parallelism needs a valid communicator");
   MT_CHECK(num_params_ > 0, "data parallelism needs a model with parameters");
-  buckets_ = plan_buckets(num_params_, elements(opts_.first_bucket_bytes), elements(opts_.bucket_bytes));
   // Collective: every rank maps every peer's gradient buffer.
   shared_grads_ = comm_.alloc_shared(static_cast<size_t>(num_params_) * sizeof(float));
   grads_counted_.set(num_params_ * static_cast<int64_t>(sizeof(float)));
-  MT_CHECK(opts_.grad_dtype == DType::F32 || opts_.grad_dtype == DType::BF16,
-           "gradient reduction dtype must be f32 or bf16, got {}", dtype_name(opts_.grad_dtype));
-  if (opts_.grad_dtype == DType::BF16) {
-    wire_ = comm_.alloc_shared(static_cast<size_t>(num_params_) * sizeof(uint16_t));
-    wire_counted_.set(num_params_ * static_cast<int64_t>(sizeof(uint16_t)));
+  codec_ = make_gradient_codec(opts_.compression, opts_.grad_dtype,
+                               {&comm_, layout, num_params_, [this](const comm::Work& w) { watch(w); }});
+  const int64_t first = elements(opts_.first_bucket_bytes), cap = elements(opts_.bucket_bytes);
+  if (codec_->whole_tensors() && layout) {
+    std::vector<int64_t> cuts;
+    for (const ParamInfo& p : layout->params) cuts.push_back(p.begin);
+    std::sort(cuts.begin(), cuts.end());
+    buckets_ = plan_buckets_on(cuts, num_params_, first, cap);
+  } else {
+    buckets_ = plan_buckets(num_params_, first, cap);
   }
   clock_ = std::make_unique<CompletionClock>();
 }
@@ -69,6 +75,7 @@ DataParallel::~DataParallel() {
     } catch (...) {
     }
   }
+  reductions_.clear();
 }
 
 Tensor DataParallel::gradient_buffer() const { return shared_grads_.tensor(DType::F32, num_params_); }
@@ -123,7 +130,9 @@ double DataParallel::end_backward(bool last_micro_batch) {
 void DataParallel::begin_backward(bool last_micro_batch) {
   armed_ = last_micro_batch;
   if (!armed_) return;
-  MT_CHECK(works_.empty(), "begin_backward(last) twice without finish_gradients()");
+  MT_CHECK(reductions_.empty(), "begin_backward(last) twice without finish_gradients()");
+  codec_->begin_step();
+  counted_at_begin_ = comm_.counters();
   next_bucket_ = 0;
   before_last_report_ = 0;
   frontier_ = num_params_;
@@ -148,29 +157,29 @@ void DataParallel::on_grad_ready(int64_t begin, int64_t end) {
 }
 
 void DataParallel::launch_through(int64_t frontier) {
+  float* grads = model_->grad_buffer().data<float>();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= frontier) {
     const Bucket& b = buckets_[next_bucket_++];
-    float* g = model_->grad_buffer().data<float>() + b.begin;
-    launched_at_.push_back(steady_now_s());
-    if (wire_) {
-      uint16_t* w = wire_.as<uint16_t>() + b.begin;
-      kernels_for(model_->grad_buffer().device())
-          .to_half(default_stream(model_->grad_buffer().device()), HalfFormat::BF16, g, w, b.count());
-      works_.push_back(comm_.allreduce(w, static_cast<size_t>(b.count()), DType::BF16, comm::ReduceOp::Avg));
-    } else {
-      works_.push_back(comm_.allreduce(g, static_cast<size_t>(b.count()), DType::F32, comm::ReduceOp::Avg));
-    }
-    TraceLabel label;
-    if (telemetry::Tracer* t = telemetry::global_tracer(); t && t->enabled()) {
-      const size_t bytes = static_cast<size_t>(b.count()) * dtype_size(opts_.grad_dtype);
-      const size_t index = next_bucket_ - 1;
-      label = {fmt::format("allreduce bucket {}", index),
-               {{"bytes", bytes}, {"algorithm", comm_.algorithm_for(comm::CollOp::Allreduce, bytes)},
-                {"bucket", index}, {"transport", std::string(comm_.transport())}},
-               launched_at_.back()};
-    }
-    clock_->watch(works_.back(), std::move(label));
+    // The codecs with a second round launch it here, before the next bucket:
+    // the same collective order on every rank.
+    for (auto& r : reductions_) r->launch_next_round();
+    reductions_.push_back(codec_->start(grads, {b.begin, b.end}));
   }
+}
+
+// Every collective a codec launches: its launch time, the completion clock,
+// and the trace label.
+void DataParallel::watch(const comm::Work& work) {
+  works_.push_back(work);
+  launched_at_.push_back(steady_now_s());
+  TraceLabel label;
+  if (telemetry::Tracer* t = telemetry::global_tracer(); t && t->enabled()) {
+    const size_t index = next_bucket_ - 1;
+    label = {fmt::format("{} bucket {}", codec_->name(), index),
+             {{"bucket", index}, {"codec", codec_->name()}, {"transport", std::string(comm_.transport())}},
+             launched_at_.back()};
+  }
+  clock_->watch(work, std::move(label));
 }
 
 void DataParallel::finish_gradients() {
@@ -183,29 +192,35 @@ void DataParallel::finish_gradients() {
   const int ahead = static_cast<int>(before_last_report_);
   launch_through(0);  // a model that reports nothing still gets reduced
   armed_ = false;
-  std::vector<comm::Work> works = std::move(works_);
+  std::vector<std::unique_ptr<BucketReduction>> reductions = std::move(reductions_);
+  reductions_.clear();
+  for (auto& r : reductions) r->launch_next_round();  // in launch order, as on every rank
+  for (auto& r : reductions) r->finish();
   works_.clear();
-  comm::wait_all(works);
-  if (wire_)  // the reduced bf16 gradients back into the f32 buffer
-    kernels_for(model_->grad_buffer().device())
-        .from_half(default_stream(model_->grad_buffer().device()), HalfFormat::BF16, wire_.as<uint16_t>(), model_->grad_buffer().data<float>(), num_params_);
   const double t1 = steady_now_s();
-  // The engine runs buckets in issue order, so bucket i ran from
-  // max(its launch, bucket i-1's completion) to its own completion.
+  // The engine runs collectives in issue order, so collective i ran from
+  // max(its launch, collective i-1's completion) to its own completion.
   const std::vector<double> done = clock_->stamps();
   timing_ = {};
-  timing_.buckets = static_cast<int>(done.size());
+  timing_.buckets = static_cast<int>(buckets_.size());
   timing_.exposed_s = t1 - t0;
   timing_.backward_s = t0 - backward_start_;
   timing_.first_launch_s = launched_at_.empty() ? 0 : launched_at_[0] - backward_start_;
   timing_.launched_ahead = ahead;
   timing_.started_in_backward = started;
   double prev = 0;
-  for (size_t i = 0; i < done.size(); ++i) {
+  for (size_t i = 0; i < done.size() && i < launched_at_.size(); ++i) {
     const double start = std::max(launched_at_[i], prev);
     timing_.total_s += std::max(0.0, done[i] - start);
     prev = done[i];
   }
+  const comm::CommCounters now = comm_.counters();
+  timing_.wire_bytes = 0;
+  for (size_t op = 0; op < comm::kCollOpCount; ++op)
+    timing_.wire_bytes += comm::bytes_sent_per_rank(static_cast<comm::CollOp>(op),
+                                                    now.bytes[op] - counted_at_begin_.bytes[op], size());
+  timing_.dense_bytes = comm::bytes_sent_per_rank(comm::CollOp::Allreduce,
+                                                  static_cast<size_t>(num_params_) * sizeof(float), size());
 }
 
 std::string DataParallel::describe() const {
@@ -214,9 +229,9 @@ std::string DataParallel::describe() const {
                              : fmt::format("{:.1f} MiB", bytes / (1 << 20));
   };
   return fmt::format("data parallel: {} ranks over {}, {} gradient bucket(s) (first {}, then up to "
-                     "{}) in shared memory, reduced during backward", comm_.size(),
+                     "{}) in shared memory, reduced during backward; {}", comm_.size(),
                      comm_.transport(), buckets_.size(), size(buckets_.front().count() * 4.0),
-                     size(static_cast<double>(opts_.bucket_bytes)));
+                     size(static_cast<double>(opts_.bucket_bytes)), codec_->describe());
 }
 
 double DataParallel::average(double value) { return comm_.allreduce_scalar(value, comm::ReduceOp::Avg); }

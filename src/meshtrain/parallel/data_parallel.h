@@ -27,6 +27,7 @@
 #include "meshtrain/core/memory.h"
 #include "meshtrain/parallel/bucket_plan.h"
 #include "meshtrain/parallel/completion_clock.h"
+#include "meshtrain/parallel/gradient_codec.h"
 #include "meshtrain/parallel/gradient_sync.h"
 
 namespace meshtrain::parallel {
@@ -39,14 +40,21 @@ struct DataParallelOptions {
   bool verify = false;
   // Wire format of the gradient reduction (config comm.grad_dtype): F32, or
   // BF16 = each bucket rounded into a shared bf16 buffer, reduced there, and
-  // widened back into the f32 gradients in finish_gradients().
+  // widened back into the f32 gradients when it completes.
   DType grad_dtype = DType::F32;
+  // Lossy compression of the gradients (config comm.compression;
+  // gradient_codec.h): type "none" sends grad_dtype.
+  CompressionOptions compression;
   static DataParallelOptions from_env();
 };
 
 class DataParallel final : public GradientSync {
  public:
-  DataParallel(comm::Communicator comm, int64_t num_params, DataParallelOptions opts = {});
+  // `layout` (optional, read only here): where tensors begin and their
+  // shapes, for a codec that factors matrices (buckets then end on tensor
+  // boundaries).
+  DataParallel(comm::Communicator comm, int64_t num_params, DataParallelOptions opts = {},
+               const ParamLayout* layout = nullptr);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -55,6 +63,7 @@ class DataParallel final : public GradientSync {
   int size() const { return comm_.size(); }
   comm::Communicator* comm() override { return &comm_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  const GradientCodec& codec() const { return *codec_; }
 
   // num_params f32 in the transport's shared memory: build the model on it
   // (ModelBuffers::grads) so bucket allreduces skip the copy-in.
@@ -96,17 +105,19 @@ class DataParallel final : public GradientSync {
  private:
   void on_grad_ready(int64_t begin, int64_t end);
   void launch_through(int64_t frontier);
+  void watch(const comm::Work& work);
 
   comm::Communicator comm_;
   DataParallelOptions opts_;
   int64_t num_params_;
   comm::SharedBuffer shared_grads_;
   ExternalBytes grads_counted_{MemCategory::Gradients};  // the shared buffer, for the report
-  comm::SharedBuffer wire_;  // bf16 reduction buffer (grad_dtype BF16 only)
-  ExternalBytes wire_counted_{MemCategory::CommBuffers};
+  std::unique_ptr<GradientCodec> codec_;
   Model* model_ = nullptr;
   std::vector<Bucket> buckets_;
-  std::vector<comm::Work> works_;
+  std::vector<std::unique_ptr<BucketReduction>> reductions_;  // this step's, in launch order
+  std::vector<comm::Work> works_;  // every collective they launched, in order
+  comm::CommCounters counted_at_begin_;
   std::vector<double> launched_at_;
   size_t next_bucket_ = 0;
   size_t before_last_report_ = 0;  // next_bucket_ when the latest grad-ready report came

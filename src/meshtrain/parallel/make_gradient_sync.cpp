@@ -45,7 +45,7 @@ SyncedModel make_synced_model(const comm::Communicator& dp_comm,
     out.model = zero->make_model();
     out.sync = std::move(zero);
   } else if (several) {
-    auto dp = std::make_unique<DataParallel>(dp_comm, spec->num_params(), opt.dp);
+    auto dp = std::make_unique<DataParallel>(dp_comm, spec->num_params(), opt.dp, &spec->layout());
     out.model = spec->build({Tensor(), dp->gradient_buffer(), true});
     out.sync = std::move(dp);
   } else {

@@ -54,9 +54,14 @@ std::unique_ptr<Model> Zero::make_model() {
   // Mixed precision keeps only the own f32 range resident at every stage.
   if (mixed || opts_.stage == 3) param_res_ = std::make_unique<ReservedBuffer>(P);
   if (opts_.stage == 1) {
-    dp_ = std::make_unique<DataParallel>(comm_, P, opts_.dp);
+    dp_ = std::make_unique<DataParallel>(comm_, P, opts_.dp, &lay);
     model = spec_->build({mixed ? param_res_->tensor() : Tensor(), dp_->gradient_buffer(), true});
   } else {
+    MT_CHECK(!opts_.dp.compression.compressing(), "comm.compression.type = \"{}\" with zero.stage = {}: "
+             "stages 2 and 3 reduce each piece of the gradients to its owner, which needs a wire "
+             "format whose messages add up (f32, bf16), and a {} message does not; use zero.stage "
+             "1 (the same optimizer-state saving, gradients allreduced) or no compression",
+             opts_.dp.compression.type, opts_.stage, opts_.dp.compression.type);
     grad_res_ = std::make_unique<ReservedBuffer>(P);  // zero until backward writes
     if (!param_res_) param_tensor_ = Tensor::zeros({P}, DType::F32, MemCategory::Parameters);
     model = spec_->build({param_res_ ? param_res_->tensor() : param_tensor_, grad_res_->tensor(), false});

@@ -37,6 +37,11 @@ std::string ProgressDisplay::render(const ProgressState& s, int bar_width) {
   if (s.comm_total_s >= 0)
     extra += fmt::format(" | comm {:.1f}/{:.1f} ms exposed", std::max(0.0, s.comm_exposed_s) * 1e3,
                          s.comm_total_s * 1e3);
+  if (s.grad_wire_bytes >= 0 && s.grad_dense_bytes > 0)
+    extra += fmt::format(" | grads sent {} ({:.1f}x less)",
+                         s.grad_wire_bytes < 1e6 ? fmt::format("{:.1f} kB", s.grad_wire_bytes / 1e3)
+                                                 : fmt::format("{:.2f} MB", s.grad_wire_bytes / 1e6),
+                         s.grad_dense_bytes / std::max(1.0, s.grad_wire_bytes));
   if (s.straggler_rank >= 0)
     extra += fmt::format(" | slowest r{} +{:.1f} ms", s.straggler_rank, s.straggler_lag_s * 1e3);
   return fmt::format("{}step {}/{} | loss {:.4f} | val {} | lr {:.2e} | gnorm {:.2f} | {:.0f} tok/s | "

@@ -22,6 +22,8 @@ struct ProgressState {
   double comm_exposed_s = -1.0, comm_total_s = -1.0;
   int straggler_rank = -1;
   double straggler_lag_s = 0.0;
+  // Compressed gradients: bytes a rank sent this step, and the f32 equivalent.
+  double grad_wire_bytes = -1.0, grad_dense_bytes = -1.0;
 };
 
 class ProgressDisplay {

@@ -166,6 +166,10 @@ nlohmann::json StepTelemetry::to_json() const {
     r["usd_per_million_samples"] = usd_per_million_samples();
   }
   if (straggler) r["straggler"] = straggler->to_json();
+  if (grad_wire_bytes >= 0) {
+    r["grad_wire_bytes"] = grad_wire_bytes;
+    r["grad_dense_bytes"] = grad_dense_bytes;
+  }
   return r;
 }
 
@@ -215,6 +219,10 @@ void StepTelemetry::fill_progress(ProgressState& ps) const {
   if (time.comm_total_s > 0 || time.comm_exposed_s > 0) {
     ps.comm_exposed_s = time.comm_exposed_s;
     ps.comm_total_s = time.comm_total_s;
+  }
+  if (grad_wire_bytes >= 0 && grad_dense_bytes > 0 && grad_wire_bytes < grad_dense_bytes) {
+    ps.grad_wire_bytes = grad_wire_bytes;  // shown when compressed
+    ps.grad_dense_bytes = grad_dense_bytes;
   }
   if (straggler && straggler->ranks > 1) {
     ps.straggler_rank = straggler->slowest_rank;

@@ -125,6 +125,9 @@ struct StepTelemetry {
   double peak_mem_bytes = 0;           // per rank (allocator or RSS peak); 0: unknown
   double price_per_device_hour = 0;    // 0: no cost numbers
   std::optional<StragglerReport> straggler;
+  // Bytes one rank sent to reduce this step's gradients, and what f32
+  // gradients would have needed (comm/wire_bytes.h); < 0: not recorded.
+  double grad_wire_bytes = -1, grad_dense_bytes = -1;
 
   double tokens_per_s() const { return time.step_s > 0 ? tokens / time.step_s : 0; }
   double samples_per_s() const { return time.step_s > 0 ? samples / time.step_s : 0; }
@@ -137,7 +140,8 @@ struct StepTelemetry {
   // The metrics.jsonl record: step, loss, lr, grad_norm, step_ms, data_ms,
   // forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, comm_total_ms,
   // other_ms, tokens_per_s, samples_per_s, model_tflops, mfu, peak_mem_mb,
-  // usd_per_million_tokens/_samples, straggler_*, val_loss and val_<measure> (when present).
+  // usd_per_million_tokens/_samples, straggler_*, grad_wire_bytes,
+  // grad_dense_bytes, val_loss and val_<measure> (when present).
   nlohmann::json to_json() const;
   // TensorBoard scalars: train/loss, train/lr, train/grad_norm, val/loss,
   // time/{step,data_wait,forward,backward,optimizer,comm_exposed,comm_total,other}_ms,

@@ -50,7 +50,8 @@ struct MemoryPlan {
   // The gradient reduction's wire format (comm.grad_dtype): 0 = f32, reduced
   // in place; 2 = bf16: stages 0-1 hold a shared bf16 copy of the whole
   // gradient (2Ψ more comm buffers), stages 2-3 hold the ranges waiting for
-  // their reduce in bf16 instead of f32 (parallel/zero_gradients.h).
+  // their reduce in bf16 instead of f32 (parallel/zero_gradients.h); 4 =
+  // a lossy codec's error-feedback residual (comm.compression, stages 0-1).
   int64_t grad_wire = 0;
   MemoryPrediction base;            // activations and workspace (predict_training_memory)
   // The whole-model f32 copy saving and sampling make after training (the

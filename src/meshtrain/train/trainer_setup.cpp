@@ -327,6 +327,8 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   // (A LoRA model has none of its own; ZeRO keeps one of the adapters.)
   if (is_mixed(opt_.precision) && (plan.zero_stage > 0 || !spec_.frozen_base())) plan.bytes.p_full = 2;
   if (opt_.dp.grad_dtype == DType::BF16) plan.grad_wire = 2;  // comm.grad_dtype = bf16
+  // Error feedback's f32 residual per parameter (parallel/error_feedback.h).
+  if (opt_.dp.compression.compressing() && opt_.dp.compression.error_feedback) plan.grad_wire = 4;
   plan.setup_own_range = setup_from_own_range(plan.zero_stage, opt_.precision, opt_.init_from, *plan.model);
   plan.setup_staging = file_staging_bytes(opt_.init_from, *opt_.model);
   plan.base = rank == rank_ ? predicted_ : predicted_for(rank);

@@ -160,6 +160,8 @@ void TrainingRun::loop() {
     t.time.comm_total_s = st.comm.total_s + st.tp_comm_s;
     t.time.comm_tp_s = st.tp_comm_s;
     t.time.pp_wait_s = st.pp_wait_s;
+    t.grad_wire_bytes = st.comm.wire_bytes;
+    t.grad_dense_bytes = st.comm.dense_bytes;
     t.time.step_s = dt;
     t.tokens = tokens_per_step_;
     t.samples = global_batch_;

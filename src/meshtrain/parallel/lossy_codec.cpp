@@ -1,0 +1,21 @@
+#include "meshtrain/parallel/lossy_codec.h"
+
+#include <fmt/format.h>
+
+namespace meshtrain::parallel {
+
+LossyCodec::LossyCodec(const CompressionOptions& opts, CodecContext ctx)
+    : opts_(opts), ctx_(std::move(ctx)), ef_(ctx_.num_params, opts.error_feedback) {}
+
+std::unique_ptr<BucketReduction> LossyCodec::start(float* grads, ElemSpan span) {
+  if (steps_ <= opts_.warmup_steps) return allreduce_f32(ctx_, grads, span);
+  ef_.add_to(grads, span);
+  return compress(grads, span);
+}
+
+std::string LossyCodec::schedule_note() const {
+  std::string s = opts_.warmup_steps > 0 ? fmt::format(" after {} uncompressed step(s)", opts_.warmup_steps) : "";
+  return s + (ef_.enabled() ? ", with error feedback" : ", without error feedback");
+}
+
+}  // namespace meshtrain::parallel
