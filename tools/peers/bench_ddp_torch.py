@@ -72,6 +72,12 @@ def run(rank, args):
     seq = args.seq or T
     model, opt, impl, n_params, flops_per_token = build_gpt(args.preset, seq, args.optim_impl)
     ddp_model = DDP(model)  # CPU: no device_ids; default bucket_cap_mb=25
+    if args.powersgd_rank > 0:  # PyTorch's own PowerSGD communication hook
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                   start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
+        ddp_model.register_comm_hook(state, psgd.powerSGD_hook)
+        log(f"PowerSGD hook: rank {args.powersgd_rank}, error feedback, warm start, from step 2")
     log(f"torch {torch.__version__}, DDP gloo x{N} processes, threads {torch.get_num_threads()} "
         f"(interop {torch.get_num_interop_threads()}) per process, optimizer AdamW {impl}")
     log(f"model {args.preset}: L={L} H={H} C={C} T={T} V={V} (padded {model.Vp}), "
@@ -112,6 +118,7 @@ def run(rank, args):
     if args.json:
         print(json.dumps({
             "peer": "pytorch-ddp-gloo", "torch_version": torch.__version__, "nproc": N,
+            "powersgd_rank": args.powersgd_rank,
             "preset": args.preset, "batch": args.batch, "global_batch": N * args.batch,
             "seq": seq, "threads": torch.get_num_threads(), "backend": "gloo",
             "bucket_cap_mb": 25, "optimizer": f"adamw-{impl}", "steps": len(step_times),
@@ -138,6 +145,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--optim-impl", default="foreach", choices=["foreach", "fused", "loop"])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--powersgd-rank", type=int, default=0,
+                    help="register PyTorch's PowerSGD comm hook at this rank (0: plain allreduce)")
     ap.add_argument("--timeout", type=float, default=1800,
                     help="gloo collective timeout in seconds")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")

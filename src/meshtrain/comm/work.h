@@ -73,6 +73,9 @@ class Work {
   // inline_bytes; it returned already complete: see test()). Never blocks.
   bool started() const;
   uint64_t sequence_number() const { return state_ ? state_->seq() : seq_; }
+  // What the operation is (kind, bytes, algorithm); null for one that
+  // completed inline without keeping a state.
+  const OpInfo* info() const { return state_ ? &state_->info : nullptr; }
   std::string description() const;
 
  private:

@@ -174,9 +174,11 @@ void DataParallel::watch(const comm::Work& work) {
   launched_at_.push_back(steady_now_s());
   TraceLabel label;
   if (telemetry::Tracer* t = telemetry::global_tracer(); t && t->enabled()) {
-    const size_t index = next_bucket_ - 1;
-    label = {fmt::format("{} bucket {}", codec_->name(), index),
-             {{"bucket", index}, {"codec", codec_->name()}, {"transport", std::string(comm_.transport())}},
+    const size_t index = next_bucket_ - 1;  // "allreduce bucket 3", "allgather bucket 3"
+    const comm::OpInfo* op = work.info();
+    label = {fmt::format("{} bucket {}", op ? op->kind : "collective", index),
+             {{"bytes", op ? op->bytes : 0}, {"algorithm", op ? std::string(op->algo) : ""},
+              {"bucket", index}, {"codec", codec_->name()}, {"transport", std::string(comm_.transport())}},
              launched_at_.back()};
   }
   clock_->watch(work, std::move(label));
