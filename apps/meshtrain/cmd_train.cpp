@@ -150,6 +150,8 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
     OptimizerConfig optimizer;
     optimizer.type = c.train.optimizer;
     need.bytes.o = 4 * optimizer.states_per_param();  // f32 state values per parameter
+    if (c.parallel.local_sgd.sync_every > 0)  // the anchor (and outer momentum), parallel/local_sgd.h
+      need.bytes.o += 4 * (c.parallel.local_sgd.outer_momentum > 0 ? 2 : 1);
     need.base = predict_training_memory(*need.model, need.B, T, threads,
                                         recompute_from_config(c.recompute), precision,
                                         Device::cpu(), part.activation_slots, part.split_backward,
@@ -301,6 +303,10 @@ void run_train(const TrainArgs& a) {
   o.dp.compression.ratio = c.comm.compression.ratio;
   o.dp.compression.warmup_steps = c.comm.compression.warmup_steps;
   o.dp.compression.error_feedback = c.comm.compression.error_feedback;
+  o.local_sgd.sync_every = c.parallel.local_sgd.sync_every;
+  o.local_sgd.outer_lr = static_cast<float>(c.parallel.local_sgd.outer_lr);
+  o.local_sgd.outer_momentum = static_cast<float>(c.parallel.local_sgd.outer_momentum);
+  o.local_sgd.nesterov = c.parallel.local_sgd.nesterov;
   o.zero_stage = c.zero.stage;
   o.tp = c.parallel.tp;
   o.pp = c.parallel.pp;

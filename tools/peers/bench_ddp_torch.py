@@ -76,7 +76,7 @@ def run(rank, args):
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
                                    start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
-        ddp_model.register_comm_hook(state, psgd.powerSGD_hook)
+        ddp_model.register_comm_hook(state, psgd.batched_powerSGD_hook if args.powersgd_batched else psgd.powerSGD_hook)
         log(f"PowerSGD hook: rank {args.powersgd_rank}, error feedback, warm start, from step 2")
     log(f"torch {torch.__version__}, DDP gloo x{N} processes, threads {torch.get_num_threads()} "
         f"(interop {torch.get_num_interop_threads()}) per process, optimizer AdamW {impl}")
@@ -147,6 +147,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--powersgd-rank", type=int, default=0,
                     help="register PyTorch's PowerSGD comm hook at this rank (0: plain allreduce)")
+    ap.add_argument("--powersgd-batched", action="store_true",
+                    help="the batched hook (one factorization per bucket) instead of per matrix")
     ap.add_argument("--timeout", type=float, default=1800,
                     help="gloo collective timeout in seconds")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")

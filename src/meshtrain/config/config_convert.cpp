@@ -220,6 +220,10 @@ TrainConfig convert_config(const nlohmann::json& j,
                                            "parallel.schedule = \"interleaved\"", c.parallel.chunks));
   c.parallel.bucket_mb = r.in_range("parallel.bucket_mb", 1e-6, 1e6, false);
   c.parallel.first_bucket_mb = r.in_range("parallel.first_bucket_mb", 1e-6, 1e6, false);
+  c.parallel.local_sgd.sync_every = r.integer("parallel.local_sgd.sync_every", 0, INT64_MAX);
+  c.parallel.local_sgd.outer_lr = r.positive("parallel.local_sgd.outer_lr");
+  c.parallel.local_sgd.outer_momentum = r.in_range("parallel.local_sgd.outer_momentum", 0.0, 1.0, true);
+  c.parallel.local_sgd.nesterov = r.boolean("parallel.local_sgd.nesterov");
   c.parallel.sequence_parallel = r.boolean("parallel.sequence_parallel");
   c.zero.stage = r.small_int("zero.stage", 0, 3);
   c.zero.persist_threshold = r.integer("zero.persist_threshold", 0, INT64_MAX);
@@ -292,6 +296,22 @@ TrainConfig convert_config(const nlohmann::json& j,
   if (c.comm.compression.type != "none" && c.comm.grad_dtype != "f32")
     r.error("comm.compression.type", fmt::format("= \"{}\" encodes f32 gradients itself: set comm.grad_dtype "
             "= \"f32\" (it is \"{}\")", c.comm.compression.type, c.comm.grad_dtype));
+  if (const int64_t h = c.parallel.local_sgd.sync_every; h > 0) {
+    // Saving and sampling read the averaged model: keep them on averages.
+    auto on_average = [&](const char* key, int64_t every) {
+      if (every > 0 && every % h != 0)
+        r.error(key, fmt::format("= {} is not a multiple of parallel.local_sgd.sync_every = {}: the "
+                                 "ranks' replicas differ between averages", every, h));
+    };
+    on_average("checkpoint.every", c.checkpoint.every);
+    on_average("train.sample_every", c.train.sample_every);
+    on_average("train.steps", c.train.steps);
+    if (c.zero.stage > 0)
+      r.error("parallel.local_sgd.sync_every", fmt::format("> 0 with zero.stage = {}: local SGD keeps a whole "
+              "replica and optimizer state on every rank, which ZeRO shards; use zero.stage = 0", c.zero.stage));
+    if (c.comm.compression.type != "none")
+      r.error("parallel.local_sgd.sync_every", "> 0 with comm.compression: local SGD sends no gradients to compress");
+  }
   c.run_name = r.string("run_name");
   if (c.run_name.empty() || c.run_name.find('/') != std::string::npos)
     r.error("run_name", fmt::format("must be a non-empty name without '/', got \"{}\"", c.run_name));

@@ -73,6 +73,12 @@ J to_json(const TrainConfig& c) {
   parallel["stage_layers"] = c.parallel.stage_layers;
   parallel["bucket_mb"] = c.parallel.bucket_mb;
   parallel["first_bucket_mb"] = c.parallel.first_bucket_mb;
+  J local;
+  local["sync_every"] = c.parallel.local_sgd.sync_every;
+  local["outer_lr"] = c.parallel.local_sgd.outer_lr;
+  local["outer_momentum"] = c.parallel.local_sgd.outer_momentum;
+  local["nesterov"] = c.parallel.local_sgd.nesterov;
+  parallel["local_sgd"] = local;
   parallel["sequence_parallel"] = c.parallel.sequence_parallel;
   j["parallel"] = parallel;
   j["zero"] = J{{"stage", c.zero.stage}, {"persist_threshold", c.zero.persist_threshold}};

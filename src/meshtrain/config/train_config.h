@@ -68,6 +68,14 @@ struct TrainSection {
   int64_t lr_base_batch = 0;  // the global batch (sequences) lr was tuned at; needed unless none
 };
 
+// Local SGD / DiLoCo (parallel/local_sgd.h).
+struct LocalSgdSection {
+  int64_t sync_every = 0;  // H local steps between averages; 0 = off
+  double outer_lr = 1.0;
+  double outer_momentum = 0.0;
+  bool nesterov = true;
+};
+
 struct ParallelSection {
   int dp = 0;  // data-parallel ranks; 0 = "auto" (world size / (tp * pp))
   int tp = 1;
@@ -78,6 +86,7 @@ struct ParallelSection {
   double bucket_mb = 25;       // data-parallel gradient bucket size (MiB)
   double first_bucket_mb = 1;  // the first bucket, small so reduction starts early (MiB)
   bool sequence_parallel = false;  // tp > 1: norms and residual stream split over tp too
+  LocalSgdSection local_sgd;
 };
 
 struct ZeroSection {

@@ -34,7 +34,16 @@ SyncedModel make_synced_model(const comm::Communicator& dp_comm,
            "(--nproc 1) or on the CPU", opt.device.str(), dp_comm.size());
   MT_CHECK(opt.device.is_cpu() || !spec->frozen_base(), "device = \"{}\": LoRA keeps its frozen "
            "base in host memory; LoRA trains on the CPU for now", opt.device.str());
-  if (several && opt.zero_stage > 0) {
+  if (several && opt.local_sgd.enabled()) {
+    MT_CHECK(opt.zero_stage == 0, "parallel.local_sgd with zero.stage = {}: local SGD needs every "
+             "rank's own replica of the model and optimizer state, which ZeRO shards; use zero.stage 0",
+             opt.zero_stage);
+    MT_CHECK(!opt.dp.compression.compressing(), "parallel.local_sgd with comm.compression.type = \"{}\": "
+             "local SGD sends no gradients to compress (it averages the parameters every {} steps)",
+             opt.dp.compression.type, opt.local_sgd.sync_every);
+    out.model = spec->build({});
+    out.sync = std::make_unique<LocalSgd>(dp_comm, opt.local_sgd);
+  } else if (several && opt.zero_stage > 0) {
     ZeroOptions zo;
     zo.stage = opt.zero_stage;
     zo.persist_threshold = opt.persist_threshold;

@@ -10,6 +10,7 @@
 #include "meshtrain/nn/model.h"
 #include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/parallel/gradient_sync.h"
+#include "meshtrain/parallel/local_sgd.h"
 
 namespace meshtrain::parallel {
 
@@ -17,6 +18,7 @@ struct GradientSyncOptions {
   int zero_stage = 0;                   // 0 = replicated (DataParallel)
   int64_t persist_threshold = 100000;   // ZeRO-3
   DataParallelOptions dp;               // buckets, wire dtype, verify
+  LocalSgdOptions local_sgd;            // enabled: LocalSgd instead of DataParallel
   Precision precision = Precision::FP32;  // ZeRO keeps the 16-bit copy itself
   // Setup can write just a range of the parameters (ZeroOptions::own_range_init).
   bool setup_writes_ranges = false;

@@ -21,6 +21,7 @@
 #include "meshtrain/optim/loss_scaler.h"
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/data_parallel.h"
+#include "meshtrain/parallel/local_sgd.h"
 #include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/training_checkpoints.h"
 
@@ -56,6 +57,7 @@ struct TrainerOptions {
   // (invalid or size 1: single process, no communication at all).
   comm::Communicator comm;
   parallel::DataParallelOptions dp;
+  parallel::LocalSgdOptions local_sgd;  // parallel.local_sgd: enabled replaces the per-step reduction
   // Tensor parallelism: ranks per tp group (parallel.tp); the mesh is
   // (world / tp) data-parallel groups of tp ranks, tp innermost.
   int tp = 1;

@@ -94,6 +94,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   so.zero_stage = opt.zero_stage;
   so.persist_threshold = opt.zero_persist_threshold;
   so.dp = opt.dp;
+  so.local_sgd = opt.local_sgd;
   so.precision = opt.precision;
   so.device = opt.device;
   so.setup_writes_ranges = setup_writes_ranges(opt.init_from, spec_);
@@ -322,6 +323,8 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   plan.persist_threshold = opt_.zero_persist_threshold;
   plan.bytes = opt_.state_bytes;
   plan.bytes.o = 4 * opt_.optimizer.states_per_param();  // f32 state values per parameter
+  // Local SGD's anchor (and outer momentum), f32 per parameter (parallel/local_sgd.h).
+  if (opt_.local_sgd.enabled() && dp > 1) plan.bytes.o += 4 * (opt_.local_sgd.outer_momentum > 0 ? 2 : 1);
   // Mixed precision: the model's 16-bit compute copy beside its f32 master
   // parameters (nn/model.h), 2 more bytes per parameter.
   // (A LoRA model has none of its own; ZeRO keeps one of the adapters.)
