@@ -71,7 +71,8 @@ def run(rank, args):
     L, H, C, T, V = PRESETS[args.preset]
     seq = args.seq or T
     model, opt, impl, n_params, flops_per_token = build_gpt(args.preset, seq, args.optim_impl)
-    ddp_model = DDP(model)  # CPU: no device_ids; default bucket_cap_mb=25
+    # CPU: no device_ids; default bucket_cap_mb=25
+    ddp_model = DDP(model, bucket_cap_mb=args.bucket_cap_mb) if args.bucket_cap_mb else DDP(model)
     if args.powersgd_rank > 0:  # PyTorch's own PowerSGD communication hook
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
@@ -121,7 +122,7 @@ def run(rank, args):
             "powersgd_rank": args.powersgd_rank,
             "preset": args.preset, "batch": args.batch, "global_batch": N * args.batch,
             "seq": seq, "threads": torch.get_num_threads(), "backend": "gloo",
-            "bucket_cap_mb": 25, "optimizer": f"adamw-{impl}", "steps": len(step_times),
+            "bucket_cap_mb": args.bucket_cap_mb or 25, "optimizer": f"adamw-{impl}", "steps": len(step_times),
             "warmup": args.warmup, "ms_per_step_median": med * 1e3,
             "ms_per_step_mean": statistics.mean(step_times) * 1e3,
             "ms_per_step_median_rank0": statistics.median(times) * 1e3,
@@ -147,6 +148,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--powersgd-rank", type=int, default=0,
                     help="register PyTorch's PowerSGD comm hook at this rank (0: plain allreduce)")
+    ap.add_argument("--bucket-cap-mb", type=float, default=0,
+                    help="DDP's bucket_cap_mb (0: its default, 25). One bucket larger than the model "
+                         "keeps the PowerSGD hook's gloo collectives in one order on every rank")
     ap.add_argument("--powersgd-batched", action="store_true",
                     help="the batched hook (one factorization per bucket) instead of per matrix")
     ap.add_argument("--timeout", type=float, default=1800,
