@@ -27,7 +27,7 @@ struct PlanOpts {
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
   bool llama = false;
   plan::LayoutFilter fixed;
-  std::string recompute, sp, precision = "bf16";
+  std::string recompute, sp, precision = "bf16", optimizer = "adamw";
   bool calibrate = false;
   CalibrateOptions calibration;
   SimulateOptions sim;  // --simulate, --trace, --straggler, --mtbf-hours ...
@@ -114,6 +114,7 @@ void run_plan(const PlanOpts& o) {
   if (o.precision != "bf16" && o.precision != "fp32")
     throw UsageError(fmt::format("--precision must be bf16 or fp32 (got '{}')", o.precision));
   req.fp32 = o.precision == "fp32";
+  req.optimizer_state_bytes = plan::optimizer_state_bytes(o.optimizer);
   const plan::PlanResult res = plan::make_plan(req);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (res.rows.empty()) {
@@ -211,6 +212,8 @@ void register_plan(CLI::App& app) {
   c->add_option("--zero", o->fixed.zero_stage, "Fix the ZeRO stage (0-3)");
   c->add_option("--recompute", o->recompute, "Fix recompute: none, selective or full");
   c->add_option("--sp", o->sp, "Fix sequence parallelism: on or off");
+  c->add_option("--optimizer", o->optimizer, "adamw or lamb (12 bytes of state per parameter with "
+                 "the f32 master), sgd or lars (8, with momentum)")->capture_default_str();
   c->add_option("--precision", o->precision, "bf16 (mixed precision) or fp32 GEMMs and activations")
       ->capture_default_str();
   c->add_option("--layers", o->layers, "Custom model: layers");

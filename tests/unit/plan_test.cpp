@@ -135,6 +135,35 @@ TEST(plan_search, returns_only_valid_fitting_layouts_fastest_first) {
             res.rows.front().tokens_per_s);
 }
 
+// The optimizer's state is the k of the ZeRO formulas: SGD with momentum
+// keeps 8 bytes per parameter (master + momentum) where AdamW keeps 12, so
+// the same layout needs a third less optimizer memory, all of it sharded
+// alike; unknown optimizers are refused.
+TEST(plan_search, optimizer_state_follows_the_optimizer) {
+  const PlanRequest adam = plan_request("gpt-100b", "h100-sxm", 64, 1536);
+  PlanRequest sgd = adam;
+  sgd.optimizer_state_bytes = optimizer_state_bytes("sgd");
+  EXPECT_EQ(optimizer_state_bytes("adamw"), 12);
+  EXPECT_EQ(optimizer_state_bytes("lamb"), 12);
+  EXPECT_EQ(optimizer_state_bytes("lars"), 8);
+  EXPECT_EQ(optimizer_state_bytes("sgd", false), 4);
+  EXPECT_THROW(optimizer_state_bytes("adagrad"), meshtrain::UsageError);
+  const PlanResult a = make_plan(adam), b = make_plan(sgd);
+  ASSERT_FALSE(a.rows.empty());
+  ASSERT_FALSE(b.rows.empty());
+  const Layout& la = a.rows.front().layout;
+  for (const PlanRow& row : b.rows) {
+    const Layout& l = row.layout;
+    if (l.describe() != la.describe() || l.micro_batch != la.micro_batch || l.recompute != la.recompute ||
+        l.sequence_parallel != la.sequence_parallel || l.chunks != la.chunks || l.zero_stage != la.zero_stage)
+      continue;
+    EXPECT_NEAR(row.memory.optimizer, a.rows.front().memory.optimizer * 8 / 12, 1);
+    EXPECT_EQ(row.memory.params, a.rows.front().memory.params);
+    return;
+  }
+  ADD_FAILURE() << "the AdamW plan's first layout is missing from the SGD plan";
+}
+
 // How long planning takes is not asserted (wall time on a shared machine is
 // for benchmarks; `meshtrain plan --json` reports it as "seconds").
 TEST(plan_search, a_trillion_on_4096_gpus_is_planned_and_on_8_fits_nowhere) {

@@ -71,6 +71,12 @@ std::string Layout::describe() const {
                      sequence_parallel ? ", sp" : "");
 }
 
+double optimizer_state_bytes(const std::string& optimizer, bool momentum) {
+  if (optimizer == "adamw" || optimizer == "lamb") return 4 + 2 * 4;
+  if (optimizer == "sgd" || optimizer == "lars") return 4 + (momentum ? 4 : 0);
+  throw UsageError(fmt::format("optimizer \"{}\" is not one of adamw, sgd, lars, lamb", optimizer));
+}
+
 PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const TransformerShape& m = r.model;
   const ClusterSpec& c = r.cluster;
@@ -85,7 +91,8 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double emb = static_cast<double>(m.embedding_params());
   const double layer_params = (static_cast<double>(m.params()) - emb) / L;
   const double psi = (layer_params * stage_layers + (l.pp == 1 ? emb : emb / (m.llama ? 2 : 1))) / t;
-  const StateBytes bytes = kMeshtrainBf16;
+  StateBytes bytes = kMeshtrainBf16;
+  bytes.k = r.optimizer_state_bytes;
   const double dp = static_cast<double>(l.dp);
   const int stage = l.zero_stage;
   row.memory.params = stage == 3 ? bytes.p * psi / dp : bytes.p * psi;

@@ -78,7 +78,15 @@ struct PlanRequest {
   // Korthikanti et al.'s formulas.
   double stored_activation_bytes = 0;
   EngineTraits engine;       // whose overlap and kernel rules
+  // Optimizer state bytes per parameter, the f32 master included (k of
+  // memory_formulas.h): AdamW and LAMB 12 (master, two moments), SGD with
+  // momentum and LARS 8, plain SGD 4 (optimizer_state_bytes()).
+  double optimizer_state_bytes = 12;
 };
+
+// k for an optimizer of meshtrain's (train.optimizer): the f32 master and
+// its f32 states; throws for an unknown name.
+double optimizer_state_bytes(const std::string& optimizer, bool momentum = true);
 
 struct Layout {
   int64_t dp = 1, tp = 1, pp = 1, micro_batch = 1;
