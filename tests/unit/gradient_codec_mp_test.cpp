@@ -14,10 +14,12 @@
 // - Buckets that cut a matrix are refused by PowerSGD, and the bucket plan
 //   for it ends buckets on tensor boundaries.
 // - The transport throttle holds an operation to its rate.
+// - The residual follows fp16's loss scale and is dropped after a skipped step.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -303,4 +305,40 @@ TEST(codec, throttle_holds_an_operation_to_its_rate) {
     return s >= 0.1 ? std::string() : fmt::format("1 MB allreduce took {:.3f} s at 0.01 GB/s", s);
   }, o);
   EXPECT_TRUE(w.ok()) << w.report();
+}
+
+// fp16 loss scaling: the residual is kept at the gradients' scale, so when
+// the scale changes it is rescaled with it (x4 here, exact); after a step
+// skipped for inf/NaN gradients it is dropped, and the next step decodes
+// finite gradients again.
+TEST(codec, residual_follows_the_loss_scale_and_is_dropped_after_a_skipped_step) {
+  on_ranks(2, [](Communicator& c) {
+    const ParamLayout lay = test_layout();
+    const size_t n = static_cast<size_t>(lay.numel);
+    for (const char* type : {"powersgd", "topk", "sign"}) {
+      CompressionOptions o = of(type);
+      o.rank = 1;
+      o.ratio = 0.1;
+      auto codec = make(c, lay, o);
+      auto& lossy = dynamic_cast<LossyCodec&>(*codec);
+      std::vector<float> g = gradients(c.rank(), 0, lay.numel);
+      reduce(*codec, g, two_buckets(lay));
+      const std::vector<float> kept(lossy.residual(), lossy.residual() + n);
+      codec->set_gradient_scale(4.f);
+      for (size_t i = 0; i < n; ++i)
+        if (lossy.residual()[i] != 4.f * kept[i]) return fmt::format("{}: residual {} not rescaled", type, i);
+      g = gradients(c.rank(), 1, lay.numel);
+      g[3] = std::numeric_limits<float>::infinity();
+      g[40] = std::numeric_limits<float>::quiet_NaN();
+      reduce(*codec, g, two_buckets(lay));
+      codec->discard_feedback();
+      for (size_t i = 0; i < n; ++i)
+        if (lossy.residual()[i] != 0.f) return fmt::format("{}: residual {} kept after a skipped step", type, i);
+      g = gradients(c.rank(), 2, lay.numel);
+      reduce(*codec, g, two_buckets(lay));
+      for (size_t i = 0; i < n; ++i)
+        if (!std::isfinite(g[i])) return fmt::format("{}: element {} not finite after the skipped step", type, i);
+    }
+    return std::string();
+  });
 }

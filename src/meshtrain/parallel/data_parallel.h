@@ -85,6 +85,8 @@ class DataParallel final : public GradientSync {
   std::string name() const override { return "replicated"; }
   std::string describe() const override;
   void after_resume() override { broadcast_parameters(); }
+  void set_gradient_scale(float scale) override { codec_->set_gradient_scale(scale); }
+  void update_skipped() override { codec_->discard_feedback(); }
   void verify_replicas() override { verify_parameters_equal(); }
   void zero_grad() override;
   void begin_backward(bool last_micro_batch) override;

@@ -12,4 +12,14 @@ void ErrorFeedback::add_to(float* grads, ElemSpan span) const {
   for (int64_t i = span.begin; i < span.end; ++i) grads[i] += e[i];
 }
 
+void ErrorFeedback::scale(float factor) {
+  if (!enabled_) return;
+  float* e = residual_.data<float>();
+  for (int64_t i = 0; i < residual_.numel(); ++i) e[i] *= factor;
+}
+
+void ErrorFeedback::clear() {
+  if (enabled_) residual_.zero_();
+}
+
 }  // namespace meshtrain::parallel

@@ -21,6 +21,9 @@ class ErrorFeedback {
   // writes M - (what it sent) there.
   float* residual() const { return enabled_ ? residual_.data<float>() : nullptr; }
   int64_t bytes() const { return enabled_ ? static_cast<int64_t>(residual_.nbytes()) : 0; }
+  // Multiplies the residual by `factor` (the gradients' scale changed).
+  void scale(float factor);
+  void clear();
 
  private:
   bool enabled_;

@@ -94,6 +94,12 @@ class GradientCodec {
   virtual std::unique_ptr<BucketReduction> start(float* grads, ElemSpan span) = 0;
   // Host memory the codec keeps between steps (error feedback, factors).
   virtual int64_t state_bytes() const { return 0; }
+  // fp16 loss scaling: the gradients this step are the true ones times
+  // `scale`; a residual kept at another scale is rescaled to it.
+  virtual void set_gradient_scale(float) {}
+  // The step was skipped (inf/NaN gradients): what the residual holds now
+  // came from them and is dropped.
+  virtual void discard_feedback() {}
 };
 
 // The codec for `opts` (type "none": f32 or bf16 by `grad_dtype`). Collective

@@ -75,6 +75,12 @@ class GradientSync {
   // Around the optimizer's write of update_range().
   virtual void before_update() {}
   virtual void after_update() {}
+  // fp16 loss scaling: this step's gradients carry `scale` (a lossy codec's
+  // residual follows it). Called before the first backward of each step.
+  virtual void set_gradient_scale(float) {}
+  // The update was skipped for inf/NaN gradients (a codec drops what it
+  // kept of them).
+  virtual void update_skipped() {}
   virtual const CommTiming& timing() const = 0;
 
   // Initial weights from the seed (no file to start from): the model's own

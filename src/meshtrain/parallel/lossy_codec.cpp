@@ -13,6 +13,12 @@ std::unique_ptr<BucketReduction> LossyCodec::start(float* grads, ElemSpan span) 
   return compress(grads, span);
 }
 
+void LossyCodec::set_gradient_scale(float scale) {
+  if (scale == scale_ || !(scale > 0)) return;
+  ef_.scale(scale / scale_);
+  scale_ = scale;
+}
+
 std::string LossyCodec::schedule_note() const {
   std::string s = opts_.warmup_steps > 0 ? fmt::format(" after {} uncompressed step(s)", opts_.warmup_steps) : "";
   return s + (ef_.enabled() ? ", with error feedback" : ", without error feedback");

@@ -19,6 +19,8 @@ class LossyCodec : public GradientCodec {
   // What this rank did not send (element i of the flat buffer); null
   // without error feedback.
   const float* residual() const { return ef_.residual(); }
+  void set_gradient_scale(float scale) override;
+  void discard_feedback() override { ef_.clear(); }
 
  protected:
   // Encodes grads[span] (the residual already added), writes the residual
@@ -34,6 +36,7 @@ class LossyCodec : public GradientCodec {
 
  private:
   int64_t steps_ = 0;  // begin_step() calls: 1 during the first step
+  float scale_ = 1.f;  // the gradient scale the residual is kept at
 };
 
 }  // namespace meshtrain::parallel

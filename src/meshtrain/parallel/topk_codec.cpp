@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -38,8 +39,14 @@ std::unique_ptr<BucketReduction> TopKCodec::compress(float* grads, ElemSpan span
   // The k largest magnitudes; ties broken by index so the pick is a function of the values.
   std::vector<uint32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0u);
-  auto larger = [g](uint32_t a, uint32_t b) {
-    const float x = std::fabs(g[a]), y = std::fabs(g[b]);
+  // NaN ranks as the largest magnitude (a strict weak order even then: the
+  // step is skipped and the residual dropped, TrainStep/update_skipped).
+  auto magnitude = [g](uint32_t i) {
+    const float x = std::fabs(g[i]);
+    return std::isnan(x) ? std::numeric_limits<float>::infinity() : x;
+  };
+  auto larger = [&magnitude](uint32_t a, uint32_t b) {
+    const float x = magnitude(a), y = magnitude(b);
     return x > y || (x == y && a < b);
   };
   if (k < n) std::nth_element(order.begin(), order.begin() + k, order.end(), larger);

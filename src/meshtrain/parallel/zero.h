@@ -121,6 +121,13 @@ class Zero final : public GradientSync {
   bool sharded() const override { return true; }
   void before_update() override;
   void after_update() override;
+  // Stage 1's codec (stages 2-3 reduce exactly: nothing kept).
+  void set_gradient_scale(float scale) override {
+    if (dp_) dp_->set_gradient_scale(scale);
+  }
+  void update_skipped() override {
+    if (dp_) dp_->update_skipped();
+  }
   const CommTiming& timing() const override { return timing_; }
 
   // Collective: the whole f32 model current on rank 0 (only there) and the

@@ -172,6 +172,7 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
   // fp16: the loss (so every gradient) is scaled up; divided out below.
   const float loss_scale = mp_ ? mp_->loss_scale() : 1.0f;
   const float scale = loss_scale / static_cast<float>(micro.size());
+  sync_.set_gradient_scale(loss_scale);
   comm::Communicator* comm = sync_.comm();
   // Token weighting: each micro-batch's share of the step's targets (all
   // data-parallel ranks), times dp since the gradient sync averages.
@@ -262,6 +263,7 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
   st.loss_scale = loss_scale;
   // fp16: the loss scaler sees the reduced flag, so every rank skips alike.
   const bool apply = mp_ ? mp_->decide(check.finite) : check.finite;
+  if (!apply) sync_.update_skipped();
   st.overflow_skipped = mp_ && mp_->last_was_overflow();
   if (apply) {
     if (before_update_) {
