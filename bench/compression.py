@@ -6,7 +6,8 @@ one thread per rank), the synthetic grammar as data (`meshtrain data synth`:
 its entropy rate is the floor of the loss):
 
 1. Convergence and bytes: the same steps (the same tokens) uncompressed and
-   with each codec (PowerSGD rank r, top-k, 1-bit sign after a warmup);
+   with each codec (PowerSGD rank r, top-k, 1-bit sign after a warmup), and
+   local SGD / DiLoCo averaging every H steps instead (bytes: the mean per step);
    reported: the final validation loss, its excess over uncompressed, and the
    bytes a rank sent per step (metrics.jsonl grad_wire_bytes) against f32's.
 2. Speed on a slow network: the transport throttled (MESHTRAIN_COMM_THROTTLE_GBPS,
@@ -37,6 +38,11 @@ from bench_util import MESHTRAIN, ROOT, cpu_model, print_table, run_json  # noqa
 def codec_settings(args, codec):
     if codec == "none":
         return []
+    if codec in ("local", "diloco"):  # plain averaging or DiLoCo's outer step, every --local-h steps
+        outer = ["0.7", "0.9"] if codec == "diloco" else ["1", "0"]
+        return ["--set", f"parallel.local_sgd.sync_every={args.local_h}",
+                "--set", f"parallel.local_sgd.outer_lr={outer[0]}",
+                "--set", f"parallel.local_sgd.outer_momentum={outer[1]}"]
     s = ["--set", f"comm.compression.type={codec}"]
     if codec == "powersgd":
         s += ["--set", f"comm.compression.rank={args.rank}"]
@@ -81,14 +87,17 @@ def convergence(args, data, out, entropy):
         vals = [r["val_loss"] for r in rows if "val_loss" in r]
         compressed = [r for r in rows if r.get("grad_wire_bytes", -1) >= 0 and
                       r["grad_wire_bytes"] < 0.9 * r["grad_dense_bytes"]] or rows
-        results[codec] = {"val": vals[-1], "wire": statistics.median(r["grad_wire_bytes"] for r in compressed),
-                          "dense": rows[-1]["grad_dense_bytes"]}
+        wire = (statistics.mean(r["grad_wire_bytes"] for r in rows) if codec in ("local", "diloco")
+                else statistics.median(r["grad_wire_bytes"] for r in compressed))
+        results[codec] = {"val": vals[-1], "wire": wire, "dense": rows[-1]["grad_dense_bytes"]}
         print(f"{codec}: final val {vals[-1]:.4f}, {results[codec]['wire'] / 1e6:.3f} MB sent per step",
               flush=True)
     base = results["none"]["val"]
     table = []
     for codec, r in results.items():
-        table.append([codec if codec != "powersgd" else f"powersgd rank {args.rank}",
+        names = {"powersgd": f"powersgd rank {args.rank}", "local": f"local SGD, H = {args.local_h}",
+                 "diloco": f"DiLoCo (outer lr 0.7, Nesterov 0.9), H = {args.local_h}"}
+        table.append([names.get(codec, codec),
                       f"{r['val']:.4f}", f"{100 * (r['val'] / base - 1):+.2f}%",
                       f"{r['val'] / entropy:.3f}x", f"{r['wire'] / 1e6:.3f}", f"{r['dense'] / r['wire']:.1f}x"])
     print_table(f"{args.preset}, context {args.seq}, {args.nproc} ranks x batch {args.batch}, {args.steps} steps "
@@ -179,7 +188,9 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--rank", type=int, default=4, help="PowerSGD rank")
     ap.add_argument("--topk-ratio", type=float, default=0.01)
-    ap.add_argument("--codecs", nargs="+", default=["powersgd", "topk", "sign"])
+    ap.add_argument("--codecs", nargs="+", default=["powersgd", "topk", "sign", "local", "diloco"],
+                    help="also local and diloco: parameter averaging every --local-h steps")
+    ap.add_argument("--local-h", type=int, default=10)
     ap.add_argument("--speed-steps", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--throttle-gbps", type=float, default=0, help="0: chosen from the unthrottled step")

@@ -5,8 +5,9 @@
 //   decay, no clipping) trains what synchronous data parallelism trains:
 //   losses within 1e-5, the model files as dp_harness.h compares them.
 // - H = 4 with DiLoCo's outer optimizer (lr 0.7, Nesterov momentum 0.9)
-//   trains (the loss falls), and after the last average the replicas are
-//   identical (MESHTRAIN_DEBUG's replica check at the end).
+//   trains (the loss falls), sends one parameter-sized allreduce every 4th
+//   step and nothing between (metrics.jsonl), and after the last average the
+//   replicas are identical (MESHTRAIN_DEBUG's replica check at the end).
 // - Saving or sampling between averages, ZeRO and compression are refused
 //   with the reason.
 #include "dp_harness.h"
@@ -50,6 +51,13 @@ TEST(local_sgd, diloco_every_4_steps_trains_and_ends_on_equal_replicas) {
   ASSERT_EQ(m.size(), static_cast<size_t>(kSteps));
   EXPECT_LT(m.back()["loss"].get<double>(), 0.9 * m.front()["loss"].get<double>());
   EXPECT_NE(r.log.find("Nesterov momentum 0.9"), std::string::npos) << r.log;
+  // Bytes: one parameter-sized allreduce on every 4th step, nothing between.
+  for (const auto& row : m) {
+    const int step = row["step"];
+    const double wire = row.at("grad_wire_bytes"), dense = row.at("grad_dense_bytes");
+    ASSERT_GT(dense, 0);
+    EXPECT_EQ(wire, step % 4 == 0 ? dense : 0.0) << "step " << step;
+  }
 }
 
 TEST(local_sgd, refused_where_replicas_would_differ_or_be_sharded) {

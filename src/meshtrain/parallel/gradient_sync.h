@@ -41,8 +41,9 @@ struct CommTiming {
   // when backward returned, i.e. at end_backward(last).
   int started_in_backward = -1;
   // Bytes this rank sent for the reduction (comm/wire_bytes.h: what a
-  // bandwidth-optimal algorithm sends), and what the f32 gradients would
-  // have needed; -1 = not recorded by this strategy.
+  // bandwidth-optimal algorithm sends; local SGD: its average, in the
+  // update), and what the f32 gradients would have needed; -1 = not
+  // recorded by this strategy.
   double wire_bytes = -1, dense_bytes = -1;
 };
 

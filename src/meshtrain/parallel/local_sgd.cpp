@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "meshtrain/comm/wire_bytes.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/nn/model.h"
 #include "meshtrain/parallel/completion_clock.h"
@@ -38,6 +39,9 @@ void LocalSgd::attach(Model& model) {
 void LocalSgd::zero_grad() {
   MT_CHECK(model_, "attach() a model before zero_grad()");
   model_->zero_grad();
+  timing_ = {};  // a step that averages says so in after_update()
+  timing_.wire_bytes = 0;
+  timing_.dense_bytes = dense_bytes();
 }
 
 const float* LocalSgd::gradients() {
@@ -56,11 +60,12 @@ void LocalSgd::after_resume() {
 }
 
 void LocalSgd::after_update() {
-  if (++local_steps_ < opts_.sync_every) {
-    timing_ = {};
-    return;
-  }
+  if (++local_steps_ < opts_.sync_every) return;  // nothing sent this step
   average();
+}
+
+double LocalSgd::dense_bytes() const {
+  return comm::bytes_sent_per_rank(comm::CollOp::Allreduce, anchor_.nbytes(), comm_.size());
 }
 
 void LocalSgd::average() {
@@ -87,6 +92,7 @@ void LocalSgd::average() {
   timing_ = {};
   timing_.buckets = 1;
   timing_.exposed_s = timing_.total_s = steady_now_s() - t0;
+  timing_.wire_bytes = timing_.dense_bytes = dense_bytes();  // one parameter-sized allreduce
 }
 
 void LocalSgd::gather_full_parameters() {

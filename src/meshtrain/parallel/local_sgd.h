@@ -63,6 +63,7 @@ class LocalSgd final : public GradientSync {
 
  private:
   void average();
+  double dense_bytes() const;  // what a per-step f32 allreduce would send
 
   comm::Communicator comm_;
   LocalSgdOptions opts_;

@@ -220,7 +220,7 @@ void StepTelemetry::fill_progress(ProgressState& ps) const {
     ps.comm_exposed_s = time.comm_exposed_s;
     ps.comm_total_s = time.comm_total_s;
   }
-  if (grad_wire_bytes >= 0 && grad_dense_bytes > 0 && grad_wire_bytes < grad_dense_bytes) {
+  if (grad_wire_bytes > 0 && grad_dense_bytes > 0 && grad_wire_bytes < grad_dense_bytes) {
     ps.grad_wire_bytes = grad_wire_bytes;  // shown when compressed
     ps.grad_dense_bytes = grad_dense_bytes;
   }

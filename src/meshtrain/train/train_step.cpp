@@ -275,6 +275,9 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     opt_->step(model_.param_buffer().data<float>(), g, st.lr,
                clip_coefficient(st.grad_norm, clip_) / loss_scale);
     sync_.after_update();  // ZeRO: gathers the updated parameters (async)
+    // Local SGD communicates here, in the update: its bytes for this step.
+    st.comm.wire_bytes = sync_.timing().wire_bytes;
+    st.comm.dense_bytes = sync_.timing().dense_bytes;
   }
   settle_device();
   st.optimizer_s = now_s() - t2;
