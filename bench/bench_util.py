@@ -87,3 +87,22 @@ def run_json(cmd, threads, extra_env=None):
     if not lines:
         raise RuntimeError(f"no JSON line from {' '.join(cmd)}")
     return json.loads(lines[-1])
+
+
+def synth_grammar_data(binary, data, tokens=4000000):
+    """Writes `tokens` of the synthetic grammar (`meshtrain data synth`) into the
+    folder `data` and returns the grammar's entropy rate in nats per token (the
+    floor of the loss). Exits with the tool's output if it fails or records none."""
+    import sys
+    synth = subprocess.run([binary, "data", "synth", "--out", data, "--tokens", str(tokens)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if synth.returncode != 0:
+        sys.exit(synth.stdout)
+    entropy = None
+    for name in os.listdir(data):
+        if name.endswith(".json"):
+            with open(os.path.join(data, name)) as f:
+                entropy = json.load(f).get("entropy_nats_per_token", entropy)
+    if entropy is None:
+        sys.exit(f"no entropy record in {data}")
+    return entropy

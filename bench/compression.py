@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_util import MESHTRAIN, ROOT, cpu_model, print_table, run_json  # noqa: E402
+from bench_util import MESHTRAIN, ROOT, cpu_model, print_table, run_json, synth_grammar_data  # noqa: E402
 
 
 def codec_settings(args, codec):
@@ -201,17 +201,9 @@ def main():
     args = ap.parse_args()
     out = tempfile.mkdtemp(prefix="mt_compression_")
     data = os.path.join(out, "data")
-    synth = subprocess.run([args.binary, "data", "synth", "--out", data, "--tokens", "4000000"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if synth.returncode != 0:
-        sys.exit(synth.stdout)
-    entropy = None
-    for name in os.listdir(data):
-        if name.endswith(".json"):
-            with open(os.path.join(data, name)) as f:
-                entropy = json.load(f).get("entropy_nats_per_token", entropy)
+    entropy = synth_grammar_data(args.binary, data)
     if "convergence" in args.parts:
-        convergence(args, data, out, entropy or float("nan"))
+        convergence(args, data, out, entropy)
     if "speed" in args.parts:
         speed(args, data, out)
     if "peer" in args.parts:

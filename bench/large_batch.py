@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_util import MESHTRAIN, cpu_model, print_table  # noqa: E402
+from bench_util import MESHTRAIN, cpu_model, print_table, synth_grammar_data  # noqa: E402
 
 RECIPES = {
     "adamw-linear": ("adamw", "linear"),
@@ -118,18 +118,7 @@ def main():
 
     out = args.out or tempfile.mkdtemp(prefix="mt_large_batch_")
     data = os.path.join(out, "data")
-    synth = subprocess.run([args.binary, "data", "synth", "--out", data, "--tokens", "4000000"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if synth.returncode != 0:
-        sys.exit(synth.stdout)
-    entropy = None
-    for name in os.listdir(data):
-        if name.endswith(".json"):
-            with open(os.path.join(data, name)) as f:
-                j = json.load(f)
-            entropy = j.get("entropy_nats_per_token", entropy)
-    if entropy is None:
-        sys.exit(f"no entropy record in {data}")
+    entropy = synth_grammar_data(args.binary, data)
     results = []
     for warmup in args.warmups:
         for factor in args.factors:
