@@ -140,6 +140,8 @@ std::string feedback_case(Communicator& c, CompressionOptions o) {
     reduce(*codec, g, two_buckets(lay));
     for (size_t i = 0; i < n; ++i) sent[i] -= lossy->residual()[i];
     const std::vector<float> want = average(c, sent);
+    // 2e-6 of the largest element: (M + e_old) - e_new is rounded once per
+    // element, and PowerSGD's local product P^ Q_w^T is rounded by two GEMMs.
     if (std::string e = compare(g, want, 2e-6, fmt::format("{} step {}", o.type, step).c_str()); !e.empty())
       return e;
     // The same decoded result on every rank, bit for bit.
