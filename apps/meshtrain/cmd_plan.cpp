@@ -28,6 +28,7 @@ struct PlanOpts {
   bool llama = false;
   plan::LayoutFilter fixed;
   std::string recompute, sp, precision = "bf16", optimizer = "adamw";
+  double offload_gbps = 0;
   bool calibrate = false;
   CalibrateOptions calibration;
   SimulateOptions sim;  // --simulate, --trace, --straggler, --mtbf-hours ...
@@ -82,7 +83,7 @@ nlohmann::json row_json(const plan::PlanRow& r) {
           {"memory_gb", {{"params", r.memory.params / 1e9}, {"grads", r.memory.grads / 1e9},
                          {"optimizer", r.memory.optimizer / 1e9},
                          {"activations", r.memory.activations / 1e9}, {"comm", r.memory.comm / 1e9},
-                         {"total", r.memory.total() / 1e9}}},
+                         {"offloaded", r.memory.offloaded / 1e9}, {"total", r.memory.total() / 1e9}}},
           {"time_s", {{"compute", r.time.compute}, {"recompute", r.time.recompute},
                       {"bubble", r.time.bubble}, {"tp_comm", r.time.tp_comm},
                       {"pp_comm", r.time.pp_comm}, {"dp_exposed", r.time.dp_exposed},
@@ -115,6 +116,7 @@ void run_plan(const PlanOpts& o) {
     throw UsageError(fmt::format("--precision must be bf16 or fp32 (got '{}')", o.precision));
   req.fp32 = o.precision == "fp32";
   req.optimizer_state_bytes = plan::optimizer_state_bytes(o.optimizer);
+  req.offload_gbps = o.offload_gbps;
   const plan::PlanResult res = plan::make_plan(req);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (res.rows.empty()) {
@@ -159,8 +161,9 @@ void run_plan(const PlanOpts& o) {
     if (r.cost_per_million_tokens > 0) fmt::print(", ${:.3f} per million tokens", r.cost_per_million_tokens);
     if (r.days_to_train > 0) fmt::print(", {:.1f} days for {:.3g} tokens", r.days_to_train, o.tokens);
     fmt::print("\n   memory per GPU {:.1f} GB = params {:.1f} + grads {:.1f} + optimizer {:.1f} + "
-               "activations {:.1f} + comm {:.1f}\n", m.total() / 1e9, m.params / 1e9, m.grads / 1e9,
-               m.optimizer / 1e9, m.activations / 1e9, m.comm / 1e9);
+               "activations {:.1f} + comm {:.1f}{}\n", m.total() / 1e9, m.params / 1e9, m.grads / 1e9,
+               m.optimizer / 1e9, m.activations / 1e9, m.comm / 1e9,
+               m.offloaded > 0 ? fmt::format("; offloaded {:.1f}", m.offloaded / 1e9) : "");
     fmt::print("   time per step: compute {:.3f} + recompute {:.3f} + bubble {:.3f} + tp {:.3f} + "
                "pp sends {:.3f} + dp exposed {:.3f} (of {:.3f}) s\n", t.compute, t.recompute,
                t.bubble, t.tp_comm, t.pp_comm, t.dp_exposed, t.dp_total);
@@ -214,6 +217,9 @@ void register_plan(CLI::App& app) {
   c->add_option("--sp", o->sp, "Fix sequence parallelism: on or off");
   c->add_option("--optimizer", o->optimizer, "adamw or lamb (12 bytes of state per parameter with "
                  "the f32 master), sgd or lars (8, with momentum)")->capture_default_str();
+  c->add_option("--offload-gbps", o->offload_gbps, "Offload the optimizer's moments to a second "
+                 "tier (disk, host memory) with this read/write rate per GPU in GB/s; 0: none")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--precision", o->precision, "bf16 (mixed precision) or fp32 GEMMs and activations")
       ->capture_default_str();
   c->add_option("--layers", o->layers, "Custom model: layers");

@@ -281,6 +281,8 @@ void run_train(const TrainArgs& a) {
   o.optimizer.momentum = static_cast<float>(c.train.momentum);
   o.optimizer.nesterov = c.train.nesterov;
   o.optimizer.trust_coefficient = static_cast<float>(c.train.trust_coefficient);
+  o.optimizer.offload = {c.offload.optimizer_state, c.offload.path, c.offload.unit_mb,
+                         c.offload.prefetch};
   o.optimizer.trust_clip = static_cast<float>(c.train.trust_clip);
   o.optimizer.exclude_norms_and_biases = c.train.exclude_norms_and_biases;
   o.clip = static_cast<float>(c.train.clip);

@@ -164,6 +164,24 @@ TEST(plan_search, optimizer_state_follows_the_optimizer) {
   ADD_FAILURE() << "the AdamW plan's first layout is missing from the SGD plan";
 }
 
+TEST(plan_search, offload_moves_the_moments_out_and_costs_their_transfer) {
+  PlanRequest mem = plan_request("gpt-100b", "h100-sxm", 64, 1536);
+  PlanRequest off = mem;
+  off.offload_gbps = 2;
+  const PlanResult a = make_plan(mem);
+  ASSERT_FALSE(a.rows.empty());
+  const Layout l = a.rows.front().layout;
+  const PlanRow x = evaluate_layout(mem, l), y = evaluate_layout(off, l);
+  const double own_optimizer = x.memory.optimizer;  // 12 bytes per own parameter
+  EXPECT_DOUBLE_EQ(x.memory.offloaded, 0);
+  EXPECT_NEAR(y.memory.offloaded, own_optimizer * 8 / 12, 1);
+  EXPECT_NEAR(y.memory.optimizer, own_optimizer * 4 / 12 + kOffloadStagingBytes, 1);
+  EXPECT_EQ(y.memory.params, x.memory.params);
+  // Read and write of the moments at 2 GB/s bound the update.
+  EXPECT_NEAR(y.time.optimizer, std::max(x.time.optimizer, 2 * y.memory.offloaded / 2e9), 1e-9);
+  EXPECT_GT(y.time.optimizer, x.time.optimizer);
+}
+
 // How long planning takes is not asserted (wall time on a shared machine is
 // for benchmarks; `meshtrain plan --json` reports it as "seconds").
 TEST(plan_search, a_trillion_on_4096_gpus_is_planned_and_on_8_fits_nowhere) {

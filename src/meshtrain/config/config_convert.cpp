@@ -236,6 +236,10 @@ TrainConfig convert_config(const nlohmann::json& j,
                                      "supported yet; use parallel.tp = 1 with dp and ZeRO 1-3",
                                      c.parallel.tp));
   c.memory.limit_mb = r.in_range("memory.limit_mb", 0.0, std::numeric_limits<double>::max(), false);
+  c.offload.optimizer_state = r.choice("offload.optimizer_state", {"none", "disk"});
+  c.offload.path = r.string("offload.path");
+  c.offload.unit_mb = r.positive("offload.unit_mb");
+  c.offload.prefetch = r.small_int("offload.prefetch", 0, 64);
   c.precision = r.choice("precision", {"fp32", "bf16", "fp16"});
   c.device = r.string("device");
   try {
@@ -244,6 +248,11 @@ TrainConfig convert_config(const nlohmann::json& j,
     r.error("device", fmt::format("must be \"cpu\", \"cuda\", \"cuda:N\" or \"guarded\" (the test "
                                   "device); got \"{}\"", c.device));
   }
+  if (c.offload.optimizer_state != "none" && c.device != "cpu")
+    r.error("offload.optimizer_state", fmt::format("= \"{}\" updates on the CPU; with device = "
+                                                   "\"{}\" the optimizer state stays in the "
+                                                   "device's memory for now", c.offload.optimizer_state,
+                                                   c.device));
   c.lora.base_dtype = r.choice("lora.base_dtype", {"fp32", "bf16", "fp16"});
   if (c.lora.base_dtype != "fp32" && c.lora.base_dtype != c.precision)
     r.error("lora.base_dtype", fmt::format("\"{}\" holds the frozen base in the 16-bit copy a "

@@ -85,6 +85,8 @@ J to_json(const TrainConfig& c) {
   j["lora"] = J{{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"targets", c.lora.targets},
                 {"base_dtype", c.lora.base_dtype}};
   j["memory"] = J{{"limit_mb", c.memory.limit_mb}};
+  j["offload"] = J{{"optimizer_state", c.offload.optimizer_state}, {"path", c.offload.path},
+                   {"unit_mb", c.offload.unit_mb}, {"prefetch", c.offload.prefetch}};
   j["precision"] = c.precision;
   j["device"] = c.device;
   j["loss_scale"] = J{{"initial", c.loss_scale.initial},

@@ -106,6 +106,14 @@ struct LoraSection {
   std::string base_dtype = "fp32";
 };
 
+// Optimizer state on disk (optim/offloaded_optimizer.h; OffloadConfig).
+struct OffloadSection {
+  std::string optimizer_state = "none";  // none | disk
+  std::string path;        // disk: directory of the state file ("" = $TMPDIR or /tmp)
+  double unit_mb = 32;     // optimizer state per unit
+  int prefetch = 2;        // units read ahead of the one being updated
+};
+
 struct MemorySection {
   double limit_mb = 0;  // per-rank limit; a configuration predicted above it is refused; 0 = none
 };
@@ -160,6 +168,7 @@ struct TrainConfig {
   ZeroSection zero;
   LoraSection lora;
   MemorySection memory;
+  OffloadSection offload;
   std::string precision = "fp32";  // fp32 | bf16 | fp16
   std::string device = "cpu";      // cpu | cuda | cuda:N
   LossScaleSection loss_scale;     // fp16 only

@@ -17,6 +17,7 @@ class Lars final : public Optimizer {
        Device device = Device::cpu());
 
   std::string type() const override { return "lars"; }
+  bool per_layer() const override { return true; }
   void step(float* params, const float* grads, float lr, float grad_scale = 1.0f) override;
   std::vector<OptimizerState> state() override { return {{"momentum", &buf_}}; }
   nlohmann::json hyperparameters() const override;

@@ -7,6 +7,7 @@
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/optim/lamb.h"
 #include "meshtrain/optim/lars.h"
+#include "meshtrain/optim/offloaded_optimizer.h"
 #include "meshtrain/optim/sgd.h"
 
 namespace meshtrain {
@@ -27,7 +28,15 @@ Optimizer::Optimizer(int64_t begin, int64_t end, std::vector<ParamSegment> segme
            covered, end - begin);
 }
 
+namespace {
+thread_local int state_elsewhere = 0;
+}
+
+Optimizer::StateElsewhere::StateElsewhere() { ++state_elsewhere; }
+Optimizer::StateElsewhere::~StateElsewhere() { --state_elsewhere; }
+
 Tensor Optimizer::new_state() const {
+  if (state_elsewhere > 0) return Tensor();
   return Tensor::zeros({end_ - begin_}, DType::F32, MemCategory::OptimizerState, device_);
 }
 
@@ -38,6 +47,8 @@ std::vector<double> Optimizer::tensor_sums(const std::vector<ParamSegment>& segm
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, int64_t begin, int64_t end,
                                           const ParamLayout& layout, Device device) {
+  if (cfg.offload.enabled())
+    return std::make_unique<OffloadedOptimizer>(cfg, begin, end, layout, device);
   // Per-layer optimizers keep one segment per tensor (their norms are a
   // layer's); the others take merged runs (fewer, longer kernel calls).
   const bool per_layer = cfg.type == "lars" || cfg.type == "lamb";

@@ -25,6 +25,18 @@
 
 namespace meshtrain {
 
+// Where the optimizer state lives (config section `offload`): "none" keeps
+// it in memory; "disk" keeps it in a file and steps the parameters one unit
+// at a time, reading the next units' state while one is updated
+// (optim/offloaded_optimizer.h).
+struct OffloadConfig {
+  std::string optimizer_state = "none";  // none | disk
+  std::string path;      // disk: the directory of the state file ("" = $TMPDIR or /tmp)
+  double unit_mb = 32;   // optimizer state per unit (whole layers, or pieces of a larger one)
+  int prefetch = 2;      // units read ahead of the one being updated
+  bool enabled() const { return optimizer_state != "none"; }
+};
+
 // Every optimizer's settings (config keys train.optimizer, train.beta1, ...).
 struct OptimizerConfig {
   std::string type = "adamw";  // adamw | sgd | lars | lamb
@@ -36,6 +48,7 @@ struct OptimizerConfig {
   float trust_clip = 10.0f;          // LAMB: the trust ratio's upper bound; 0 = none
   // false: norms and biases are decayed (and adapted, LARS/LAMB) like matrices.
   bool exclude_norms_and_biases = true;
+  OffloadConfig offload;
   // Optimizer state elements per parameter (the memory model's count).
   int states_per_param() const { return type == "sgd" || type == "lars" ? 1 : 2; }
 };
@@ -56,13 +69,29 @@ class Optimizer {
   // start of the whole flat buffers); grad_scale multiplies gradients first.
   virtual void step(float* params, const float* grads, float lr, float grad_scale = 1.0f) = 0;
   virtual std::vector<OptimizerState> state() = 0;
+  // The tensors state() returned are done with (a resume filled them); an
+  // optimizer that keeps its state elsewhere takes the values back now.
+  virtual void release_state() {}
   // The hyperparameters a checkpoint records beside the type.
   virtual nlohmann::json hyperparameters() const = 0;
   // Where the other pieces of each layer are (LARS, LAMB); others ignore it.
-  void set_norm_group(NormGroup g) { norm_group_ = std::move(g); }
+  virtual void set_norm_group(NormGroup g) { norm_group_ = std::move(g); }
+  // Whether the step needs each layer's norms (LARS, LAMB).
+  virtual bool per_layer() const { return false; }
+
+  // While one exists on this thread, optimizers constructed allocate no
+  // state: their state() tensors stay empty until the constructing code binds
+  // them to memory it owns (optim/offloaded_optimizer.h's staging buffers).
+  class StateElsewhere {
+   public:
+    StateElsewhere();
+    ~StateElsewhere();
+    StateElsewhere(const StateElsewhere&) = delete;
+    StateElsewhere& operator=(const StateElsewhere&) = delete;
+  };
 
   int64_t steps_taken() const { return t_; }
-  void set_steps_taken(int64_t t) { t_ = t; }
+  virtual void set_steps_taken(int64_t t) { t_ = t; }
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
   Device device() const { return device_; }
@@ -70,7 +99,8 @@ class Optimizer {
  protected:
   // segments must cover [begin, end) (they may extend beyond; they are clipped).
   Optimizer(int64_t begin, int64_t end, std::vector<ParamSegment> segments, Device device);
-  Tensor new_state() const;  // zeros over [begin, end) on the optimizer's device
+  // Zeros over [begin, end) on the optimizer's device (none under StateElsewhere).
+  Tensor new_state() const;
   // The run's element offset of segment s in the state tensors.
   int64_t offset(const ParamSegment& s) const { return s.begin - begin_; }
   const std::vector<ParamSegment>& segments() const { return segments_; }

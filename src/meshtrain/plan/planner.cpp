@@ -98,6 +98,12 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   row.memory.params = stage == 3 ? bytes.p * psi / dp : bytes.p * psi;
   row.memory.grads = stage >= 2 ? bytes.g * psi / dp : bytes.g * psi;
   row.memory.optimizer = stage >= 1 ? bytes.k * psi / dp : bytes.k * psi;
+  const double own_psi = stage >= 1 ? psi / dp : psi;
+  if (r.offload_gbps > 0) {
+    // The moments move out; the f32 master and the staging window stay.
+    row.memory.offloaded = (bytes.k - 4) * own_psi;
+    row.memory.optimizer = 4 * own_psi + kOffloadStagingBytes;
+  }
   const double v = static_cast<double>(l.chunks), ppd = static_cast<double>(l.pp);
   const double in_flight = static_cast<double>(std::min(l.pp, l.micro_batches)) *
                            (l.chunks > 1 ? 1.0 + (ppd - 1) / (ppd * v) : 1.0);
@@ -162,6 +168,10 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   // back the first three and the 16-bit copy (30 bytes; 28 in f32) per
   // local parameter.
   row.time.optimizer = (r.fp32 ? 28.0 : 30.0) * (stage >= 1 ? psi / dp : psi) / hbm;
+  // Offloaded: each step reads and writes the moments; the update of one
+  // unit hides the transfer of the next, so the slower of the two.
+  if (r.offload_gbps > 0)
+    row.time.optimizer = std::max(row.time.optimizer, 2 * row.memory.offloaded / (r.offload_gbps * 1e9));
 
   // Data parallelism, as the engine runs it: stages 0-1 reduce the
   // accumulated gradients during the last micro-batch's backward (an

@@ -28,6 +28,9 @@ namespace meshtrain::plan {
 
 // The engine's default data-parallel gradient bucket (train.bucket_mb).
 inline constexpr double kGradientBucketBytes = 25.0 * (1 << 20);
+// Offloaded optimizer state's resident window: offload.prefetch + 1 = 3
+// buffers of offload.unit_mb = 32 MB (optim/offloaded_optimizer.h).
+inline constexpr double kOffloadStagingBytes = 3 * 32e6;
 
 struct Layout;
 
@@ -82,6 +85,11 @@ struct PlanRequest {
   // memory_formulas.h): AdamW and LAMB 12 (master, two moments), SGD with
   // momentum and LARS 8, plain SGD 4 (optimizer_state_bytes()).
   double optimizer_state_bytes = 12;
+  // > 0: the optimizer's moments (all of k but the 4-byte master) live in a
+  // second tier read and written at this rate per GPU (GB/s, each way
+  // shared): not resident, and the update takes at least the time to read
+  // and write them (offload.optimizer_state; optim/offloaded_optimizer.h).
+  double offload_gbps = 0;
 };
 
 // k for an optimizer of meshtrain's (train.optimizer): the f32 master and
@@ -108,6 +116,7 @@ struct Layout {
 
 struct MemoryBreakdown {  // bytes per GPU (the largest stage)
   double params = 0, grads = 0, optimizer = 0, activations = 0, comm = 0;
+  double offloaded = 0;  // in the second tier (PlanRequest::offload_gbps), not in total()
   double total() const { return params + grads + optimizer + activations + comm; }
 };
 

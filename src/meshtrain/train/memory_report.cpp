@@ -6,6 +6,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/ckpt/model_convert.h"
+#include "meshtrain/optim/offloaded_optimizer.h"
 #include "meshtrain/parallel/zero.h"
 
 namespace meshtrain {
@@ -199,6 +200,14 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     }
   }
   m.params += plan.base.frozen_params;  // LoRA's frozen base, whole on every rank
+  if (plan.optimizer.offload.enabled()) {
+    // The state moves to the file; the staging buffers stay (masters and
+    // local SGD's anchor, counted with the optimizer above, stay too).
+    const ElemSpan r = stage > 0 ? own_span : ElemSpan{0, P};
+    const OffloadPlan op = plan_offload(plan.optimizer, r.begin, r.end, layout);
+    m.optimizer += op.staging_bytes - 4 * static_cast<int64_t>(op.states) * r.count();
+    m.offloaded = op.file_bytes;
+  }
   m.product_copy = plan.product_copy;
   m.zero_gather = zero_root_gather_bytes(plan, stage, N);
   // Setup: every rank builds its (tp shard of the) model in f32 once, whole

@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "meshtrain/nn/model.h"
+#include "meshtrain/optim/optimizer.h"
 #include "meshtrain/train/memory_model.h"
 
 namespace meshtrain {
@@ -54,6 +55,10 @@ struct MemoryPlan {
   // a lossy codec's error-feedback residual (comm.compression, stages 0-1).
   int64_t grad_wire = 0;
   MemoryPrediction base;            // activations and workspace (predict_training_memory)
+  // The optimizer and where its state lives: with offload.optimizer_state =
+  // disk the rank's state is in a file and only the staging buffers are
+  // resident (optim/offloaded_optimizer.h, plan_offload).
+  OptimizerConfig optimizer;
   // The whole-model f32 copy saving and sampling make after training (the
   // activations freed first): LoRA's merged model on rank 0, or tensor
   // parallelism's allgathered shards and assembled model on every rank; 0
@@ -97,6 +102,9 @@ struct RankMemory {
   // states, whichever is larger; only the latter when each rank initializes
   // its own range (predict_rank_memory says why).
   int64_t setup = 0;
+  // Optimizer state in the second tier (a file on disk), not resident and not
+  // in any total; `optimizer` then counts the staging buffers.
+  int64_t offloaded = 0;
   int64_t model_states() const { return params + grads + optimizer; }
   int64_t total() const { return model_states() + activations + comm + workspace; }
   // At the end of the run: the activations freed, the copies for saving made.

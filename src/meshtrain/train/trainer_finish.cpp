@@ -6,6 +6,7 @@
 
 #include "meshtrain/core/memory.h"
 #include "meshtrain/io/model_file.h"
+#include "meshtrain/optim/offloaded_optimizer.h"
 #include "meshtrain/plan/pipeline_schedule.h"
 #include "meshtrain/core/threads.h"
 #include "meshtrain/train/step_time_prediction.h"
@@ -134,13 +135,28 @@ TrainerSummary TrainingRun::finish() {
                         {"optimizer", pm.optimizer}, {"activations", pm.activations},
                         {"comm", pm.comm}, {"workspace", pm.workspace},
                         {"training_total", pm.total()}, {"end_of_run_total", pm.finish_total()},
-                        {"setup_total", pm.setup}};
+                        {"setup_total", pm.setup}, {"offloaded", pm.offloaded}};
     mj.push_back(row);
   }
   fmt::print("{}", memory_report_text(predicted, peaks));
+  print_offload_report(predicted.front());
   std::ofstream(opt_.run_dir + "/memory.json") << mj.dump(2) << "\n";
   fmt::print("model saved to {}\n", sum.model_path);
   return sum;
+}
+
+void TrainingRun::print_offload_report(const RankMemory& predicted) {
+  const auto* off = dynamic_cast<const OffloadedOptimizer*>(&stepper_->optimizer());
+  if (!off) return;
+  const StateTransfers& io = off->transfers();
+  fmt::print("optimizer state offloaded to disk: {:.1f} MB on rank 0 (predicted {:.1f} MB) in {} "
+             "{} units, {} ({}); resident staging {:.1f} MB; read {:.1f} MB, written {:.1f} MB, "
+             "waits for transfers the updates did not hide {:.2f} s\n",
+             off->file().bytes() / 1e6, predicted.offloaded / 1e6, off->plan().units.size(),
+             off->type(), off->file().where(),
+             off->file().direct() ? "O_DIRECT" : "through the page cache, dropped after writing",
+             off->plan().staging_bytes / 1e6, io.bytes_read() / 1e6, io.bytes_written() / 1e6,
+             io.wait_seconds());
 }
 
 }  // namespace meshtrain

@@ -323,6 +323,7 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   plan.persist_threshold = opt_.zero_persist_threshold;
   plan.bytes = opt_.state_bytes;
   plan.bytes.o = 4 * opt_.optimizer.states_per_param();  // f32 state values per parameter
+  plan.optimizer = opt_.optimizer;
   // Local SGD's anchor (and outer momentum), f32 per parameter (parallel/local_sgd.h).
   if (opt_.local_sgd.enabled() && dp > 1) plan.bytes.o += 4 * (opt_.local_sgd.outer_momentum > 0 ? 2 : 1);
   // Mixed precision: the model's 16-bit compute copy beside its f32 master

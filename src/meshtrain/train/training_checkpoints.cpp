@@ -30,12 +30,13 @@ int64_t saved_global_batch(const ckpt::ResumeResult& r) {
 
 }  // namespace
 
-std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const Model& model,
-                                           Optimizer& optimizer, comm::Communicator* comm,
-                                           int64_t global_batch,
-                                           std::optional<ckpt::ElemRange> own_params,
-                                           const ModelParallelCheckpoint* tp) {
-  if (opt.resume == "never") return std::nullopt;
+namespace {
+
+std::optional<ResumePoint> resume_from_checkpoint(const CheckpointOptions& opt, const Model& model,
+                                                  Optimizer& optimizer, comm::Communicator* comm,
+                                                  int64_t global_batch,
+                                                  std::optional<ckpt::ElemRange> own_params,
+                                                  const ModelParallelCheckpoint* tp) {
   std::vector<ckpt::FillRequest> fills = ckpt::model_fill_requests(model, &optimizer);
   if (tp) {
     // The shard's runs, each from its range of the logical buffers.
@@ -96,6 +97,21 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
                               "exactly)", old_batch, global_batch, p.position.epoch,
                               p.position.batch);
   }
+  return p;
+}
+
+}  // namespace
+
+std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const Model& model,
+                                           Optimizer& optimizer, comm::Communicator* comm,
+                                           int64_t global_batch,
+                                           std::optional<ckpt::ElemRange> own_params,
+                                           const ModelParallelCheckpoint* tp) {
+  if (opt.resume == "never") return std::nullopt;
+  if (opt.resume == "auto" && (opt.dir.empty() || !fs::exists(opt.dir))) return std::nullopt;
+  std::optional<ResumePoint> p =
+      resume_from_checkpoint(opt, model, optimizer, comm, global_batch, own_params, tp);
+  optimizer.release_state();  // filled or not, the fill targets are done with
   return p;
 }
 

@@ -52,6 +52,8 @@ class TrainingRun {
   DeviceMemStats memory_stats() const { return runtime_for(opt_.device).memory_stats(opt_.device); }
   void open_data();
   void describe() const;
+  // With offload.optimizer_state: the file, its transfers and the waits (rank 0's).
+  void print_offload_report(const RankMemory& predicted);
 
   // World communicator when there are several ranks (else null).
   comm::Communicator* world_comm() const;
