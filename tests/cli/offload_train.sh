@@ -8,7 +8,8 @@
 #  3. memory.limit_mb between the two predictions refuses the in-memory run
 #     and trains the offloaded one;
 #  4. killed after a checkpoint and resumed, the offloaded run continues bit
-#     for bit (state() read for the save, refilled on resume);
+#     for bit (state() read for the save, refilled on resume), and so does
+#     the same checkpoint resumed in memory;
 #  5. ZeRO-2 on 2 ranks with offload equals ZeRO-2 without;
 #  6. clear errors: an unknown tier, a missing directory, LAMB under ZeRO.
 # deterministic = true: GEMMs pinned to one backend (the auto choice times both,
@@ -80,6 +81,10 @@ run res "${BIG[@]}" "${OFF[@]}" "${CK[@]}" --set checkpoint.resume=auto
 grep -q "resumed from .*step_00000002 at step 2" "$TMP/log_res" || { cat "$TMP/log_res"; fail "did not resume"; }
 same_losses "$TMP/res/metrics.jsonl" "$TMP/off/metrics.jsonl" 3 0 4 || fail "resumed losses differ"
 cmp -s "$TMP/res/model.safetensors" "$TMP/off/model.safetensors" || fail "resumed model differs"
+# The same checkpoint resumed in memory: offload is where the state lives, not another optimizer.
+run resmem "${BIG[@]}" "${CK[@]}" --set checkpoint.resume="$TMP/res/ckpt/step_00000002"
+same_losses "$TMP/resmem/metrics.jsonl" "$TMP/off/metrics.jsonl" 3 0 4 || fail "in-memory resume differs"
+cmp -s "$TMP/resmem/model.safetensors" "$TMP/off/model.safetensors" || fail "in-memory resumed model differs"
 
 # 5. ZeRO-2 on 2 ranks, each rank's range offloaded.
 SMALL=(--set model.preset=char-2L --set model.vocab_size=256 --set model.seq_len=32

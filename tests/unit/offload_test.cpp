@@ -145,8 +145,20 @@ TEST(Offload, units_hold_whole_layers_or_block_multiples) {
       else EXPECT_EQ((u.begin - in->begin) % (StateFile::kAlign / 4), 0) << "unit " << i;
     }
     EXPECT_EQ(p.file_bytes, file);
+    EXPECT_EQ(p.slots, 3);
     EXPECT_EQ(p.staging_bytes, 3 * p.states * largest);
   }
+}
+
+TEST(Offload, no_more_staging_buffers_than_units) {
+  const ParamLayout layout = test_layout();
+  OptimizerConfig c = config("adamw", 4);
+  c.offload.unit_mb = 100;  // one unit holds everything
+  const OffloadPlan p = plan_offload(c, 0, layout.numel, layout);
+  ASSERT_EQ(p.units.size(), 1u);
+  EXPECT_EQ(p.slots, 1);
+  EXPECT_EQ(p.staging_bytes, p.file_bytes);
+  run_side_by_side("adamw", 4, 0, layout.numel);  // prefetch 4 over many units: the same numbers
 }
 
 TEST(Offload, only_the_staging_buffers_are_resident) {

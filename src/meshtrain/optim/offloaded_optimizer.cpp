@@ -60,7 +60,8 @@ OffloadPlan plan_offload(const OptimizerConfig& cfg, int64_t begin, int64_t end,
     largest = std::max(largest, u.padded);
     p.units.push_back(u);
   }
-  p.staging_bytes = static_cast<int64_t>(o.prefetch + 1) * p.states * largest;
+  p.slots = static_cast<int>(std::clamp<size_t>(p.units.size(), 1, static_cast<size_t>(o.prefetch) + 1));
+  p.staging_bytes = static_cast<int64_t>(p.slots) * p.states * largest;
   return p;
 }
 
@@ -99,8 +100,8 @@ OffloadedOptimizer::OffloadedOptimizer(const OptimizerConfig& cfg, int64_t begin
   StateElsewhere in_the_file;  // bound to a staging buffer before each update
   for (const OffloadUnit& u : plan_.units) inner_.push_back(make_optimizer(mem, u.begin, u.end, layout, device));
   file_ = std::make_unique<StateFile>(cfg.offload.path, plan_.file_bytes);
-  const size_t slots = static_cast<size_t>(cfg.offload.prefetch) + 1;
-  staging_ = std::make_unique<Staging>(slots, plan_.states > 0 ? plan_.staging_bytes / static_cast<int64_t>(slots) : 0);
+  staging_ = std::make_unique<Staging>(static_cast<size_t>(plan_.slots),
+                                       plan_.staging_bytes / plan_.slots);
   io_ = std::make_unique<StateTransfers>(*file_);
 }
 

@@ -40,7 +40,8 @@ struct OffloadPlan {
   std::vector<OffloadUnit> units;
   int states = 0;             // state tensors per element
   int64_t file_bytes = 0;     // the second tier
-  int64_t staging_bytes = 0;  // resident: prefetch + 1 buffers of the largest unit
+  int slots = 1;              // staging buffers: prefetch + 1, at most one per unit
+  int64_t staging_bytes = 0;  // resident: `slots` buffers of the largest unit
 };
 OffloadPlan plan_offload(const OptimizerConfig& cfg, int64_t begin, int64_t end,
                          const ParamLayout& layout);
