@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   meshtrain::cli::register_data(app);
   meshtrain::cli::register_bench(app);
   meshtrain::cli::register_launch(app);
+  meshtrain::cli::register_doctor(app);
   meshtrain::cli::register_report(app);
   meshtrain::cli::register_ckpt(app);
   meshtrain::cli::register_plan(app);

@@ -17,16 +17,25 @@
 
 namespace meshtrain::fuzz {
 
-// A per-process scratch folder (a fuzzer may run several processes at once).
+// A per-process scratch folder (a fuzzer may run several processes at once),
+// removed with its files when the process exits normally (the replay after
+// every ctest; a crash leaves it, beside the finding).
 inline const std::string& scratch_root() {
-  static const std::string dir = [] {
-    std::error_code ec;
-    const char* base = std::filesystem::is_directory("/dev/shm", ec) ? "/dev/shm" : "/tmp";
-    std::string d = std::string(base) + "/meshtrain_fuzz_" + std::to_string(::getpid());
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  struct Root {
+    std::string dir;
+    Root() {
+      std::error_code ec;
+      const char* base = std::filesystem::is_directory("/dev/shm", ec) ? "/dev/shm" : "/tmp";
+      dir = std::string(base) + "/meshtrain_fuzz_" + std::to_string(::getpid());
+      std::filesystem::create_directories(dir);
+    }
+    ~Root() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Root root;
+  return root.dir;
 }
 
 // A folder under the scratch root, for targets that need a directory of files.

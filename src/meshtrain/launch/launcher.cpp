@@ -17,6 +17,7 @@
 #include <string>
 
 #include "meshtrain/comm/transports/shm/shm_segment.h"
+#include "meshtrain/comm/transports/shm/stale_segments.h"
 #include "meshtrain/comm/world.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/launch/heartbeat.h"
@@ -134,6 +135,11 @@ LaunchResult run_local(const LaunchOptions& opts) {
   if (opts.command.empty()) throw UsageError("no command to launch (usage: meshtrain launch -n N -- COMMAND...)");
   const std::string job = opts.job_id.empty() ? comm::random_job_id() : opts.job_id;
   const int n = opts.nproc;
+  // What jobs killed with SIGKILL left in /dev/shm (never a live job's).
+  if (const auto stale = comm::remove_stale_segments(); !stale.empty())
+    std::fprintf(stderr, "meshtrain launch: removed %zu shared-memory segment(s) no live process "
+                 "maps, left by jobs that were killed (%s%s)\n", stale.size(), stale.front().c_str(),
+                 stale.size() > 1 ? ", ..." : "");
 
   // The heartbeat board exists before any rank starts and until all are gone.
   std::unique_ptr<HeartbeatBoard> board;
