@@ -5,6 +5,7 @@
 // first removes shared memory that jobs killed with SIGKILL left behind.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -36,7 +37,12 @@ std::string self_path() {
 }
 
 int run_in_world(const Options& o) {
-  comm::Communicator c = comm::Communicator::from_env();
+  // A link that does not answer in --timeout-s fails its pair's communicator
+  // (link_probes.h); the job's own collectives wait longer than that, for
+  // the ranks still in such a pair.
+  comm::CommOptions co = comm::CommOptions::from_env();
+  co.timeout_s = 3 * o.d.timeout_s + 10;
+  comm::Communicator c = comm::Communicator::from_env(co);
   doctor::DoctorOptions d = o.d;
   d.link_bytes = static_cast<int64_t>(o.link_mb * (1 << 20));
   const doctor::DoctorReport rep = doctor::run_doctor(c, d);

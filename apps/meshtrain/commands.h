@@ -23,6 +23,7 @@ void register_bench_attention(CLI::App& bench);
 void register_bench_matmul(CLI::App& bench);
 void register_launch(CLI::App& app);
 void register_doctor(CLI::App& app);  // cmd_doctor.cpp
+void register_trace_dump(CLI::App& app);  // cmd_trace_dump.cpp
 // --max-restarts, --min-nproc, --heartbeat-timeout, ... (shared by launch and train).
 void add_elastic_options(CLI::App* cmd, launch::ElasticOptions& opts);
 void register_report(CLI::App& app);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "commands.h"
+#include "meshtrain/comm/flight_dump.h"
 #include "meshtrain/core/cpu_isa.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/cpu_libraries.h"
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
+  // SIGUSR1 prints the flight records (meshtrain trace-dump), never kills.
+  meshtrain::comm::install_flight_dump_signal();
   CLI::App app{"meshtrain: train neural networks across many processes"};
   app.set_version_flag("--version", version_text, "Print the version, the CPU and the kernels chosen for it");
   app.require_subcommand(1);
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
   meshtrain::cli::register_bench(app);
   meshtrain::cli::register_launch(app);
   meshtrain::cli::register_doctor(app);
+  meshtrain::cli::register_trace_dump(app);
   meshtrain::cli::register_report(app);
   meshtrain::cli::register_ckpt(app);
   meshtrain::cli::register_plan(app);

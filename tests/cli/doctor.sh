@@ -2,12 +2,14 @@
 # meshtrain doctor (doctor/doctor.h) on real local ranks over shared memory:
 #  1. 4 ranks: the JSON report has every rank's facts, all 6 links measured
 #     and the two allreduces next to the cost model; healthy at a lax
-#     threshold (the measured spread of a loaded 2-vCPU machine is not the
-#     subject here), exit status 0;
+#     --threshold 0.05 and --slack 100 (the spread a loaded 2-vCPU machine
+#     measures is not the subject here; the verdicts are unit-tested in
+#     doctor_test), exit status 0;
 #  2. a rank slowed 8x on purpose (MESHTRAIN_TEST_SLOW_RANK) is named with
 #     its GEMM rate, exit status 3;
 #  3. a cut link (MESHTRAIN_TEST_BROKEN_LINK) is named broken after the
-#     timeout, the other links still measured, exit status 3;
+#     timeout, the other links still measured, exit status 3 (with the lax
+#     settings of 1, so only the cut link is named);
 #  4. a bad flag is a usage error;
 #  5. --clean (and every launch) removes /dev/shm segments of dead jobs,
 #     never a live job's or one just created.
@@ -15,7 +17,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
 # 1. Healthy.
-"$BIN" doctor -n 4 --json --threshold 0.05 --link-mb 1 >"$TMP/ok.json" 2>"$TMP/ok.err" ||
+"$BIN" doctor -n 4 --json --threshold 0.05 --slack 100 --link-mb 1 >"$TMP/ok.json" 2>"$TMP/ok.err" ||
   { cat "$TMP/ok.json" "$TMP/ok.err"; fail "doctor on 4 healthy ranks failed"; }
 python3 - "$TMP/ok.json" <<'PY' || fail "the JSON report is not what it should be"
 import json, sys
@@ -51,7 +53,7 @@ grep -E -q "rank 2 \(.*\): GEMM [0-9.]+ GFLOP/s, below 0.5 x the ranks' median" 
 
 # 3. A cut link.
 rc=0
-MESHTRAIN_TEST_BROKEN_LINK=1-3 "$BIN" doctor -n 4 --link-mb 1 --timeout-s 1 --threshold 0.05 --json \
+MESHTRAIN_TEST_BROKEN_LINK=1-3 "$BIN" doctor -n 4 --link-mb 1 --timeout-s 1 --threshold 0.05 --slack 100 --json \
   >"$TMP/cut.json" 2>"$TMP/cut.err" || rc=$?
 [ "$rc" -eq 3 ] || { cat "$TMP/cut.json" "$TMP/cut.err"; fail "a cut link should give exit status 3, got $rc"; }
 python3 - "$TMP/cut.json" <<'PY' || fail "the cut link is not reported right"
@@ -78,7 +80,7 @@ f = open('/dev/shm/$live', 'r+b'); m = mmap.mmap(f.fileno(), 4096)
 open('$TMP/mapped', 'w').close(); time.sleep(60)" &
 holder=$!
 for _ in $(seq 100); do [ -e "$TMP/mapped" ] && break; sleep 0.1; done
-"$BIN" doctor --clean -n 2 --threshold 0.05 --link-mb 1 >"$TMP/clean.txt" 2>&1 ||
+"$BIN" doctor --clean -n 2 --threshold 0.05 --slack 100 --link-mb 1 >"$TMP/clean.txt" 2>&1 ||
   { kill $holder; cat "$TMP/clean.txt"; fail "doctor --clean failed"; }
 kill $holder; wait $holder 2>/dev/null || true
 cat "$TMP/clean.txt"

@@ -1,3 +1,4 @@
+#include "meshtrain/core/debug_log.h"
 #include "meshtrain/ckpt/checkpoint_writer.h"
 
 #include <algorithm>
@@ -313,6 +314,8 @@ SaveStats CheckpointWriter::Impl::write(const Job& job) {
     err = e.what();
   }
   maybe_die_in_save(rank, job.meta.step);
+  MT_LOG(Info, Ckpt, "step {}: shard {} of {} written to {}: {} bytes in {:.3f} s{}", job.meta.step,
+         rank, world, dir, res.bytes, now_s() - t0, err.empty() ? "" : " FAILED: " + err);
   // Every rank learns every rank's outcome, size and checksum; this is also
   // the barrier after which rank 0 may write the index.
   std::vector<int64_t> mine{err.empty() ? 1 : 0, static_cast<int64_t>(res.bytes),

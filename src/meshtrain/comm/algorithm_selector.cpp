@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "meshtrain/core/debug_log.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain::comm {
@@ -35,16 +36,33 @@ std::string AlgorithmSelector::choose(CollOp op, size_t bytes) const {
                                    coll_op_name(op), kind_));
     return pin;
   }
-  std::vector<std::string> candidates;
+  const std::vector<std::string> cands = candidates(op);
+  MT_CHECK(!cands.empty(), "no algorithm can run {} over {}", coll_op_name(op), kind_);
+  if (cands.size() == 1 || size_ == 1) return cands.front();
+  return cost_.choose(kind_, op, bytes, size_, cands);
+}
+
+std::vector<std::string> AlgorithmSelector::candidates(CollOp op) const {
+  std::vector<std::string> out;
   for (const auto& a : all_algorithms()) {
     if (!a.supports(op, kind_)) continue;
     // Two levels only help when some node holds several ranks and there are several nodes.
     if (a.name == "hierarchical" && (num_nodes_ <= 1 || num_nodes_ >= size_)) continue;
-    candidates.emplace_back(a.name);
+    out.emplace_back(a.name);
   }
-  MT_CHECK(!candidates.empty(), "no algorithm can run {} over {}", coll_op_name(op), kind_);
-  if (candidates.size() == 1 || size_ == 1) return candidates.front();
-  return cost_.choose(kind_, op, bytes, size_, candidates);
+  return out;
+}
+
+void AlgorithmSelector::log_choice(CollOp op, size_t bytes, const std::string& chosen) const {
+  std::string costs;
+  for (const std::string& c : candidates(op))
+    costs += fmt::format("{}{} {:.1f} us", costs.empty() ? "" : ", ", c,
+                         cost_.predict_us(kind_, c, op, bytes, size_));
+  const AlgorithmSelector& me = *this;
+  const size_t i = static_cast<size_t>(op);
+  const bool pinned = !me.pinned_[i].empty() || (!me.configured_[i].empty() && me.configured_[i] != "auto");
+  MT_LOG(Info, Algo, "{} {} B on {} ranks over {}: {}{} (alpha-beta model: {})", coll_op_name(op),
+         bytes, size_, kind_, chosen, pinned ? " (pinned)" : "", costs);
 }
 
 const Algorithm* AlgorithmSelector::select(CollOp op, size_t bytes) {
@@ -52,7 +70,9 @@ const Algorithm* AlgorithmSelector::select(CollOp op, size_t bytes) {
   std::lock_guard lock(mu_);
   auto it = cache.find(bytes);
   if (it != cache.end()) return it->second;
-  const Algorithm* a = find_algorithm(choose(op, bytes));
+  const std::string chosen = choose(op, bytes);
+  const Algorithm* a = find_algorithm(chosen);
+  if (log_enabled(LogLevel::Info, LogSubsys::Algo)) log_choice(op, bytes, chosen);
   if (cache.size() > 4096) cache.clear();
   cache[bytes] = a;
   return a;

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "meshtrain/comm/algorithms/algorithm.h"
 #include "meshtrain/comm/cost_model.h"
@@ -39,6 +40,10 @@ class AlgorithmSelector {
   const CostModel& cost_model() const { return cost_; }
 
  private:
+  // The algorithms the cost model may pick from for `op` on this group.
+  std::vector<std::string> candidates(CollOp op) const;
+  // MESHTRAIN_DEBUG=INFO, ALGO: the choice and every candidate's predicted time.
+  void log_choice(CollOp op, size_t bytes, const std::string& chosen) const;
   std::array<std::string, kCollOpCount> configured_{};  // from the options
   std::array<std::string, kCollOpCount> pinned_{};      // set_algorithm
   CostModel cost_;

@@ -45,6 +45,8 @@ struct CommImpl {
   CommOptions opts;
   AlgorithmSelector selector;
   CommImpl(const CommOptions& o, const AlgorithmSelector& s) : opts(o), selector(s) {}
+  ~CommImpl();  // leaves the on-demand dump (flight_dump.h) before anything goes
+  int dump_id = -1;
   Placement placement;
   std::string job_id;
   std::string name;
@@ -93,7 +95,8 @@ struct CommImpl {
   // The node-local and node-leaders communicators (the two-level algorithm).
   std::pair<Communicator*, Communicator*> groups(const OpContext& ctx);
   // The split itself; runs inside a task on every rank.
-  Communicator split_now(int color, int key, const OpContext& ctx);
+  // timeout_s <= 0: the group keeps this one's timeout.
+  Communicator split_now(int color, int key, const OpContext& ctx, double timeout_s = 0);
 
  private:
   void debug_check(const Task& t, const OpContext& ctx);

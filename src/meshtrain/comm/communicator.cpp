@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "meshtrain/comm/comm_impl.h"
+#include "meshtrain/core/debug_log.h"
 #include "meshtrain/comm/reduce.h"
 #include "meshtrain/comm/wire_bytes.h"
 
@@ -36,8 +37,15 @@ std::string describe(const Fingerprint& f) {
 // every allreduce (on whichever thread runs it), emulating a slow network so
 // tests can show data parallelism overlapping communication with backward.
 // MESHTRAIN_COMM_TEST_DELAY_OPS="broadcast,send" delays those ops instead
-// (the distributed multiply's look-ahead test).
-void test_delay(CollOp op) {
+// (the distributed multiply's look-ahead test). MESHTRAIN_COMM_TEST_DELAY_RANK=R
+// delays only the communicators' rank R (a rank that hangs, for the flight
+// record's tests).
+void test_delay(CollOp op, int rank) {
+  static const int only_rank = [] {
+    const char* s = std::getenv("MESHTRAIN_COMM_TEST_DELAY_RANK");
+    return s && *s ? std::atoi(s) : -1;
+  }();
+  if (only_rank >= 0 && rank != only_rank) return;
   static const long us = [] {
     const char* s = std::getenv("MESHTRAIN_COMM_TEST_DELAY_US");
     return s ? std::max(0L, std::atol(s)) : 0L;
@@ -101,6 +109,7 @@ void CommImpl::record_failure(const Task& t, const std::exception& e) {
   reported = true;
   std::fprintf(stderr, "[rank %d] comm error: %s\n[rank %d] last operations:\n%s", rank(), e.what(),
                rank(), recorder.dump().c_str());
+  MT_LOG(Warn, Comm, "communicator '{}' failed: {}; last operations:\n{}", name, e.what(), recorder.dump());
   std::string peers = transport->peer_progress();
   if (!peers.empty()) std::fprintf(stderr, "[rank %d] progress of all ranks:\n%s", rank(), peers.c_str());
 }
@@ -122,13 +131,15 @@ void CommImpl::run(Task& t) {
   uint64_t entry = FlightRecorder::kNoEntry;
   try {
     entry = recorder.started(t.info);
+    MT_LOG(Trace, Comm, "'{}': {}{}{}", name, t.info.what(), t.alg ? " with " : "",
+           t.alg ? std::string(t.alg->name) : std::string());
     if (is_broken.load(std::memory_order_acquire)) {
       std::lock_guard lock(fail_mu);
       throw CommError(fmt::format("{}: communicator unusable after an earlier failure: {}",
                                   t.info.what(), broken));
     }
     if (opts.debug && t.collective && size() > 1) debug_check(t, ctx);
-    test_delay(t.op);
+    test_delay(t.op, rank());
     const bool throttled = opts.throttle_gbps > 0;
     const auto start = throttled ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (t.alg)
@@ -397,14 +408,18 @@ int64_t Communicator::allreduce_scalar(int64_t value, ReduceOp op) {
   return value;
 }
 
-Communicator Communicator::split(int color, int key) const {
+Communicator Communicator::split(int color, int key) const { return split(color, key, 0); }
+
+Communicator Communicator::split(int color, int key, double timeout_s) const {
   MT_CHECK(impl_, "split on an invalid communicator");
   CommImpl* ip = impl_.get();
   Task t = ip->make_task(CollOp::Barrier, "split", {CollOp::Barrier, nullptr, nullptr, 0, DType::U8,
                                                     ReduceOp::Sum, 0}, "", fmt::format("color {}, key {}", color, key));
   t.args.count = 0;
   auto result = std::make_shared<Communicator>();
-  t.body = [ip, color, key, result](const OpContext& ctx) { *result = ip->split_now(color, key, ctx); };
+  t.body = [ip, color, key, timeout_s, result](const OpContext& ctx) {
+    *result = ip->split_now(color, key, ctx, timeout_s);
+  };
   ip->enqueue(std::move(t), SIZE_MAX).wait();
   return *result;
 }

@@ -65,6 +65,9 @@ class Communicator {
   // Collective: ranks with the same color form a new communicator, ordered
   // by key (then old rank). color < 0 returns an invalid communicator.
   Communicator split(int color, int key) const;
+  // The same, the new group's operations timing out after `timeout_s`
+  // instead of this one's (the doctor's per-link communicators).
+  Communicator split(int color, int key, double timeout_s) const;
 
   Work allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op = ReduceOp::Sum);
   Work allreduce(void* buf, size_t count, DType dtype, ReduceOp op = ReduceOp::Sum) {

@@ -9,6 +9,8 @@
 #include <cctype>
 
 #include "meshtrain/comm/comm_impl.h"
+#include "meshtrain/comm/flight_dump.h"
+#include "meshtrain/core/debug_log.h"
 #include "meshtrain/comm/transport_registry.h"
 #include "meshtrain/comm/transports/shm/shm_segment.h"  // random_job_id
 #if MESHTRAIN_HAVE_MPI
@@ -51,7 +53,22 @@ std::shared_ptr<CommImpl> make_comm_impl(const CommOptions& opts, const Algorith
   gather_placement(*impl->transport, impl->placement,
                    impl->context([] { return std::string("placement exchange"); }));
   impl->selector.set_group(impl->transport->kind(), impl->size(), impl->placement);
+  CommImpl* raw = impl.get();
+  impl->dump_id = register_flight_dump([raw] {
+    std::string progress = raw->transport->peer_progress();
+    if (!progress.empty() && progress.back() != '\n') progress += '\n';
+    return fmt::format("[rank {}] flight record of communicator '{}' (rank {} of {}), on demand:\n{}{}",
+                       log_rank(), raw->name, raw->rank(), raw->size(), raw->recorder.dump(), progress);
+  });
+  MT_LOG(Info, Init, "communicator '{}': rank {} of {} over {} (node {}, host {}; {} nodes), job {}, "
+         "timeout {} s", impl->name, impl->rank(), impl->size(), impl->transport->kind(),
+         impl->placement.node_id, impl->placement.host_id, impl->placement.num_nodes,
+         impl->job_id, opts.timeout_s);
   return impl;
+}
+
+CommImpl::~CommImpl() {
+  if (dump_id >= 0) unregister_flight_dump(dump_id);
 }
 
 Communicator Communicator::create_local(int rank, int size, const std::string& job_id,
@@ -60,6 +77,7 @@ Communicator Communicator::create_local(int rank, int size, const std::string& j
   Placement p;
   p.node_id = opts.node_size > 0 ? rank / opts.node_size : 0;
   auto t = make_transport("shm", {rank, size, id, name, opts.timeout_s});
+  log_set_rank(rank);
   return Communicator(make_comm_impl(opts, world_selector(opts), std::move(t), id, name, p));
 }
 
@@ -79,6 +97,7 @@ Communicator Communicator::from_env(const CommOptions& opts) {
     MT_CHECK(!(opts.transport == "shm" && !one_host),
              "transport 'shm' needs all ranks on one machine; these {} ranks span several", size);
     auto t = make_transport(use_shm ? "shm" : "mpi", {rank, size, id, name, opts.timeout_s});
+    log_set_rank(rank);
     return Communicator(make_comm_impl(opts, world_selector(opts), std::move(t), id, name, p));
   }
 #endif
@@ -92,10 +111,11 @@ Communicator Communicator::from_env(const CommOptions& opts) {
   p.node_id = opts.node_size > 0 ? w.rank / opts.node_size : w.rank / std::max(1, w.local_size);
   p.host_id = w.rank / std::max(1, w.local_size);
   auto t = make_transport("shm", {w.rank, w.size, id, name, opts.timeout_s});
+  log_set_rank(w.rank);
   return Communicator(make_comm_impl(opts, world_selector(opts), std::move(t), id, name, p));
 }
 
-Communicator CommImpl::split_now(int color, int key, const OpContext& ctx) {
+Communicator CommImpl::split_now(int color, int key, const OpContext& ctx, double timeout_s) {
   int32_t mine[5] = {color, key, rank(), placement.node_id, placement.host_id};
   std::vector<int32_t> all(5 * static_cast<size_t>(size()));
   transport->allgather_small(mine, sizeof(mine), all.data(), ctx);
@@ -120,12 +140,15 @@ Communicator CommImpl::split_now(int color, int key, const OpContext& ctx) {
   std::string child_name = fmt::format("{}.{}c{}", name, id, color);
   std::unique_ptr<Transport> t;
   if (native_child && !one_host) t = std::move(native_child);
+  CommOptions child_opts = opts;
+  if (timeout_s > 0) child_opts.timeout_s = timeout_s;
   if (!t)
-    t = make_transport("shm", {new_rank, static_cast<int>(members.size()), job_id, child_name, opts.timeout_s});
+    t = make_transport("shm", {new_rank, static_cast<int>(members.size()), job_id, child_name,
+                               child_opts.timeout_s});
   Placement p;
   p.node_id = placement.node_id;
   p.host_id = placement.host_id;
-  return Communicator(make_comm_impl(opts, selector, std::move(t), job_id, child_name, p));
+  return Communicator(make_comm_impl(child_opts, selector, std::move(t), job_id, child_name, p));
 }
 
 }  // namespace meshtrain::comm

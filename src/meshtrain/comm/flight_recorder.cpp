@@ -50,7 +50,9 @@ std::string FlightRecorder::dump() const {
   // Ticks per second since construction; without a usable rate, print ticks.
   const double rate = now > ticks0_ && elapsed_s > 0 ? (now - ticks0_) / elapsed_s : 0;
   auto span = [&](uint64_t a, uint64_t b) {
-    return rate > 0 ? fmt::format("{:.1f} us", (b - a) / rate * 1e6) : fmt::format("{} ticks", b - a);
+    if (rate <= 0) return fmt::format("{} ticks", b - a);
+    const double us = (b - a) / rate * 1e6;
+    return us >= 1e6 ? fmt::format("{:.2f} s", us / 1e6) : fmt::format("{:.1f} us", us);
   };
   std::string out;
   const size_t first = count_ > kEntries ? count_ - kEntries : 0;

@@ -1,3 +1,4 @@
+#include "meshtrain/core/debug_log.h"
 #include "meshtrain/data/shard_set.h"
 
 #include <glob.h>
@@ -47,6 +48,8 @@ ShardSet::ShardSet(const std::string& pattern, int64_t seq_len)
   if (num_windows() == 0)
     fail("the {} shard(s) matching '{}' hold {} tokens, but none has the {} tokens one window "
          "of seq_len {} + 1 needs", shards_.size(), pattern, num_tokens_, seq_len + 1, seq_len);
+  MT_LOG(Info, Data, "'{}': {} shard(s), {} tokens, {} windows of {} tokens{}", pattern,
+         shards_.size(), num_tokens_, num_windows(), seq_len, masked_ ? " (masked instruction data)" : "");
 }
 
 std::pair<size_t, int64_t> ShardSet::locate(int64_t id) const {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -140,11 +141,19 @@ void judge(DoctorReport& rep, const DoctorOptions& o) {
     per_host[f.host].second += std::max(1, f.threads);
     host_cores[f.host] = std::max(host_cores[f.host], f.cores);
   }
+  std::set<std::string> crowded;
   for (const auto& [host, rt] : per_host)
-    if (host_cores[host] > 0 && rt.second > host_cores[host])
+    if (host_cores[host] > 0 && rt.second > host_cores[host]) {
+      crowded.insert(host);
       rep.notes.push_back(fmt::format("host {}: {} ranks with {} threads in all on {} cores: "
-                                      "oversubscribed, so latencies include waiting for a core",
-                                      host, rt.first, rt.second, host_cores[host]));
+                                      "oversubscribed, so latencies include waiting for a core "
+                                      "(not judged there)", host, rt.first, rt.second, host_cores[host]));
+    }
+  auto host_of = [&](int rank) {
+    for (const RankFacts& f : rep.ranks)
+      if (f.rank == rank) return f.host;
+    return std::string();
+  };
   auto say = [&](std::string s) { rep.problems.push_back(std::move(s)); };
   std::vector<double> gemm;
   for (const RankFacts& f : rep.ranks) gemm.push_back(f.gemm_gflops);
@@ -176,7 +185,8 @@ void judge(DoctorReport& rep, const DoctorOptions& o) {
     if (l.gbps < o.threshold * bw_med)
       say(fmt::format("link {}-{}: {:.2f} GB/s, below {} x the links' median {:.2f} GB/s", l.a,
                       l.b, l.gbps, o.threshold, bw_med));
-    if (l.latency_us > lat_med / o.threshold && l.latency_us > lat_med + 50)
+    const bool waits_for_cores = crowded.count(host_of(l.a)) || crowded.count(host_of(l.b));
+    if (!waits_for_cores && l.latency_us > lat_med / o.threshold && l.latency_us > lat_med + 50)
       say(fmt::format("link {}-{}: {:.1f} us one way, above the links' median {:.1f} us / {}",
                       l.a, l.b, l.latency_us, lat_med, o.threshold));
   }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 
 #include "meshtrain/core/error.h"
 
@@ -16,24 +17,27 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Both ends run this; `lead` (the lower rank) starts each round trip.
-LinkResult exchange(comm::Communicator& c, int peer, bool lead, const DoctorOptions& o) {
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+// Both ends run this over their pair's own communicator (`pair`: 2 ranks,
+// the lower world rank first), whose timeout is the doctor's --timeout-s: a link that
+// does not answer fails that communicator only, and every operation has
+// ended, by success or by the timeout, before its buffers go.
+LinkResult exchange(comm::Communicator& pair, int a, int b, const DoctorOptions& o) {
   LinkResult r;
-  r.a = std::min(c.rank(), peer);
-  r.b = std::max(c.rank(), peer);
-  const bool cut = link_cut(r.a, r.b);
+  r.a = a;
+  r.b = b;
+  const int peer = 1 - pair.rank();
+  const bool lead = pair.rank() == 0, cut = link_cut(a, b);
   try {
     std::vector<double> trips;
     double token = 0;
     for (int i = 0; i < o.pings + 2; ++i) {  // two untimed first
       const auto t0 = Clock::now();
       if (lead) {
-        if (!cut) c.send(&token, 1, DType::F64, peer).wait(timeout);
-        c.recv(&token, 1, DType::F64, peer).wait(timeout);
+        if (!cut) pair.send(&token, 1, DType::F64, peer).wait();
+        pair.recv(&token, 1, DType::F64, peer).wait();
       } else {
-        c.recv(&token, 1, DType::F64, peer).wait(timeout);
-        if (!cut) c.send(&token, 1, DType::F64, peer).wait(timeout);
+        pair.recv(&token, 1, DType::F64, peer).wait();
+        if (!cut) pair.send(&token, 1, DType::F64, peer).wait();
       }
       if (i >= 2) trips.push_back(seconds_since(t0));
     }
@@ -43,10 +47,10 @@ LinkResult exchange(comm::Communicator& c, int peer, bool lead, const DoctorOpti
     double best = 1e30;
     for (int i = 0; i < 5; ++i) {
       const auto t0 = Clock::now();
-      comm::Work s = c.send(out.data(), n, DType::U8, peer);
-      comm::Work v = c.recv(in.data(), n, DType::U8, peer);
-      s.wait(timeout);
-      v.wait(timeout);
+      comm::Work s = pair.send(out.data(), n, DType::U8, peer);
+      comm::Work v = pair.recv(in.data(), n, DType::U8, peer);
+      s.wait();
+      v.wait();
       best = std::min(best, seconds_since(t0));
     }
     r.gbps = static_cast<double>(n) / best / 1e9;
@@ -91,11 +95,18 @@ std::vector<std::vector<std::pair<int, int>>> pair_rounds(int n) {
 std::vector<LinkResult> probe_links(comm::Communicator& c, const DoctorOptions& o) {
   std::vector<LinkResult> mine;
   for (const auto& round : pair_rounds(c.size())) {
-    for (const auto& [a, b] : round) {
-      if (c.rank() != a && c.rank() != b) continue;
-      LinkResult r = exchange(c, c.rank() == a ? b : a, c.rank() == a, o);
-      if (c.rank() == a) mine.push_back(r);
-    }
+    // Each pair of the round gets a communicator of its own (split is
+    // collective: every rank takes part, those without a pair with no colour).
+    int color = -1, a = -1, b = -1;
+    for (size_t p = 0; p < round.size(); ++p)
+      if (round[p].first == c.rank() || round[p].second == c.rank()) {
+        color = static_cast<int>(p);
+        std::tie(a, b) = round[p];
+      }
+    comm::Communicator pair = c.split(color, c.rank() == a ? 0 : 1, o.timeout_s);
+    if (color < 0) continue;
+    LinkResult r = exchange(pair, a, b, o);
+    if (c.rank() == a) mine.push_back(r);
   }
   return mine;
 }

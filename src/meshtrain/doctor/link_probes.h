@@ -2,8 +2,9 @@
 // small messages (latency) and large ones in both directions at once
 // (bandwidth). Pairs are scheduled in rounds of the circle method, each rank
 // in at most one pair per round, so a link is measured without the others'
-// traffic; a pair that does not answer within the timeout is reported broken
-// and the rounds go on.
+// traffic. Each pair talks over a 2-rank communicator of its own, so a pair
+// that does not answer within the communicator's timeout (the doctor makes
+// it --timeout-s) is reported broken and the rounds go on.
 #pragma once
 #include <vector>
 

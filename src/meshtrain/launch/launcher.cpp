@@ -12,11 +12,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "meshtrain/comm/transports/shm/shm_segment.h"
+#include "meshtrain/core/debug_log.h"
 #include "meshtrain/comm/transports/shm/stale_segments.h"
 #include "meshtrain/comm/world.h"
 #include "meshtrain/core/error.h"
@@ -30,6 +32,17 @@ using Clock = std::chrono::steady_clock;
 
 volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
+volatile sig_atomic_t g_dump = 0;  // SIGUSR1: have the ranks print their flight records
+void on_dump(int) { g_dump = 1; }
+
+// Whether `pid` runs this same program (its SIGUSR1 prints flight records;
+// another program's would end it).
+bool runs_this_program(pid_t pid) {
+  char self[4096], other[4096];
+  const ssize_t a = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  const ssize_t b = readlink(fmt::format("/proc/{}/exe", pid).c_str(), other, sizeof(other) - 1);
+  return a > 0 && a == b && std::memcmp(self, other, static_cast<size_t>(a)) == 0;
+}
 
 struct Rank {
   pid_t pid = -1;
@@ -150,13 +163,17 @@ LaunchResult run_local(const LaunchOptions& opts) {
     std::fprintf(stderr, "warning: no heartbeats for job %s: %s\n", job.c_str(), e.what());
   }
 
-  struct sigaction sa{}, old_int{}, old_term{}, old_hup{};
+  struct sigaction sa{}, old_int{}, old_term{}, old_hup{}, dump{}, old_usr1{};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGHUP, &sa, &old_hup);
+  dump.sa_handler = on_dump;
+  sigemptyset(&dump.sa_mask);
+  sigaction(SIGUSR1, &dump, &old_usr1);
   g_signal = 0;
+  g_dump = 0;
 
   std::vector<Rank> ranks(n);
   std::fflush(nullptr);
@@ -171,6 +188,7 @@ LaunchResult run_local(const LaunchOptions& opts) {
     fcntl(out[0], F_SETFD, FD_CLOEXEC);
     fcntl(err[0], F_SETFD, FD_CLOEXEC);
     ranks[r].pid = pid;
+    MT_LOG(Info, Launch, "job {}: rank {} of {} started as pid {}", job, r, n, pid);
     ranks[r].out_fd = out[0];
     ranks[r].err_fd = err[0];
   }
@@ -186,6 +204,13 @@ LaunchResult run_local(const LaunchOptions& opts) {
   auto signal_all = [&](int sig) {
     for (auto& rk : ranks)
       if (rk.running || sig == SIGKILL) kill(-rk.pid, sig);
+  };
+  // SIGUSR1 to the ranks that run this program: each prints its flight records.
+  auto dump_all = [&] {
+    int n_sent = 0;
+    for (auto& rk : ranks)
+      if (rk.running && runs_this_program(rk.pid) && kill(rk.pid, SIGUSR1) == 0) ++n_sent;
+    MT_LOG(Info, Launch, "job {}: asked {} rank(s) for their flight records (SIGUSR1)", job, n_sent);
   };
   auto stop_all = [&] {
     if (stopping) return;
@@ -303,6 +328,9 @@ LaunchResult run_local(const LaunchOptions& opts) {
         if (opts.on_all_training) opts.on_all_training(Clock::now());
       }
       if (hung >= 0) {
+        // Where every rank was: their flight records, before they are stopped.
+        dump_all();
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
         const auto h = board->read(hung);
         record(FailureKind::Hung, hung,
                fmt::format("rank {} stopped making progress: no heartbeat for {:.1f} s (timeout "
@@ -315,6 +343,10 @@ LaunchResult run_local(const LaunchOptions& opts) {
                            unstarted, opts.startup_timeout_s));
         stop_all();
       }
+    }
+    if (g_dump) {
+      g_dump = 0;
+      dump_all();
     }
     if (g_signal) {
       int sig = g_signal;
@@ -342,6 +374,7 @@ LaunchResult run_local(const LaunchOptions& opts) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGHUP, &old_hup, nullptr);
+  sigaction(SIGUSR1, &old_usr1, nullptr);
   board.reset();
   comm::shm_remove_job_segments(job);
   // A rank that failed while the job was already stopping for a user signal.
@@ -353,6 +386,8 @@ LaunchResult run_local(const LaunchOptions& opts) {
       }
   }
   result.exit_code = result.kind == FailureKind::None ? 0 : 1;
+  MT_LOG(Info, Launch, "job {}: {} rank(s) ended: {}", job, n,
+         result.kind == FailureKind::None ? std::string("every rank exited 0") : result.message);
   return result;
 }
 

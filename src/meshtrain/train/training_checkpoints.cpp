@@ -1,3 +1,4 @@
+#include "meshtrain/core/debug_log.h"
 #include "meshtrain/train/training_checkpoints.h"
 
 #include <fmt/format.h>
@@ -112,6 +113,8 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
   std::optional<ResumePoint> p =
       resume_from_checkpoint(opt, model, optimizer, comm, global_batch, own_params, tp);
   optimizer.release_state();  // filled or not, the fill targets are done with
+  MT_LOG(Info, Ckpt, "checkpoint.resume = \"{}\": {}", opt.resume,
+         p ? fmt::format("resumed from {} at step {}", p->dir, p->step) : std::string("nothing to resume"));
   return p;
 }
 
