@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "commands.h"
+#include "meshtrain/core/error.h"
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/comm/transports/shm/stale_segments.h"
 #include "meshtrain/doctor/doctor.h"

@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "commands.h"
+#include "meshtrain/core/error.h"
 
 namespace meshtrain::cli {
 namespace {

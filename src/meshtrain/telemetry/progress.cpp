@@ -5,11 +5,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 namespace meshtrain {
 
+// A terminal, unless an MPI or Slurm launcher runs this rank: they hand ranks
+// a pseudo-terminal of their own whatever their own output is (often a file),
+// where \r and escape codes would garble the log.
+bool ProgressDisplay::live_by_default(FILE* out) {
+  if (const char* e = std::getenv("MESHTRAIN_PROGRESS"); e && *e) return std::strcmp(e, "live") == 0;
+  for (const char* k : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(k); v && *v) return false;
+  return isatty(fileno(out)) != 0;
+}
+
 ProgressDisplay::ProgressDisplay(FILE* out, int plain_every)
-    : out_(out), interactive_(isatty(fileno(out)) != 0), plain_every_(std::max(1, plain_every)) {}
+    : out_(out), interactive_(live_by_default(out)), plain_every_(std::max(1, plain_every)) {}
 
 std::string ProgressDisplay::format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "--";

@@ -28,8 +28,12 @@ struct ProgressState {
 
 class ProgressDisplay {
  public:
-  // interactive: redraw one line with \r (default: stdout is a terminal).
+  // interactive: redraw one line with \r: stdout is a terminal and no MPI or
+  // Slurm launcher runs the rank (theirs hand ranks a terminal even when the
+  // job's output goes to a file); MESHTRAIN_PROGRESS=live|plain decides outright.
   explicit ProgressDisplay(FILE* out = stdout, int plain_every = 10);
+  // Whether a display on `out` redraws one line (see interactive_ below).
+  static bool live_by_default(FILE* out);
   void update(const ProgressState& s);
   // A permanent line (validation result, message) that does not get overwritten.
   void note(const std::string& line);

@@ -1,4 +1,5 @@
 #include "meshtrain/telemetry/report.h"
+#include "meshtrain/telemetry/run_attempts.h"
 
 #include <fmt/format.h>
 
@@ -99,9 +100,17 @@ std::vector<double> collect(const std::vector<MetricsRecord>& recs, size_t from,
 
 }  // namespace
 
-std::string report_text(const std::vector<MetricsRecord>& recs, const ReportOptions& o) {
-  std::string t = fmt::format("{} step records (steps {}..{})\n\n", recs.size(), recs.front().step,
+std::string report_text(const std::vector<MetricsRecord>& all, const ReportOptions& o) {
+  const RunAttempts at = split_attempts(all, o.restart_log);
+  const std::vector<MetricsRecord>& recs = at.final_records;  // a step's last record
+  std::string t = fmt::format("{} step records (steps {}..{})\n", all.size(), recs.front().step,
                               recs.back().step);
+  if (!at.restarts.empty()) {
+    t += fmt::format("{} restart(s): {} steps, {} of them run again ({} records in "
+                     "all)\n", at.restarts.size(), at.new_steps, at.rerun_steps, all.size());
+    for (const RestartMark& m : at.restarts) t += "  " + describe(m) + "\n";
+  }
+  t += "\n";
   std::vector<StepBreakdown> times;
   for (const auto& r : recs)
     if (r.has_time) times.push_back(r.time);
@@ -114,10 +123,10 @@ std::string report_text(const std::vector<MetricsRecord>& recs, const ReportOpti
                                      : fmt::format("time per step ({} steps):", times.size()));
     if (b.mean.other_s() < -(kBreakdownRelTol * b.mean.step_s + kBreakdownAbsTolS))
       t += "  warning: the parts exceed the step time; the phases overlap or were mis-timed\n";
-    double total_s = 0;
+    double total_s = 0;  // every record: a step run again cost its time again
     int64_t tokens = 0, samples = 0;
     int devices = o.devices;
-    for (const auto& r : recs) {
+    for (const auto& r : all) {
       total_s += r.time.step_s;
       tokens += r.tokens;
       samples += r.samples;
@@ -329,9 +338,31 @@ const Part kParts[] = {
     {"other", "#d4cfc9", nullptr},
 };
 
+// A dashed line after the last step each attempt recorded before its
+// restart, labelled with the cause (the loss panel) and the steps run again.
+void restart_lines(std::string& s, const Panel& p, const std::vector<RestartMark>& marks, bool label) {
+  for (const RestartMark& m : marks) {
+    if (m.mark_step() < 0) continue;
+    const double x = p.px(static_cast<double>(m.mark_step()) + 0.5);
+    if (x < p.x || x > p.x + p.w) continue;
+    s += fmt::format("<line class=\"restart\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
+                     "stroke=\"#c0392b\" stroke-width=\"1.6\" stroke-dasharray=\"6,4\"><title>{}</title></line>\n",
+                     x, p.y, x, p.y + p.h, esc(describe(m)));
+    if (!label) continue;
+    const std::string text = fmt::format("restart {}: {}{}{}", m.number, m.cause.empty() ? "resumed" : m.cause,
+                                         m.rank >= 0 ? fmt::format(", rank {}", m.rank) : "",
+                                         m.resumed_step >= 0 ? fmt::format(" ({} run again)", m.steps_lost()) : "");
+    s += fmt::format("<text class=\"restart-label\" x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" "
+                     "fill=\"#c0392b\" transform=\"rotate(-90 {:.1f} {:.1f})\">{}</text>\n",
+                     x - 4, p.y + p.h - 6, x - 4, p.y + p.h - 6, esc(text));
+  }
+}
+
 }  // namespace
 
-std::string report_svg(const std::vector<MetricsRecord>& recs, const ReportOptions& o) {
+std::string report_svg(const std::vector<MetricsRecord>& all, const ReportOptions& o) {
+  const RunAttempts at = split_attempts(all, o.restart_log);
+  const std::vector<MetricsRecord>& recs = at.final_records;  // a step's last record
   const double W = 960, L = 84, R = 36;
   const double pw = W - L - R;
   const double loss_top = 124, loss_h = 290;
@@ -352,6 +383,8 @@ std::string report_svg(const std::vector<MetricsRecord>& recs, const ReportOptio
   for (size_t i = first_steady_step(recs.size()); i < recs.size(); ++i)
     if (recs[i].tokens_per_s) tps.push_back(*recs[i].tokens_per_s);
   std::string sub = fmt::format("{} steps", recs.size());
+  if (!at.restarts.empty())
+    sub += fmt::format(" · {} restart(s), {} steps run again", at.restarts.size(), at.rerun_steps);
   if (!times.empty()) sub += fmt::format(" · median step {:.1f} ms", bs.median.step_s * 1e3);
   if (!tps.empty()) sub += fmt::format(" · {:.0f} tokens/s", median_of(tps));
   const MetricsRecord* last_loss = nullptr;
@@ -428,6 +461,7 @@ std::string report_svg(const std::vector<MetricsRecord>& recs, const ReportOptio
                            "stroke-width=\"2\"/>\n", p.px(x), p.py(y), kVal);
       items.push_back({"validation", kVal, 'o'});
     }
+    restart_lines(s, p, at.restarts, true);
     if (!items.empty()) {
       double lw = 0;
       for (const auto& it : items) lw += 34 + 7.0 * it.label.size() + 16;
@@ -528,6 +562,7 @@ std::string report_svg(const std::vector<MetricsRecord>& recs, const ReportOptio
       s += fmt::format("<polyline class=\"comm-total\" points=\"{}\" fill=\"none\" stroke=\"#222\" "
                        "stroke-width=\"1.8\" stroke-dasharray=\"5,3\"/>\n", points(p, ct));
     }
+    restart_lines(s, p, at.restarts, false);
     if (bins.empty())
       s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"14\" "
                        "fill=\"#999\">no step times in the records</text>\n", p.x + p.w / 2, p.y + p.h / 2);
@@ -544,6 +579,8 @@ ReportResult write_report(const std::string& run_dir, ReportOptions o) {
   const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
   MT_CHECK(fs::exists(metrics, ec), "{} not found (is {} a meshtrain run directory?)", metrics, run_dir);
   const std::vector<MetricsRecord> recs = read_metrics(metrics);
+  const fs::path restarts = fs::path(run_dir) / "restarts.jsonl";
+  if (o.restart_log.empty() && fs::exists(restarts, ec)) o.restart_log = restarts.string();
   if (o.title.empty()) {
     fs::path d = fs::path(run_dir);
     if (d.filename().empty()) d = d.parent_path();

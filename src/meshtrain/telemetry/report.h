@@ -33,9 +33,15 @@ struct ReportOptions {
   double price_per_device_hour = 0;  // > 0: add cost lines (overrides none in the file)
   int devices = 0;                   // 0: from the records ("devices"), else 1
   std::string title;                 // SVG title; default: the run directory's name
+  // The launcher's restart log (RUN_DIR/restarts.jsonl), for each restart's
+  // cause; "" or missing: restarts are seen from the re-run steps alone.
+  std::string restart_log;
 };
 
-// The breakdown table and summary lines `meshtrain report` prints.
+// The breakdown table and summary lines `meshtrain report` prints. A run that
+// restarted is reported from the last record of each step, with every
+// restart (cause, rank, steps run again) listed and marked on the picture
+// (telemetry/run_attempts.h); the time and cost totals count every record.
 std::string report_text(const std::vector<MetricsRecord>& recs, const ReportOptions& o = {});
 // The report picture as an SVG document.
 std::string report_svg(const std::vector<MetricsRecord>& recs, const ReportOptions& o = {});
