@@ -173,11 +173,15 @@ TEST(plan_search, offload_moves_the_moments_out_and_costs_their_transfer) {
   const Layout l = a.rows.front().layout;
   const PlanRow x = evaluate_layout(mem, l), y = evaluate_layout(off, l);
   const double own_optimizer = x.memory.optimizer;  // 12 bytes per own parameter
+  // The byte counts below are doubles from divisions over ~1e11 bytes; 1 byte
+  // absorbs their rounding, a wrong term (the master offloaded, the staging
+  // missing) is off by gigabytes or by 96 MB.
   EXPECT_DOUBLE_EQ(x.memory.offloaded, 0);
   EXPECT_NEAR(y.memory.offloaded, own_optimizer * 8 / 12, 1);
   EXPECT_NEAR(y.memory.optimizer, own_optimizer * 4 / 12 + kOffloadStagingBytes, 1);
   EXPECT_EQ(y.memory.params, x.memory.params);
-  // Read and write of the moments at 2 GB/s bound the update.
+  // Read and write of the moments at 2 GB/s bound the update (the same
+  // formula in double: 1e-9 s is rounding, a missing factor 2 is seconds).
   EXPECT_NEAR(y.time.optimizer, std::max(x.time.optimizer, 2 * y.memory.offloaded / 2e9), 1e-9);
   EXPECT_GT(y.time.optimizer, x.time.optimizer);
 }

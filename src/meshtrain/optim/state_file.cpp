@@ -51,30 +51,28 @@ StateFile::~StateFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void StateFile::read(int64_t offset, void* dst, int64_t bytes) const {
-  MT_CHECK(offset >= 0 && offset + bytes <= bytes_, "state file read [{}, {}) beyond its {} bytes",
+void StateFile::transfer(bool writing, int64_t offset, char* buf, int64_t bytes) const {
+  const char* verb = writing ? "write" : "read";
+  MT_CHECK(offset >= 0 && offset + bytes <= bytes_, "state file {} [{}, {}) beyond its {} bytes", verb,
            offset, offset + bytes, bytes_);
-  char* p = static_cast<char*>(dst);
   for (int64_t done = 0; done < bytes;) {
-    const ssize_t n = ::pread(fd_, p + done, static_cast<size_t>(bytes - done), offset + done);
+    const size_t left = static_cast<size_t>(bytes - done);
+    const ssize_t n = writing ? ::pwrite(fd_, buf + done, left, offset + done)
+                              : ::pread(fd_, buf + done, left, offset + done);
     if (n < 0 && errno == EINTR) continue;
-    MT_CHECK(n > 0, "offloaded optimizer state in {}: reading {} bytes at offset {} failed: {}",
-             dir_, bytes - done, offset + done, n < 0 ? errno_str() : "unexpected end of file");
+    MT_CHECK(n > 0, "offloaded optimizer state in {}: {} {} bytes at offset {} failed: {}", dir_,
+             writing ? "writing" : "reading", bytes - done, offset + done,
+             n < 0 ? errno_str() : writing ? "nothing written" : "unexpected end of file");
     done += n;
   }
 }
 
+void StateFile::read(int64_t offset, void* dst, int64_t bytes) const {
+  transfer(false, offset, static_cast<char*>(dst), bytes);
+}
+
 void StateFile::write(int64_t offset, const void* src, int64_t bytes) const {
-  MT_CHECK(offset >= 0 && offset + bytes <= bytes_, "state file write [{}, {}) beyond its {} bytes",
-           offset, offset + bytes, bytes_);
-  const char* p = static_cast<const char*>(src);
-  for (int64_t done = 0; done < bytes;) {
-    const ssize_t n = ::pwrite(fd_, p + done, static_cast<size_t>(bytes - done), offset + done);
-    if (n < 0 && errno == EINTR) continue;
-    MT_CHECK(n > 0, "offloaded optimizer state in {}: writing {} bytes at offset {} failed: {}",
-             dir_, bytes - done, offset + done, n < 0 ? errno_str() : "nothing written");
-    done += n;
-  }
+  transfer(true, offset, static_cast<char*>(const_cast<void*>(src)), bytes);
   if (!direct_) {
     // Through the cache: push the range out and drop it, so the state does
     // not come back into memory as cached pages.

@@ -35,6 +35,9 @@ class StateFile {
   const std::string& where() const { return dir_; }
 
  private:
+  // pread/pwrite until `bytes` moved (EINTR retried), or an Error.
+  void transfer(bool writing, int64_t offset, char* buf, int64_t bytes) const;
+
   int fd_ = -1;
   int64_t bytes_ = 0;
   bool direct_ = false;
