@@ -30,6 +30,11 @@ function(meshtrain_pch_owner kind)
     file(WRITE ${anchor} "// Compiles nothing: the target exists for its precompiled header.\n")
   endif()
   add_library(mt_pch_${kind} OBJECT ${anchor})
+  # A header is used only with the -fPIC/-fPIE setting it was made with: the
+  # layers are position-independent, tests and the CLI are executables.
+  if(kind STREQUAL "library")
+    set_target_properties(mt_pch_${kind} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  endif()
   target_link_libraries(mt_pch_${kind} PRIVATE ${ARGN})
   target_precompile_headers(mt_pch_${kind} PRIVATE ${MESHTRAIN_PCH_${kind}})
 endfunction()

@@ -36,6 +36,7 @@ struct TrainArgs {
   std::vector<std::string> sets;
   int nproc = 0;  // 0: this process is the whole job (or one rank of an mpirun/launched job)
   bool trace = false;  // --trace: same as telemetry.trace = true
+  bool check = false;  // --check: validate, print the resolved configuration as JSON, stop
   launch::ElasticOptions elastic;  // --max-restarts, --min-nproc, --heartbeat-timeout, ...
 };
 
@@ -219,7 +220,7 @@ void run_train(const TrainArgs& a) {
   if (a.trace) sets.push_back("telemetry.trace=true");
   TrainConfig c = load_config(a.config, sets);
   resume_on_restart(c, lead);
-  if (lead && !launching) fmt::print("resolved configuration:\n{}\n", to_string(c));
+  if (lead && !launching && !a.check) fmt::print("resolved configuration:\n{}\n", to_string(c));
   refuse_unavailable(c);
   check_dp(c, ranks);
   MT_CHECK(c.parallel.pp > 1 || c.parallel.stage_layers.empty(), "parallel.stage_layers = \"{}\" "
@@ -227,13 +228,17 @@ void run_train(const TrainArgs& a) {
   check_device(c, ranks);
   MT_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards (make "
            "them with `meshtrain data prepare` or `meshtrain data synth`)");
-  if (launching) {
+  if (launching || a.check) {
     // Fail here, once, rather than in every rank: the model shape and the
     // memory limit (rank 0 holds the largest ZeRO shard).
     const std::shared_ptr<const ModelSpec> spec = model_from_config(c);
     if (c.parallel.tp > 1) (void)spec->sharded(ModelShard{0, c.parallel.tp});  // tp fits the shape
     if (c.parallel.pp > 1) (void)parallel::pipeline_stage_layers(*spec, pipeline_layout_of(c, *spec));
     if (c.memory.limit_mb > 0) check_memory_limit_of(c, spec, ranks);
+    if (a.check) {
+      fmt::print("{}\n", resolved_json(c).dump(2));
+      return;
+    }
     launch_ranks(a, c);
     return;
   }
@@ -363,6 +368,9 @@ void register_train(CLI::App& app) {
   add_elastic_options(c, a->elastic);
   c->add_flag("--trace", a->trace,
               "Write a Chrome/Perfetto trace (RUN_DIR/trace.json; same as --set telemetry.trace=true)");
+  c->add_flag("--check", a->check,
+              "Validate the configuration and the model it describes (the errors a run would give "
+              "before training), print it resolved as JSON and stop");
   c->callback([a] { run_train(*a); });
 }
 

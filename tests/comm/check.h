@@ -47,6 +47,7 @@ inline double expected_reduction(int n, size_t i, ReduceOp op, DType t) {
     double v = input_value(r, i);
     if (op == ReduceOp::Max) acc = std::max(acc, v);
     else if (op == ReduceOp::Min) acc = std::min(acc, v);
+    else if (op == ReduceOp::Product) acc *= v;
     else acc += v;
   }
   if (op == ReduceOp::Avg) {

@@ -55,6 +55,10 @@ TEST(comm, reduce_ops_per_dtype) {
   reduce_into(f, g, 2, DType::F32, ReduceOp::Min);
   EXPECT_EQ(f[0], 1.f);
   EXPECT_EQ(f[1], -1.f);
+  double p[2] = {1.5, -2.0}, q[2] = {-4.0, 0.25};
+  reduce_into(p, q, 2, DType::F64, ReduceOp::Product);
+  EXPECT_EQ(p[0], -6.0);
+  EXPECT_EQ(p[1], -0.5);
   int32_t avg[2] = {7, -7};
   scale_avg(avg, 2, DType::I32, 2);
   EXPECT_EQ(avg[0], 3);

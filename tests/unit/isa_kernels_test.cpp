@@ -373,7 +373,7 @@ ISA_TEST(collective_reductions_match_scalar) {
   for (int64_t n64 : kSizes) {
     const size_t n = static_cast<size_t>(n64);
     const Floats a = randn(n64, 20), b = randn(n64, 21), c = randn(n64, 22);
-    for (comm::ReduceOp op : {comm::ReduceOp::Sum, comm::ReduceOp::Max, comm::ReduceOp::Min}) {
+    for (comm::ReduceOp op : {comm::ReduceOp::Sum, comm::ReduceOp::Max, comm::ReduceOp::Min, comm::ReduceOp::Product}) {
       auto [ref, got] = at_both<Floats>(level, [&] {
         Floats dst = a, many(n);
         comm::reduce_into(dst.data(), b.data(), n, DType::F32, op);

@@ -8,6 +8,8 @@
 // resident bytes (the staging buffers only), the plan's units, the errors.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <random>
 #include <string>
@@ -33,7 +35,7 @@ ParamLayout test_layout() {
   int i = 0;
   for (const auto& [shape, decay] : shapes) {
     ParamInfo p;
-    p.name = "p" + std::to_string(i++);
+    p.name = fmt::format("p{}", i++);  // "p" + to_string: a GCC 12 -Wstringop-overflow false alarm
     p.shape = shape;
     p.begin = at;
     p.decay = decay;
@@ -129,7 +131,9 @@ TEST(Offload, units_hold_whole_layers_or_block_multiples) {
     int64_t file = 0, largest = 0;
     for (size_t i = 0; i < p.units.size(); ++i) {
       const OffloadUnit& u = p.units[i];
-      if (i > 0) EXPECT_EQ(u.begin, p.units[i - 1].end) << type << " unit " << i;
+      if (i > 0) {
+        EXPECT_EQ(u.begin, p.units[i - 1].end) << type << " unit " << i;
+      }
       EXPECT_EQ(u.offset, file);
       EXPECT_EQ(u.padded % StateFile::kAlign, 0);
       EXPECT_GE(u.padded, 4 * (u.end - u.begin));

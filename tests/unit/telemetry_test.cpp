@@ -660,7 +660,7 @@ TEST(telemetry, report_tolerates_missing_keys) {
       "report_min",
       "{\"step\":1,\"loss\":3.0}\n\n{\"event\":\"checkpoint\"}\n{\"step\":2,\"loss\":2.5,\"step_ms\":10}\n"
       "{\"step\":3,\"loss\":2.0,\"step_ms\":10,\"forward_ms\":4,\"val_loss\":2.2}\n");
-  const ReportResult r = write_report(dir.string(), {2.0, 1, "tiny"});
+  const ReportResult r = write_report(dir.string(), {2.0, 1, "tiny", ""});
   EXPECT_EQ(r.records, 3);
   EXPECT_NE(r.text.find("final 2.0000"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("cost:"), std::string::npos) << r.text;

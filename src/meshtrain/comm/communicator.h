@@ -55,6 +55,11 @@ class Communicator {
   // that share `job_id` (tests and tools).
   static Communicator create_local(int rank, int size, const std::string& job_id,
                                    const CommOptions& opts = CommOptions::from_env());
+  // The same under a name every member gives alike: groups made apart from
+  // a world (torch.distributed's, one per group), whose members may have
+  // made different numbers of communicators before.
+  static Communicator create_local_named(int rank, int size, const std::string& job_id,
+                                         const std::string& name, const CommOptions& opts);
 
   bool valid() const { return impl_ != nullptr; }
   int rank() const;

@@ -73,7 +73,12 @@ CommImpl::~CommImpl() {
 
 Communicator Communicator::create_local(int rank, int size, const std::string& job_id,
                                         const CommOptions& opts) {
-  std::string id = sanitize_job_id(job_id), name = next_world_name();
+  return create_local_named(rank, size, job_id, next_world_name(), opts);
+}
+
+Communicator Communicator::create_local_named(int rank, int size, const std::string& job_id,
+                                              const std::string& name, const CommOptions& opts) {
+  std::string id = sanitize_job_id(job_id);
   Placement p;
   p.node_id = opts.node_size > 0 ? rank / opts.node_size : 0;
   auto t = make_transport("shm", {rank, size, id, name, opts.timeout_s});

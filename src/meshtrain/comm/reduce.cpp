@@ -19,6 +19,8 @@ void reduce_into_t(T* __restrict dst, const T* __restrict src, size_t n, ReduceO
     for (size_t i = 0; i < n; ++i) dst[i] = dst[i] > src[i] ? dst[i] : src[i];
   } else if (op == ReduceOp::Min) {
     for (size_t i = 0; i < n; ++i) dst[i] = dst[i] < src[i] ? dst[i] : src[i];
+  } else if (op == ReduceOp::Product) {
+    for (size_t i = 0; i < n; ++i) dst[i] *= src[i];
   } else {
     for (size_t i = 0; i < n; ++i) dst[i] += src[i];
   }
@@ -61,6 +63,8 @@ void reduce_many_t(T* dst, const void* const* srcs, int k, size_t n, ReduceOp op
       for (size_t i = 0; i < m; ++i) acc[i] = s0[i] > s1[i] ? s0[i] : s1[i];
     } else if (op == ReduceOp::Min) {
       for (size_t i = 0; i < m; ++i) acc[i] = s0[i] < s1[i] ? s0[i] : s1[i];
+    } else if (op == ReduceOp::Product) {
+      for (size_t i = 0; i < m; ++i) acc[i] = s0[i] * s1[i];
     } else {
       for (size_t i = 0; i < m; ++i) acc[i] = s0[i] + s1[i];
     }

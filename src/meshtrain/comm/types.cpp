@@ -5,7 +5,7 @@
 namespace meshtrain::comm {
 
 namespace {
-constexpr std::array<std::string_view, 4> kReduceNames = {"sum", "avg", "max", "min"};
+constexpr std::array<std::string_view, 5> kReduceNames = {"sum", "avg", "max", "min", "product"};
 constexpr std::array<std::string_view, kCollOpCount> kCollNames = {
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall",
     "barrier", "send", "recv"};
@@ -16,7 +16,7 @@ std::string_view reduce_op_name(ReduceOp op) { return kReduceNames.at(static_cas
 ReduceOp reduce_op_from_name(std::string_view name) {
   for (size_t i = 0; i < kReduceNames.size(); ++i)
     if (kReduceNames[i] == name) return static_cast<ReduceOp>(i);
-  throw UsageError(fmt::format("unknown reduction '{}' (sum, avg, max, min)", name));
+  throw UsageError(fmt::format("unknown reduction '{}' (sum, avg, max, min, product)", name));
 }
 
 std::string_view coll_op_name(CollOp op) { return kCollNames.at(static_cast<size_t>(op)); }

@@ -11,7 +11,8 @@
 
 namespace meshtrain::comm {
 
-enum class ReduceOp : uint8_t { Sum, Avg, Max, Min };
+// Product exists for torch.distributed's ReduceOp.PRODUCT (python/csrc/torch_backend).
+enum class ReduceOp : uint8_t { Sum, Avg, Max, Min, Product };
 enum class CollOp : uint8_t {
   Allreduce, ReduceScatter, Allgather, Broadcast, Reduce, Alltoall, Barrier, Send, Recv, kCount
 };

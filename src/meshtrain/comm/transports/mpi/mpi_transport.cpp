@@ -18,7 +18,7 @@ namespace {
 std::mutex g_mu;
 bool g_multiple = false;
 MPI_Datatype g_bf16 = MPI_DATATYPE_NULL, g_f16 = MPI_DATATYPE_NULL;
-MPI_Op g_half_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+MPI_Op g_half_ops[5] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 int g_host_id = -1;
 bool g_one_host = true;
 
@@ -53,6 +53,7 @@ void init_once() {
     MPI_Op_create(half_op<ReduceOp::Sum>, 1, &g_half_ops[0]);
     MPI_Op_create(half_op<ReduceOp::Max>, 1, &g_half_ops[2]);
     MPI_Op_create(half_op<ReduceOp::Min>, 1, &g_half_ops[3]);
+    MPI_Op_create(half_op<ReduceOp::Product>, 1, &g_half_ops[4]);
     g_half_ops[1] = g_half_ops[0];
     // Hosts: ranks sharing memory form one node; its first world rank names it.
     MPI_Comm node;
@@ -110,6 +111,7 @@ MPI_Op reduce_op(ReduceOp op, DType t) {
   switch (op) {
     case ReduceOp::Max: return MPI_MAX;
     case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Product: return MPI_PROD;
     default: return MPI_SUM;
   }
 }
