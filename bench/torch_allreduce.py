@@ -32,13 +32,18 @@ def worker(rounds):
     rank, world = dist.get_rank(), dist.get_world_size()
     groups = {"meshtrain": None, "gloo": dist.new_group(backend="gloo")}
     times = {(b, s): [] for b in groups for s in SIZES}
-    for _ in range(rounds):
+    for r in range(rounds):
         for size in SIZES:
             t = torch.ones(max(1, size // 4))
             # About 0.1 s of calls at 1 GB/s plus 50 us a call; 5 to 500.
             calls = max(5, min(500, int(0.1 / (size / 1e9 + 50e-6))))
-            for name, group in groups.items():
+            # Who goes first alternates by round, and each side starts after a
+            # pause: gloo's I/O threads stay busy a while after its calls, and
+            # whoever follows them on these 2 cores would pay for it.
+            order = list(groups.items()) if r % 2 == 0 else list(groups.items())[::-1]
+            for name, group in order:
                 dist.all_reduce(t, group=group)  # warm: connections and buffers
+                time.sleep(0.05)
                 dist.barrier(group=group)
                 start = time.perf_counter()
                 for _ in range(calls):
