@@ -2,6 +2,7 @@
 import os
 import shutil
 import subprocess
+from typing import Any, List, Mapping, Optional, Sequence
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -10,7 +11,7 @@ class MeshtrainError(RuntimeError):
     """A meshtrain command failed; the message is the one the CLI printed."""
 
 
-def binary():
+def binary() -> str:
     """The meshtrain executable: MESHTRAIN_BINARY, the one inside an installed
     wheel (meshtrain/bin/meshtrain), the build tree's (build/python/meshtrain
     sits beside build/bin/meshtrain), else `meshtrain` on PATH."""
@@ -25,7 +26,7 @@ def binary():
                          "(build/bin/meshtrain) or install the wheel")
 
 
-def run_cli(args, cwd=None):
+def run_cli(args: Sequence[Any], cwd: Optional[str] = None) -> str:
     """Runs `meshtrain ARGS`, returns its standard output; a failure raises
     MeshtrainError with what the command printed on standard error."""
     proc = subprocess.run([binary()] + [str(a) for a in args], cwd=cwd, capture_output=True, text=True)
@@ -35,7 +36,7 @@ def run_cli(args, cwd=None):
     return proc.stdout
 
 
-def config_args(config=None, overrides=None):
+def config_args(config: Optional[str] = None, overrides: Optional[Mapping[str, Any]] = None) -> List[str]:
     """--config and --set arguments from a path and a {key: value} mapping."""
     args = ["--config", os.fspath(config)] if config else []
     for key, value in (overrides or {}).items():

@@ -1,10 +1,12 @@
 """Training configurations, validated by the same code the CLI runs."""
 import json
+from typing import Any, Mapping, Optional
 
 from meshtrain._cli import config_args, run_cli
 
 
-def load_config(config=None, overrides=None, nproc=1):
+def load_config(config: Optional[str] = None, overrides: Optional[Mapping[str, Any]] = None,
+                nproc: int = 1) -> dict:
     """The resolved configuration (a dict of every key, docs/CONFIG.md) of the
     JSON file `config` with `overrides` ({"train.lr": 3e-4, ...}) applied.
     Invalid keys, values or models raise MeshtrainError with the CLI's message

@@ -1,10 +1,12 @@
 """The planner: ranked dp x tp x pp layouts for a model on a cluster."""
 import json
+from typing import Any, Optional
 
 from meshtrain._cli import run_cli
 
 
-def plan(model, cluster, gpus, global_batch=None, top=5, **fixed):
+def plan(model: str, cluster: str, gpus: int, global_batch: Optional[int] = None, top: int = 5,
+         **fixed: Any) -> dict:
     """Runs `meshtrain plan --json` and returns its result as a dict (the
     ranked layouts with their predicted step time, memory and cost). `fixed`
     takes the CLI's other options by name: seq=2048, tp=8, zero=1,

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import time
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from meshtrain._cli import MeshtrainError, binary, config_args
 from meshtrain.config import load_config
@@ -18,10 +19,10 @@ class Run:
     def __init__(self, proc, run_dir, log_path, resolved):
         self.proc, self.run_dir, self.log_path, self.config = proc, run_dir, log_path, resolved
 
-    def running(self):
+    def running(self) -> bool:
         return self.proc.poll() is None
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[float] = None) -> int:
         """Waits for the run to end; raises MeshtrainError (with the end of
         its log) when it failed. Returns the exit status (0)."""
         status = self.proc.wait(timeout)
@@ -29,14 +30,14 @@ class Run:
             raise MeshtrainError(f"meshtrain train exited {status}: {self.log_tail()}")
         return status
 
-    def log_tail(self, lines=5):
+    def log_tail(self, lines: int = 5) -> str:
         try:
             with open(self.log_path, errors="replace") as f:
                 return " | ".join(ln.strip() for ln in f.read().splitlines()[-lines:])
         except OSError:
             return ""
 
-    def steps(self, poll_s=0.1):
+    def steps(self, poll_s: float = 0.1) -> Iterator[dict]:
         """Yields each record of metrics.jsonl (a dict per step or evaluation)
         as it is written, until the run ends; then raises if it failed."""
         path = os.path.join(self.run_dir, "metrics.jsonl")
@@ -58,14 +59,15 @@ class Run:
             time.sleep(poll_s)
         self.wait()
 
-    def metrics(self, as_frame=False):
+    def metrics(self, as_frame: bool = False) -> Any:
         return read_metrics(self.run_dir, as_frame)
 
-    def memory(self):
+    def memory(self) -> list:
         return read_memory(self.run_dir)
 
 
-def train(config=None, overrides=None, nproc=1, extra_args=()):
+def train(config: Optional[str] = None, overrides: Optional[Mapping[str, Any]] = None, nproc: int = 1,
+          extra_args: Sequence[str] = ()) -> Run:
     """Starts `meshtrain train` on the configuration (validated first: a bad
     one raises MeshtrainError here) and returns its Run. nproc > 1 trains
     data-parallel on that many local processes, as --nproc does."""

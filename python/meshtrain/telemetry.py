@@ -3,6 +3,7 @@ the memory report (memory.json) and the final summary, from a run directory
 (`telemetry.dir` of the configuration)."""
 import json
 import os
+from typing import Any, List
 
 
 def _read_jsonl(path):
@@ -15,7 +16,7 @@ def _read_jsonl(path):
     return records
 
 
-def read_metrics(run_dir, as_frame=False):
+def read_metrics(run_dir: str, as_frame: bool = False) -> Any:
     """Every record of RUN_DIR/metrics.jsonl (one per step and per evaluation)
     as dicts, or a pandas DataFrame with as_frame=True."""
     records = _read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
@@ -25,7 +26,7 @@ def read_metrics(run_dir, as_frame=False):
     return records
 
 
-def read_memory(run_dir):
+def read_memory(run_dir: str) -> List[dict]:
     """RUN_DIR/memory.json: one dict per rank, its predicted and measured
     (peak) memory per category."""
     with open(os.path.join(run_dir, "memory.json")) as f:

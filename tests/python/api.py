@@ -13,13 +13,17 @@ import meshtrain
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="meshtrain_py_")
+    with tempfile.TemporaryDirectory(prefix="meshtrain_py_") as tmp:
+        check(tmp)
+
+
+def check(tmp):
     exe = meshtrain.binary()
     subprocess.run([exe, "data", "synth", "--out", f"{tmp}/data", "--tokens", "60000"], check=True,
                    capture_output=True)
     overrides = {"model.preset": "tiny", "model.vocab_size": 256, "data.train": f"{tmp}/data/train_*.bin",
                  "train.steps": 600, "train.lr": 3e-3, "train.threads": 1, "telemetry.dir": f"{tmp}/run",
-                 "checkpoint.every": 0, "checkpoint.resume": "never"}
+                 "checkpoint.every": 300, "checkpoint.resume": "never"}
 
     cfg = meshtrain.load_config(None, overrides)
     assert cfg["train"]["steps"] == 600 and cfg["telemetry"]["dir"] == f"{tmp}/run", cfg["train"]
@@ -60,6 +64,19 @@ def main():
     except ImportError:
         print("pandas not installed: the DataFrame form was not checked")
 
+    # Model files out and in through the package.
+    ckpts = meshtrain.inspect_checkpoints(f"{run.run_dir}/ckpt")
+    assert ckpts and ckpts[-1].get("step") == 600, ckpts
+    model = meshtrain.export_model(f"{run.run_dir}/ckpt", f"{tmp}/exported.safetensors", format="meshtrain")
+    assert os.path.getsize(model) > 0
+    imported = meshtrain.import_model(model, f"{tmp}/imported")
+    assert meshtrain.inspect_checkpoints(imported), "the imported checkpoint is not readable"
+    try:
+        meshtrain.export_model(f"{tmp}/no_such_dir", f"{tmp}/x.safetensors")
+        raise AssertionError("exporting a missing checkpoint succeeded")
+    except meshtrain.MeshtrainError as e:
+        print("missing checkpoint:", e)
+
     plans = meshtrain.plan("gpt2", "h100-sxm", 8, global_batch=64)
     layouts = plans.get("layouts") or plans.get("plans")
     assert layouts, plans.keys()
@@ -69,7 +86,7 @@ def main():
                              env=dict(os.environ))
     assert version.returncode == 0 and "meshtrain" in version.stdout, version
     live = sum(alive for _, _, alive in seen)
-    print(f"python api: {len(steps)} steps ({live} of them while the run went on) read from a 2-rank run; config, errors, telemetry, plan and "
+    print(f"python api: {len(steps)} steps ({live} of them while the run went on) read from a 2-rank run; config, errors, telemetry, model files, plan and "
           f"`python -m meshtrain` work")
 
 
