@@ -30,22 +30,18 @@ c10::intrusive_ptr<c10d::Backend> MeshtrainBackend::create(const c10::intrusive_
       store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
 }
 
-MeshtrainBackend::Op MeshtrainBackend::begin(c10d::OpType type, const char* title,
-                                             std::vector<at::Tensor> outputs) {
-  Op op{type, title, std::move(outputs), {}};
-  return op;
-}
-
 template <typename Launch>
-c10::intrusive_ptr<c10d::Work> MeshtrainBackend::issue(Op op, Launch&& launch) {
-  op.pending.work = c10::make_intrusive<MeshtrainWork>(rank_, op.type, op.title, op.outputs);
-  auto work = op.pending.work;
+c10::intrusive_ptr<c10d::Work> MeshtrainBackend::issue(c10d::OpType type, const char* title,
+                                                       std::vector<at::Tensor> outputs, Launch&& launch) {
+  PendingOp pending;
+  pending.work = c10::make_intrusive<MeshtrainWork>(rank_, type, title, std::move(outputs));
+  auto work = pending.work;
   {
     std::lock_guard<std::mutex> lock(issue_mu_);
     ++sequence_;
-    launch(op.pending);
+    launch(pending);
   }
-  completions_.submit(std::move(op.pending));
+  completions_.submit(std::move(pending));
   return work;
 }
 
@@ -66,7 +62,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::allreduce(std::vector<at::Tenso
   const at::Tensor& t = single(tensors, "allreduce")[0];
   DType dt = reduction_dtype(t, "allreduce");
   comm::ReduceOp op = reduction(opts.reduceOp, "allreduce");
-  return issue(begin(c10d::OpType::ALLREDUCE, "meshtrain:all_reduce", tensors), [&](PendingOp& p) {
+  return issue(c10d::OpType::ALLREDUCE, "meshtrain:all_reduce", tensors, [&](PendingOp& p) {
     Staged s = stage(t, true);
     p.works.push_back(comm_.allreduce(s.buffer.data_ptr(), static_cast<size_t>(t.numel()), dt, op));
     p.keep_alive.push_back(s.buffer);
@@ -84,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::allreduce_coalesced(
   }
   DType dt = reduction_dtype(tensors[0], "allreduce_coalesced");
   comm::ReduceOp op = reduction(opts.reduceOp, "allreduce_coalesced");
-  return issue(begin(c10d::OpType::ALLREDUCE_COALESCED, "meshtrain:all_reduce_coalesced", tensors),
+  return issue(c10d::OpType::ALLREDUCE_COALESCED, "meshtrain:all_reduce_coalesced", tensors,
                [&](PendingOp& p) {
                  Staged s = pack(tensors, true, true);
                  p.works.push_back(comm_.allreduce(s.buffer.data_ptr(), static_cast<size_t>(s.buffer.numel()),
@@ -98,7 +94,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::broadcast(std::vector<at::Tenso
                                                            const c10d::BroadcastOptions& opts) {
   const at::Tensor& t = single(tensors, "broadcast")[0];
   check_peer(static_cast<int>(opts.rootRank), "broadcast");
-  return issue(begin(c10d::OpType::BROADCAST, "meshtrain:broadcast", tensors), [&](PendingOp& p) {
+  return issue(c10d::OpType::BROADCAST, "meshtrain:broadcast", tensors, [&](PendingOp& p) {
     Staged s = stage(t, rank_ != opts.rootRank);
     p.works.push_back(comm_.broadcast(s.buffer.data_ptr(), byte_size(t), kBytes, static_cast<int>(opts.rootRank)));
     p.keep_alive.push_back(s.buffer);
@@ -112,7 +108,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::reduce(std::vector<at::Tensor>&
   check_peer(static_cast<int>(opts.rootRank), "reduce");
   DType dt = reduction_dtype(t, "reduce");
   comm::ReduceOp op = reduction(opts.reduceOp, "reduce");
-  return issue(begin(c10d::OpType::REDUCE, "meshtrain:reduce", tensors), [&](PendingOp& p) {
+  return issue(c10d::OpType::REDUCE, "meshtrain:reduce", tensors, [&](PendingOp& p) {
     // The root's result lands in its tensor; the others' stay as they were.
     at::Tensor send = t.contiguous().clone();
     Staged s = stage(t, rank_ == opts.rootRank);
@@ -153,13 +149,13 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::allgather(std::vector<std::vect
                                                            const c10d::AllgatherOptions&) {
   const at::Tensor& in = single(inputs, "allgather")[0];
   TORCH_CHECK(outputs.size() == 1, "meshtrain backend: allgather needs one list of output tensors");
-  return issue(begin(c10d::OpType::ALLGATHER, "meshtrain:all_gather", outputs[0]),
+  return issue(c10d::OpType::ALLGATHER, "meshtrain:all_gather", outputs[0],
                [&](PendingOp& p) { add_allgather(p, outputs[0], in); });
 }
 
 c10::intrusive_ptr<c10d::Work> MeshtrainBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions&) {
-  return issue(begin(c10d::OpType::_ALLGATHER_BASE, "meshtrain:all_gather_into_tensor", {output}),
+  return issue(c10d::OpType::_ALLGATHER_BASE, "meshtrain:all_gather_into_tensor", {output},
                [&](PendingOp& p) { add_allgather_base(p, output, input); });
 }
 
@@ -171,7 +167,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::allgather_coalesced(
               "meshtrain backend: allgather_coalesced needs one output list per input");
   std::vector<at::Tensor> all;
   for (auto& o : outputs) all.insert(all.end(), o.begin(), o.end());
-  return issue(begin(c10d::OpType::ALLGATHER_COALESCED, "meshtrain:all_gather_coalesced", all),
+  return issue(c10d::OpType::ALLGATHER_COALESCED, "meshtrain:all_gather_coalesced", all,
                [&](PendingOp& p) {
                  for (size_t i = 0; i < inputs.size(); ++i) add_allgather(p, outputs[i], inputs[i]);
                });
@@ -181,8 +177,8 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::allgather_into_tensor_coalesced
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
   TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
               "meshtrain backend: allgather_into_tensor_coalesced needs one output per input");
-  return issue(begin(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "meshtrain:all_gather_into_tensor_coalesced",
-                     outputs),
+  return issue(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "meshtrain:all_gather_into_tensor_coalesced",
+                     outputs,
                [&](PendingOp& p) {
                  for (size_t i = 0; i < inputs.size(); ++i) add_allgather_base(p, outputs[i], inputs[i]);
                });
@@ -197,7 +193,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::reduce_scatter(std::vector<at::
   check_same_shape(inputs[0], out, "reduce_scatter");
   DType dt = reduction_dtype(out, "reduce_scatter");
   comm::ReduceOp op = reduction(opts.reduceOp, "reduce_scatter");
-  return issue(begin(c10d::OpType::REDUCE_SCATTER, "meshtrain:reduce_scatter", outputs), [&](PendingOp& p) {
+  return issue(c10d::OpType::REDUCE_SCATTER, "meshtrain:reduce_scatter", outputs, [&](PendingOp& p) {
     Staged all = pack(inputs[0], true, false);
     Staged mine = stage(out, true);
     p.works.push_back(comm_.reduce_scatter(all.buffer.data_ptr(), mine.buffer.data_ptr(),
@@ -226,7 +222,7 @@ void MeshtrainBackend::add_reduce_scatter_base(PendingOp& p, at::Tensor& output,
 
 c10::intrusive_ptr<c10d::Work> MeshtrainBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
-  return issue(begin(c10d::OpType::_REDUCE_SCATTER_BASE, "meshtrain:reduce_scatter_tensor", {output}),
+  return issue(c10d::OpType::_REDUCE_SCATTER_BASE, "meshtrain:reduce_scatter_tensor", {output},
                [&](PendingOp& p) { add_reduce_scatter_base(p, output, input, opts.reduceOp); });
 }
 
@@ -234,8 +230,8 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::reduce_scatter_tensor_coalesced
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(),
               "meshtrain backend: reduce_scatter_tensor_coalesced needs one output per input");
-  return issue(begin(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "meshtrain:reduce_scatter_tensor_coalesced",
-                     outputs),
+  return issue(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "meshtrain:reduce_scatter_tensor_coalesced",
+                     outputs,
                [&](PendingOp& p) {
                  for (size_t i = 0; i < inputs.size(); ++i)
                    add_reduce_scatter_base(p, outputs[i], inputs[i], opts.reduceOp);
@@ -264,7 +260,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::alltoall_base(at::Tensor& outpu
   TORCH_CHECK(input.scalar_type() == output.scalar_type(), "meshtrain backend: all_to_all_single needs one dtype");
   const bool equal = (input_splits.empty() || equal_splits(input_splits)) &&
                      (output_splits.empty() || equal_splits(output_splits));
-  return issue(begin(c10d::OpType::ALLTOALL_BASE, "meshtrain:all_to_all_single", {output}), [&](PendingOp& p) {
+  return issue(c10d::OpType::ALLTOALL_BASE, "meshtrain:all_to_all_single", {output}, [&](PendingOp& p) {
     at::Tensor in = input.contiguous();
     Staged out = stage(output, true);
     if (equal) {
@@ -293,7 +289,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::alltoall(std::vector<at::Tensor
               fmt::format("meshtrain backend: all_to_all needs {} input and {} output tensors", size_, size_));
   for (const at::Tensor& t : inputs) check_cpu_dense(t, "all_to_all");
   for (const at::Tensor& t : outputs) check_cpu_dense(t, "all_to_all");
-  return issue(begin(c10d::OpType::ALLTOALL, "meshtrain:all_to_all", outputs), [&](PendingOp& p) {
+  return issue(c10d::OpType::ALLTOALL, "meshtrain:all_to_all", outputs, [&](PendingOp& p) {
     std::vector<at::Tensor> sends, recvs;
     for (int r = 0; r < size_; ++r) {
       Staged out = stage(outputs[r], true);
@@ -321,7 +317,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::gather(std::vector<std::vector<
     TORCH_CHECK(outputs.empty() || outputs[0].empty(), "meshtrain backend: gather takes outputs only on the root");
   }
   std::vector<at::Tensor> outs = am_root ? outputs[0] : std::vector<at::Tensor>{};
-  return issue(begin(c10d::OpType::GATHER, "meshtrain:gather", outs), [&](PendingOp& p) {
+  return issue(c10d::OpType::GATHER, "meshtrain:gather", outs, [&](PendingOp& p) {
     at::Tensor mine = in.contiguous();
     if (!am_root) {
       p.works.push_back(comm_.send(mine.data_ptr(), byte_size(mine), kBytes, root));
@@ -352,7 +348,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::scatter(std::vector<at::Tensor>
                 fmt::format("meshtrain backend: scatter's root needs one list of {} input tensors", size_));
     check_same_shape(inputs[0], out, "scatter");
   }
-  return issue(begin(c10d::OpType::SCATTER, "meshtrain:scatter", outputs), [&](PendingOp& p) {
+  return issue(c10d::OpType::SCATTER, "meshtrain:scatter", outputs, [&](PendingOp& p) {
     Staged mine = stage(out, true);
     if (!am_root) {
       p.works.push_back(comm_.recv(mine.buffer.data_ptr(), byte_size(out), kBytes, root));
@@ -375,7 +371,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::send(std::vector<at::Tensor>& t
   const at::Tensor& t = single(tensors, "send")[0];
   check_peer(dst, "send");
   TORCH_CHECK(dst != rank_, "meshtrain backend: send to oneself");
-  return issue(begin(c10d::OpType::SEND, "meshtrain:send", tensors), [&](PendingOp& p) {
+  return issue(c10d::OpType::SEND, "meshtrain:send", tensors, [&](PendingOp& p) {
     at::Tensor data = t.contiguous();
     p.works.push_back(comm_.send(data.data_ptr(), byte_size(data), kBytes, dst));
     p.keep_alive.push_back(data);
@@ -386,7 +382,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::recv(std::vector<at::Tensor>& t
   const at::Tensor& t = single(tensors, "recv")[0];
   check_peer(src, "recv");
   TORCH_CHECK(src != rank_, "meshtrain backend: recv from oneself");
-  return issue(begin(c10d::OpType::RECV, "meshtrain:recv", tensors), [&](PendingOp& p) {
+  return issue(c10d::OpType::RECV, "meshtrain:recv", tensors, [&](PendingOp& p) {
     Staged s = stage(t, true);
     p.works.push_back(comm_.recv(s.buffer.data_ptr(), byte_size(t), kBytes, src));
     p.keep_alive.push_back(s.buffer);
@@ -395,7 +391,7 @@ c10::intrusive_ptr<c10d::Work> MeshtrainBackend::recv(std::vector<at::Tensor>& t
 }
 
 c10::intrusive_ptr<c10d::Work> MeshtrainBackend::barrier(const c10d::BarrierOptions&) {
-  return issue(begin(c10d::OpType::BARRIER, "meshtrain:barrier", {}),
+  return issue(c10d::OpType::BARRIER, "meshtrain:barrier", {},
                [&](PendingOp& p) { p.works.push_back(comm_.barrier()); });
 }
 

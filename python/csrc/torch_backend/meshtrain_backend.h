@@ -70,17 +70,12 @@ class MeshtrainBackend final : public c10d::Backend {
                                                   int size, const std::chrono::duration<float>& timeout);
 
  private:
-  // An operation under construction: its output tensors, then what issue()
-  // launches (under the lock, so threads never interleave a group's order).
-  struct Op {
-    c10d::OpType type;
-    const char* title;
-    std::vector<at::Tensor> outputs;
-    PendingOp pending;
-  };
-  Op begin(c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
+  // Creates the operation's Work (completing with `outputs`), runs `launch`
+  // to issue its communicator calls under the lock (so threads never
+  // interleave a group's order), and hands it to the completion queue.
   template <typename Launch>
-  c10::intrusive_ptr<c10d::Work> issue(Op op, Launch&& launch);
+  c10::intrusive_ptr<c10d::Work> issue(c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+                                       Launch&& launch);
   // The bodies the single and coalesced forms share.
   void add_allgather(PendingOp& p, std::vector<at::Tensor>& outputs, const at::Tensor& in);
   void add_allgather_base(PendingOp& p, at::Tensor& output, const at::Tensor& input);
