@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "meshtrain/comm/flight_dump.h"
+#include "meshtrain/comm/job_end.h"
 #include "meshtrain/core/cpu_isa.h"
 #include "meshtrain/core/error.h"
 #include "meshtrain/kernels/cpu/cpu_libraries.h"
@@ -102,9 +103,11 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const meshtrain::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    meshtrain::comm::end_job_after_error(1);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    meshtrain::comm::end_job_after_error(1);
     return 1;
   }
   return 0;

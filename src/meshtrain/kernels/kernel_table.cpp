@@ -29,6 +29,7 @@
 #include "meshtrain/kernels/cpu/swiglu.h"
 #include "meshtrain/kernels/cpu/topk.h"
 #include "meshtrain/kernels/cpu/vocab_shard_loss.h"
+#include "meshtrain/kernels/cuda_build.h"
 #if MESHTRAIN_HAVE_CUDA
 #include "meshtrain/kernels/cuda/cuda_kernel_table.h"
 #include "meshtrain/kernels/cuda/device_runtime_cuda.h"
@@ -163,6 +164,9 @@ const KernelTable kGuarded = cpu_kernels<OnGuarded>(Device::guarded());
 }  // namespace
 
 const KernelTable& guarded_kernel_table() { return kGuarded; }
+
+bool cuda_backend_built() { return MESHTRAIN_HAVE_CUDA != 0; }
+std::string cuda_backend_archs() { return MESHTRAIN_CUDA_ARCHS; }
 
 const KernelTable& kernels_for(Device device) {
   if (device.is_cpu()) return kCpu;

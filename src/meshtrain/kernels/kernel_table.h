@@ -12,6 +12,7 @@
 // of the same name (kernels/cpu/*.h), which the tests hold every backend to.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "meshtrain/core/device.h"
 #include "meshtrain/core/half.h"
@@ -228,5 +229,9 @@ struct KernelTable {
 
 // The table for `device`; an Error for a device this build has no kernels for.
 const KernelTable& kernels_for(Device device);
+// Whether this build has the CUDA backend (-DMESHTRAIN_CUDA=ON), and the GPU
+// architectures it was compiled for ("90"; empty without it).
+bool cuda_backend_built();
+std::string cuda_backend_archs();
 
 }  // namespace meshtrain

@@ -12,6 +12,7 @@
 #include "meshtrain/kernels/cpu/cpu_libraries.h"
 #include "meshtrain/kernels/cpu/gemm_bf16.h"
 #include "meshtrain/kernels/cpu/sgemm_backend.h"
+#include "meshtrain/kernels/kernel_table.h"
 
 namespace meshtrain {
 
@@ -35,12 +36,11 @@ std::string strip_prefix(std::string s, const std::string& prefix) {
 
 // Whether this build has the CUDA backend, for which GPUs, and what it sees.
 std::string cuda_summary() {
-#if MESHTRAIN_HAVE_CUDA
-  return fmt::format("backend built for sm_{}: {}", MESHTRAIN_CUDA_ARCHS,
+  if (!cuda_backend_built()) {
+    return "not built (cmake -DMESHTRAIN_CUDA=ON, or bash scripts/build-cuda.sh)";
+  }
+  return fmt::format("backend built for sm_{}: {}", cuda_backend_archs(),
                      runtime_for(Device::cuda(0)).describe());
-#else
-  return "not built (cmake -DMESHTRAIN_CUDA=ON, or bash scripts/build-cuda.sh)";
-#endif
 }
 
 }  // namespace

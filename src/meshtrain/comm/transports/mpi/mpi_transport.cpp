@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,21 @@ MPI_Comm dup_world() {
 
 std::unique_lock<std::mutex> guard() {
   return g_multiple ? std::unique_lock<std::mutex>() : std::unique_lock<std::mutex>(g_mu);
+}
+
+void abort_job(int exit_code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  // Without MPI_THREAD_MULTIPLE another thread may be inside MPI: wait for
+  // its polled call to return, but not for a call that never will.
+  std::unique_lock<std::mutex> lock(g_mu, std::defer_lock);
+  if (!g_multiple) {
+    for (int i = 0; i < 100 && !lock.try_lock(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
 }
 
 MPI_Datatype datatype(DType t) {

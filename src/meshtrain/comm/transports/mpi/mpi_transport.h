@@ -29,6 +29,9 @@ MPI_Datatype datatype(DType t);
 MPI_Op reduce_op(ReduceOp op, DType t);
 // Polls `req` until done; throws CommError naming `peer` at the deadline.
 void wait(MPI_Request& req, const OpContext& ctx, int peer = -1);
+// MPI_Abort on the world when MPI is initialized and not finalized (else
+// returns): every rank of the job ends, and mpirun/srun report it.
+void abort_job(int exit_code);
 }  // namespace mpi
 
 class MpiTransport final : public Transport {
