@@ -161,6 +161,35 @@ TEST(comm, world_from_environment) {
     unsetenv(v);
 }
 
+// srun --mpi=pmix: the place comes from Slurm, the ranks talk MPI; the
+// node's task count from SLURM_STEP_TASKS_PER_NODE's compressed form.
+TEST(comm, world_from_slurm_with_pmix) {
+  const std::vector<std::pair<const char*, const char*>> env = {
+      {"PMIX_RANK", "5"}, {"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "0"},
+      {"SLURM_NODEID", "2"}, {"SLURM_STEP_TASKS_PER_NODE", "3(x2),1"}, {"SLURM_JOB_ID", "41"},
+      {"SLURM_STEP_ID", "0"}};
+  for (auto [k, v] : env) setenv(k, v, 1);
+  WorldInfo w = world_from_env();
+  EXPECT_EQ(w.source, "slurm-pmix");
+  EXPECT_TRUE(w.under_mpi());
+  EXPECT_EQ(w.rank, 5);
+  EXPECT_EQ(w.size, 7);
+  EXPECT_EQ(w.local_size, 1);
+  EXPECT_EQ(w.job_id, "41.0");
+  setenv("SLURM_NODEID", "1", 1);
+  setenv("SLURM_LOCALID", "2", 1);
+  EXPECT_EQ(world_from_env().local_size, 3);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "3(x", 1);
+  EXPECT_THROW(world_from_env(), Error);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "2", 1);  // one node listed, node 1 asked
+  EXPECT_THROW(world_from_env(), Error);
+  unsetenv("PMIX_RANK");  // plain srun: Slurm's place, no MPI
+  setenv("SLURM_STEP_TASKS_PER_NODE", "3(x2),1", 1);
+  EXPECT_EQ(world_from_env().source, "slurm");
+  EXPECT_FALSE(world_from_env().under_mpi());
+  for (auto [k, v] : env) unsetenv(k);
+}
+
 TEST(comm, exchange_tuner_keeps_the_faster_way_and_explores) {
   unsetenv("MESHTRAIN_SHM_EXCHANGE");
   ExchangeTuner tuner;

@@ -13,8 +13,10 @@ struct WorldInfo {
   int local_rank = 0;
   int local_size = 1;
   std::string job_id;   // MESHTRAIN_JOB_ID (shared-memory names derive from it)
-  std::string source;   // "meshtrain", "openmpi", "pmi", "slurm" or "none"
-  bool under_mpi() const { return source == "openmpi" || source == "pmi"; }
+  // "meshtrain", "openmpi", "pmi", "slurm-pmix" (srun --mpi=pmix), "slurm"
+  // (srun without MPI: one node) or "none"
+  std::string source;
+  bool under_mpi() const { return source == "openmpi" || source == "pmi" || source == "slurm-pmix"; }
 };
 
 WorldInfo world_from_env();
