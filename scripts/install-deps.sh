@@ -28,6 +28,7 @@ if [ "${1:-}" = --tests ]; then
     qemu-user                     # runs the binary as other x86-64 CPUs (cli.isa_emulated_cpus) and the aarch64 build (scripts/aarch64-emulated.sh)
     python3-venv                  # scripts/python-env.sh: the venv with torch, transformers, tensorboard for the export checks
     iproute2 util-linux           # ip netns and unshare: emulated hosts (scripts/netns-hosts.sh, cli.multinode_mpirun)
+    slurmctld slurmd slurm-client munge  # a real Slurm cluster of emulated hosts (scripts/slurm-local.sh, cli.slurm_cluster)
   )
 fi
 
