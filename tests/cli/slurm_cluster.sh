@@ -12,6 +12,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/losses.sh"
+SRC=$(cd "$SRC" && pwd)
 CLUSTER=$(mktemp -d -p /var/tmp mt-slurm.XXXXXX)
 cleanup() {
   bash "$SRC/scripts/slurm-local.sh" down "$CLUSTER" >/dev/null 2>&1 || true
@@ -60,7 +61,7 @@ MESHTRAIN="$BIN" timeout 300 sbatch --wait --output="$WORK/whole.out" "$SRC/exam
 job=$(MESHTRAIN="$BIN" sbatch --parsable --output="$WORK/failed.out" "$SRC/examples/slurm/train.sbatch" \
   "${LONG[@]}" --set telemetry.dir="$WORK/failed")
 last_step() { [ -s "$1" ] && tail -1 "$1" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['step'])" || echo 0; }
-for _ in $(seq 600); do [ "$(last_step "$WORK/failed/metrics.jsonl")" -ge 250 ] && break; sleep 0.1; done
+for _ in $(seq 1800); do [ "$(last_step "$WORK/failed/metrics.jsonl")" -ge 250 ] && break; sleep 0.1; done
 [ "$(last_step "$WORK/failed/metrics.jsonl")" -ge 250 ] || { tail -5 "$WORK/failed.out"; fail "the job never reached step 250"; }
 node2=$(sed -n 2p "$CLUSTER/hosts/hosts" | awk '{print $2}')
 bash "$SRC/scripts/slurm-local.sh" kill-node "$CLUSTER" "$node2"
@@ -74,7 +75,7 @@ for _ in $(seq 300); do
 done
 [ "$state" = PENDING ] || { scontrol show job "$job"; tail -20 "$WORK/failed.out"; fail "the job was not requeued (state '$state')"; }
 bash "$SRC/scripts/slurm-local.sh" start-node "$CLUSTER" "$node2"
-for _ in $(seq 900); do
+for _ in $(seq 1800); do
   state=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
   case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT) break ;; esac
   sleep 0.2
@@ -83,6 +84,11 @@ done
 restarts=$(scontrol show job "$job" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
 [ "${restarts:-0}" -ge 1 ] || fail "the job finished without a restart"
 grep -E "^meshtrain: job $job \(restart 1\)" "$WORK/failed.out" >/dev/null || fail "no restart line in the job's output"
-grep -E "resum" "$WORK/failed.out" | grep -v "no checkpoint" | head -2
+resumed=$(grep -aE "^resumed from .* at step [0-9]+" "$WORK/failed.out" | head -1)
+[ -n "$resumed" ] || { grep -av '^[ {}]' "$WORK/failed.out" | tail -20; fail "the requeued run did not resume from a checkpoint"; }
+resumed_step=$(sed -E 's/.* at step ([0-9]+).*/\1/' <<<"$resumed")
+[ "$resumed_step" -ge 100 ] && [ "$resumed_step" -le "$killed_at" ] ||
+  fail "resumed at step $resumed_step, expected a checkpoint between 100 and $killed_at"
+echo "$resumed"
 same_losses "$WORK/failed/metrics.jsonl" "$WORK/whole/metrics.jsonl" 1 0 600
 echo "the shipped batch script on a real Slurm cluster of 2 nodes, a node lost and the job requeued: PASS"
