@@ -87,7 +87,8 @@ case "$cmd" in
       echo "SlurmdTimeout=10"
       echo "KillWait=5"
       while read -r addr ns _; do
-        echo "NodeName=$ns NodeAddr=$addr CPUs=$(nproc) State=UNKNOWN"
+        # nproc --all: plain nproc follows OMP_NUM_THREADS (ctest sets 1).
+        echo "NodeName=$ns NodeAddr=$addr CPUs=$(nproc --all) State=UNKNOWN"
         nodes="$nodes${nodes:+,}$ns"
       done <"$dir/hosts/hosts"
       echo "PartitionName=main Nodes=$nodes Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
