@@ -33,7 +33,11 @@ int tasks_on_node(const std::string& spec, int node, int fallback) {
     char* end = nullptr;
     long count = std::strtol(item.c_str(), &end, 10);
     long repeat = 1;
-    if (*end == '(' && end[1] == 'x') repeat = std::strtol(end + 2, &end, 10), end += (*end == ')');
+    if (*end == '(' && end[1] == 'x') {  // "N(xR)": N tasks on each of R nodes
+      repeat = std::strtol(end + 2, &end, 10);
+      if (*end == ')') ++end;
+      else repeat = 0;  // unclosed: refused below
+    }
     if (count < 1 || repeat < 1 || *end != '\0')
       throw UsageError(fmt::format("SLURM_STEP_TASKS_PER_NODE='{}' is not Slurm's form (e.g. 2(x3),1)", spec));
     if (node < first + repeat) return static_cast<int>(count);
