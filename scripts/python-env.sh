@@ -54,7 +54,7 @@ mkdir -p "$dir"
 exec 9>"$dir/$key.lock"
 flock 9  # another run making the same environment: wait for it
 
-modules=(torch transformers safetensors tensorboard)
+modules=(torch transformers safetensors tensorboard kubernetes_validate)
 present() {  # the marker, a working interpreter and every package in place
   [ -f "$marker" ] && [ "$(head -n1 "$marker")" = "$key" ] &&
     "$venv/bin/python" -c 'import importlib.util as u, sys

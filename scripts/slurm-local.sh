@@ -19,10 +19,25 @@ here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-}
 # start_node DIR NAME: the node's slurmd in its namespaces; a fresh /tmp and
 # /dev/shm each time, as after a reboot.
+# A killed step leaves its PMIx socket and directory in the spool directory
+# (stepd.slurm.pmix.<job>.<step>, pmix.<job>.<step>/), and slurmd 22.05 does
+# not remove them when it starts: a requeued job's step of the same id then
+# fails to launch there ("Cannot bind() UNIX socket ... Address already in
+# use", "Cannot create directory .../pmix.2.0/: File exists"). No step
+# survives a reboot, so every step's socket and PMIx directory on the node
+# goes (docs/LAUNCH.md, Slurm).
+# The spool directory: one path for every node (DIR/spool/node), each node's
+# own directory bound there in its mount namespace, as on real nodes. With
+# "%n" in SlurmdSpoolDir the PMIx plugin's messages relayed through slurmd
+# name the peer's socket with the "%n" unexpanded and are lost (a step whose
+# direct connection failed then hangs in its first fence).
 start_node() {
-  mkdir -p "$1/spool/$2"
+  mkdir -p "$1/spool/$2" "$1/spool/node"
+  find "$1/spool/$2" -maxdepth 1 -type s -delete
+  find "$1/spool/$2" -maxdepth 1 -type d -name 'pmix.*' -exec rm -rf {} +
   ip netns exec "$2" unshare --uts --mount --propagation private sh -c \
-    "hostname $2; mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /dev/shm; slurmd -f '$1/slurm.conf' -N $2"
+    "hostname $2; mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /dev/shm;
+     mount --bind '$1/spool/$2' '$1/spool/node'; slurmd -f '$1/slurm.conf' -N $2"
 }
 case "$cmd" in
   kill-node)
@@ -65,9 +80,11 @@ case "$cmd" in
       echo "SlurmUser=root"
       echo "AuthType=auth/munge"
       echo "CredType=cred/munge"
-      echo "AuthInfo=socket=$dir/munge.sock"
+      # cred_expire is also how long a requeued job waits before it may
+      # start again (120 s unless set).
+      echo "AuthInfo=socket=$dir/munge.sock,cred_expire=10"
       echo "StateSaveLocation=$dir/state"
-      echo "SlurmdSpoolDir=$dir/spool/%n"
+      echo "SlurmdSpoolDir=$dir/spool/node"
       echo "SlurmctldPidFile=$dir/slurmctld.pid"
       echo "SlurmdPidFile=$dir/slurmd.%n.pid"
       echo "SlurmctldLogFile=$dir/slurmctld.log"

@@ -1,10 +1,6 @@
 #!/usr/bin/env bash
-# DISABLED in CI (tests/cli/CMakeLists.txt says why): a node of the real
-# Slurm cluster (tests/cli/lib/slurm.sh) fails mid-run and the requeued job
-# resumes from its checkpoint. Passed three times here, then failed in a
-# clean-clone CI run: the node's new slurmd answered, the requeued job was
-# allocated 2.5 minutes later (Slurm's requeue delay), failed at launch and
-# was requeued again, and the node stopped responding.
+# A node of the real Slurm cluster (tests/cli/lib/slurm.sh) fails mid-run
+# and the requeued job resumes from its checkpoint.
 set -euo pipefail
 . "$(dirname "$0")/lib/slurm.sh"
 cd "$WORK"
@@ -20,6 +16,7 @@ export MESHTRAIN_COMM_TIMEOUT=10
 MESHTRAIN="$BIN" timeout 300 sbatch --wait --output="$WORK/whole.out" "$SRC/examples/slurm/train.sbatch" \
   "${LONG[@]}" --set telemetry.dir="$WORK/whole" >"$WORK/sbatch_whole.log" 2>&1 ||
   { grep -av '^[ {}]' "$WORK/whole.out" | tail -20; fail "the uninterrupted long job failed"; }
+echo "$(date +%T) the uninterrupted job finished"
 job=$(MESHTRAIN="$BIN" sbatch --parsable --output="$WORK/failed.out" "$SRC/examples/slurm/train.sbatch" \
   "${LONG[@]}" --set telemetry.dir="$WORK/failed")
 last_step() { [ -s "$1" ] && tail -1 "$1" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['step'])" || echo 0; }
@@ -28,7 +25,7 @@ for _ in $(seq 1800); do [ "$(last_step "$WORK/failed/metrics.jsonl")" -ge 150 ]
 node2=$(sed -n 2p "$CLUSTER/hosts/hosts" | awk '{print $2}')
 bash "$SRC/scripts/slurm-local.sh" kill-node "$CLUSTER" "$node2"
 killed_at=$(last_step "$WORK/failed/metrics.jsonl")
-echo "killed $node2 after step $killed_at"
+echo "$(date +%T) killed $node2 after step $killed_at"
 [ "$killed_at" -lt 1400 ] || fail "the job was nearly done (step $killed_at) when the node was killed"
 state=""
 for _ in $(seq 300); do
@@ -37,6 +34,7 @@ for _ in $(seq 300); do
   sleep 0.2
 done
 [ "$state" = PENDING ] || { scontrol show job "$job"; tail -20 "$WORK/failed.out"; fail "the job was not requeued (state '$state')"; }
+echo "$(date +%T) job $job requeued; $node2 starts again"
 bash "$SRC/scripts/slurm-local.sh" start-node "$CLUSTER" "$node2"
 for _ in $(seq 1800); do
   state=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
@@ -44,6 +42,7 @@ for _ in $(seq 1800); do
   sleep 0.2
 done
 [ "$state" = COMPLETED ] || { scontrol show job "$job"; grep -av '^[ {}]' "$WORK/failed.out" | tail -30; fail "the requeued job ended $state"; }
+echo "$(date +%T) job $job ended $state"
 restarts=$(scontrol show job "$job" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
 [ "${restarts:-0}" -ge 1 ] || fail "the job finished without a restart"
 grep -E "^meshtrain: job $job \(restart 1\)" "$WORK/failed.out" >/dev/null || fail "no restart line in the job's output"

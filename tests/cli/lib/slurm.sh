@@ -7,7 +7,14 @@
 . "$(dirname "${BASH_SOURCE[0]}")/losses.sh"
 SRC=$(cd "$SRC" && pwd)
 CLUSTER=$(mktemp -d -p /var/tmp mt-slurm.XXXXXX)
+# A failed test prints what the cluster logged before it is torn down (CI
+# keeps only a failed test's output).
 cleanup() {
+  local status=$?
+  if [ "$status" -ne 0 ] && [ "$status" -ne 77 ] && [ -f "$CLUSTER/slurm.conf" ]; then
+    echo "---- the cluster when the test failed (status $status)"
+    diagnose_logs 2>&1 || true
+  fi
   bash "$SRC/scripts/slurm-local.sh" down "$CLUSTER" >/dev/null 2>&1 || true
   rm -rf "$CLUSTER" "$TMP"
 }
@@ -23,6 +30,18 @@ diagnose() {
   squeue -a 2>&1 | head -5
   scontrol show job 2>&1 | grep -E "JobId|JobState|Reason|Restarts" | head -8
   tail -5 "$CLUSTER/slurmctld.log" "$CLUSTER"/slurmd.*.log 2>/dev/null
+}
+# The nodes, the jobs, and the daemons' and jobs' logs (bounded).
+diagnose_logs() {
+  date
+  sinfo -N -o '%N %T %E' 2>&1 | head -5
+  scontrol show job 2>&1 | grep -E "JobId|JobState|Reason|Restarts|BeginTime|NodeList" | head -16
+  for log in "$CLUSTER/slurmctld.log" "$CLUSTER"/slurmd.*.log; do
+    [ -f "$log" ] && { echo "-- $log (last 40 lines)"; tail -40 "$log"; }
+  done
+  for out in "${WORK:-/nonexistent}"/*.out; do
+    [ -f "$out" ] && { echo "-- $out (last 30 lines but metrics)"; grep -av '^[ {}]' "$out" | tail -30; }
+  done
 }
 # The cluster's directory is the shared filesystem: data, binary, results.
 WORK="$CLUSTER/work"
