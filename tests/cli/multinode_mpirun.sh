@@ -10,9 +10,10 @@
 # out (10 s), name the operation, and abort the MPI job (MPI_Finalize would
 # wait for the stopped rank forever), so mpirun ends. Host 1's link cut
 # (`ip link set down` on its veth): Open MPI's daemons notice by TCP
-# keepalive (tuned here to ~5 s; the default is minutes) and end the job,
-# and no meshtrain process is left on either host. Needs root for the
-# namespaces; skips saying why.
+# keepalive (tuned here to ~5 s; the default is minutes) and end the job
+# naming the lost host, and no meshtrain process is left on either host;
+# with the link back, the same command resumes from its checkpoint and
+# finishes. Needs root for the namespaces; skips saying why.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/losses.sh"
@@ -57,10 +58,16 @@ same_losses "$TMP/two_hosts/metrics.jsonl" "$TMP/one_host/metrics.jsonl" 1 1e-5 
 # timed-out rank exited into MPI_Finalize, which waited for the stopped rank
 # forever.
 export MESHTRAIN_COMM_TIMEOUT=10
-long_run() {  # long_run NAME MPIRUN-ARGS...: starts it in the background as MPI_PID
-  local name=$1; shift
-  "$@" -x MESHTRAIN_COMM_TIMEOUT "$BIN" train "${ARGS[@]}" --set train.steps=1000000 \
-    --set telemetry.dir="$TMP/$name" >"$TMP/$name.log" 2>&1 &
+# long_run NAME MPIRUN-ARGS... [-- TRAIN-ARGS...]: starts it in the
+# background as MPI_PID.
+long_run() {
+  local name=$1 launcher=() extra=()
+  shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do launcher+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  extra=("$@")
+  "${launcher[@]}" -x MESHTRAIN_COMM_TIMEOUT "$BIN" train "${ARGS[@]}" --set train.steps=1000000 \
+    "${extra[@]}" --set telemetry.dir="$TMP/$name" >"$TMP/$name.log" 2>&1 &
   MPI_PID=$!
   for _ in $(seq 300); do [ -s "$TMP/$name/metrics.jsonl" ] && break; sleep 0.1; done
   [ -s "$TMP/$name/metrics.jsonl" ] || { tail -20 "$TMP/$name.log"; fail "$name: no step logged"; }
@@ -89,14 +96,24 @@ grep -E "timed out after 10.0 s" "$TMP/stopped.log" >/dev/null ||
 kill -9 "$victim" 2>/dev/null || true
 
 # Host 1's link cut mid-run. Open MPI's daemons notice the lost link by TCP
-# keepalive (the settings above: ~5 s) and end the job; ranks on the cut host
-# that outlive their daemon time out and abort on their own. Nothing of the
-# job is left on either host.
-long_run cut "${MPIRUN[@]}"
+# keepalive (the settings above: ~5 s) and end the job, naming the host they
+# lost; ranks on the cut host that outlive their daemon time out and abort on
+# their own. Nothing of the job is left on either host. Then the link comes
+# back and the same command, run again as a scheduler's retry would, resumes
+# from the newest checkpoint and finishes the run.
+CUT=(--set checkpoint.dir="$TMP/cut_ckpt" --set checkpoint.every=50 --set checkpoint.resume=auto)
+long_run cut "${MPIRUN[@]}" -- "${CUT[@]}"
+# The fault comes once a checkpoint is complete (its index written).
+for _ in $(seq 300); do compgen -G "$TMP/cut_ckpt/step_*/index.json" >/dev/null && break; sleep 0.1; done
+compgen -G "$TMP/cut_ckpt/step_*/index.json" >/dev/null ||
+  { grep -a checkpoint "$TMP/cut.log" | tail -5; fail "cut: no complete checkpoint within 30 s"; }
 ip link set "$link1" down
 ended_within 40 cut
 grep -E "lost communication with a remote daemon|timed out after 10.0 s" "$TMP/cut.log" >/dev/null ||
   { grep -av '^[ {}]' "$TMP/cut.log" | tail -20; fail "cut: neither MPI nor a rank named the failure"; }
+cut_ns=$(sed -n 1p "$HOSTS/hosts" | awk '{print $2}')
+grep -aE "Remote daemon.* on node ($h1|$cut_ns)\b|$cut_ns.*timed out|rank [01]: .*timed out" "$TMP/cut.log" >/dev/null ||
+  { grep -av '^[ {}]' "$TMP/cut.log" | tail -20; fail "cut: the lost host ($h1, $cut_ns) is not named"; }
 for ns in $(awk '{print $2}' "$HOSTS/hosts"); do
   start=$SECONDS
   while ip netns pids "$ns" | xargs -r ps -o comm= -p | grep meshtrain >/dev/null; do
@@ -105,4 +122,14 @@ for ns in $(awk '{print $2}' "$HOSTS/hosts"); do
     sleep 0.5
   done
 done
+cut_at=$(tail -1 "$TMP/cut/metrics.jsonl" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['step'])")
+ip link set "$link1" up
+timeout 300 "${MPIRUN[@]}" "$BIN" train "${ARGS[@]}" "${CUT[@]}" --set train.steps=$((cut_at + 20)) \
+  --set telemetry.dir="$TMP/cut" >"$TMP/retry.log" 2>&1 ||
+  { grep -av '^[ {}]' "$TMP/retry.log" | tail -20; fail "retry after the link came back failed"; }
+grep -aE "^resumed from .* at step [1-9][0-9]*" "$TMP/retry.log" ||
+  { grep -av '^[ {}]' "$TMP/retry.log" | head -20; grep -a checkpoint "$TMP/cut.log" | tail -5
+    ls -la "$TMP/cut_ckpt" || true; fail "the retry did not resume from a checkpoint"; }
+[ "$(tail -1 "$TMP/cut/metrics.jsonl" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['step'])")" = $((cut_at + 20)) ] ||
+  fail "the retry did not reach step $((cut_at + 20))"
 echo "multi-node training over two emulated hosts: PASS"
