@@ -44,18 +44,8 @@ PY
 "$BIN" train --check --config "$TMP/config.json" --nproc 4 >"$TMP/check.log" 2>&1 ||
   { cat "$TMP/check.log"; fail "meshtrain train --check refuses the ConfigMap's config"; }
 
-command -v mpirun >/dev/null || { echo "skipped: no mpirun (Open MPI) to run the launcher's command"; exit 77; }
-[ "$(id -u)" -eq 0 ] || { echo "skipped: the emulated worker hosts (network namespaces) need root"; exit 77; }
-HOSTS="$TMP/hosts"
-cleanup() {
-  bash "$SRC/scripts/netns-hosts.sh" down "$HOSTS" >/dev/null 2>&1 || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-status=0
-bash "$SRC/scripts/netns-hosts.sh" up 2 "$HOSTS" || status=$?
-[ "$status" -eq 77 ] && exit 77
-[ "$status" -eq 0 ] || fail "netns-hosts.sh up failed"
+. "$(dirname "$0")/lib/netns.sh"
+hosts_up 2
 # What the MPI Operator gives the launcher: a hostfile of the workers with
 # slotsPerWorker slots each, and the way to start processes in them.
 awk '{ print $1 " slots=2" }' "$HOSTS/hosts" >"$TMP/hostfile"

@@ -17,20 +17,8 @@
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/losses.sh"
-command -v mpirun >/dev/null || { echo "skipped: no mpirun (Open MPI)"; exit 77; }
-[ "$(id -u)" -eq 0 ] || { echo "skipped: network namespaces need root"; exit 77; }
-HOSTS="$TMP/hosts"
-MPI_PID=""
-cleanup() {
-  [ -n "$MPI_PID" ] && kill -9 "$MPI_PID" 2>/dev/null
-  bash "$SRC/scripts/netns-hosts.sh" down "$HOSTS" || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-status=0
-bash "$SRC/scripts/netns-hosts.sh" up 2 "$HOSTS" || status=$?
-[ "$status" -eq 77 ] && exit 77
-[ "$status" -eq 0 ] || fail "netns-hosts.sh up failed"
+. "$(dirname "$0")/lib/netns.sh"
+hosts_up 2
 read -r h1 _ link1 < <(sed -n 1p "$HOSTS/hosts")
 read -r h2 _ _ < <(sed -n 2p "$HOSTS/hosts")
 subnet="${h1%.*}.0/24"
