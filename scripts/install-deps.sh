@@ -6,6 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config
+  ccache                          # a rebuild in another clone recompiles only what changed (cmake/CompilerCache.cmake)
   libopenblas-openmp-dev          # GEMM (OpenMP build: shares our thread pool)
   libdnnl-dev                     # oneDNN: bf16 GEMM on AVX512_BF16 (mixed precision)
   libopenmpi-dev openmpi-bin      # MPI transport and the MPI_Allreduce peer

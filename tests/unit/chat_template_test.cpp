@@ -21,6 +21,7 @@
 #include "meshtrain/data/chat_template.h"
 #include "meshtrain/data/instruct_prepare.h"
 #include "meshtrain/data/tokenizer.h"
+#include "test_paths.h"
 
 using namespace meshtrain::data;
 using meshtrain::testing::error_of;

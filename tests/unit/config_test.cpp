@@ -11,6 +11,7 @@
 #include "meshtrain/config/suggest.h"
 #include "meshtrain/config/train_config.h"
 #include "meshtrain/core/error.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 namespace fs = std::filesystem;

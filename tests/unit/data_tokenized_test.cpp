@@ -14,6 +14,7 @@
 #include "meshtrain/data/text_prepare.h"
 #include "meshtrain/data/token_shard.h"
 #include "meshtrain/data/tokenizer.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 using namespace meshtrain::data;

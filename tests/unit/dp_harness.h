@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "meshtrain/io/safetensors.h"
+#include "test_paths.h"
 
 namespace dp_test {
 

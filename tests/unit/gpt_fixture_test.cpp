@@ -19,6 +19,7 @@
 #include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/nn/gpt.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 using meshtrain::testing::expect_close;

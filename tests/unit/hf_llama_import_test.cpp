@@ -15,6 +15,7 @@
 #include "meshtrain/io/hf_llama.h"
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/nn/llama_spec.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 namespace fs = std::filesystem;

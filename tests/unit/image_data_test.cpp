@@ -19,6 +19,7 @@
 #include "meshtrain/data/image_decode.h"
 #include "meshtrain/data/image_prepare.h"
 #include "meshtrain/data/image_shards.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 using namespace meshtrain::data;

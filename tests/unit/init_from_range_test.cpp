@@ -23,6 +23,7 @@
 #include "meshtrain/nn/gpt_spec.h"
 #include "meshtrain/nn/llama_spec.h"
 #include "meshtrain/nn/shard_slicing.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 namespace fs = std::filesystem;

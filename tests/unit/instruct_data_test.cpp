@@ -15,6 +15,7 @@
 #include "meshtrain/data/instruct_prepare.h"
 #include "meshtrain/data/token_shard.h"
 #include "meshtrain/data/tokenizer.h"
+#include "test_paths.h"
 
 using namespace meshtrain::data;
 namespace fs = std::filesystem;

@@ -12,6 +12,7 @@
 #include "meshtrain/core/rng.h"
 #include "meshtrain/io/gpt_model_file.h"
 #include "meshtrain/io/safetensors.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 namespace fs = std::filesystem;

@@ -23,6 +23,7 @@
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/nn/llama.h"
 #include "meshtrain/nn/model_registry.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 using meshtrain::testing::expect_close;

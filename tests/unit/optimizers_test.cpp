@@ -23,6 +23,7 @@
 #include "meshtrain/optim/lamb.h"
 #include "meshtrain/optim/lars.h"
 #include "meshtrain/optim/optimizer.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 

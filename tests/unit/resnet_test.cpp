@@ -18,6 +18,7 @@
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/nn/model_registry.h"
 #include "meshtrain/nn/resnet.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 using meshtrain::testing::expect_close;

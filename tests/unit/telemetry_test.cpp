@@ -26,6 +26,7 @@
 #include "meshtrain/telemetry/step_timer.h"
 #include "meshtrain/telemetry/tensorboard_writer.h"
 #include "meshtrain/telemetry/trace_writer.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace meshtrain;

@@ -15,6 +15,7 @@
 #include "meshtrain/data/shared_piece_cache.h"
 #include "meshtrain/data/tokenizer.h"
 #include "meshtrain/data/utf8.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 using namespace meshtrain::data;
