@@ -332,6 +332,8 @@ void run_train(const TrainArgs& a) {
   o.checkpoint.keep_last = c.checkpoint.keep_last;
   o.checkpoint.milestone_every = c.checkpoint.milestone_every;
   o.checkpoint.async = c.checkpoint.async;
+  o.checkpoint.memory_every = c.checkpoint.memory_every;
+  o.checkpoint.memory_dir = c.checkpoint.memory_dir;
   o.checkpoint.resume = c.checkpoint.resume;
   o.device = parse_device(c.device);
   if (world.size > 1) {

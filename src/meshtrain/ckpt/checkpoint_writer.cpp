@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "meshtrain/ckpt/buddy_copies.h"
 #include "meshtrain/ckpt/shard_file.h"
 #include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/error.h"
@@ -30,6 +31,9 @@ using json = nlohmann::json;
 
 namespace {
 
+// Each rank's entry in the allgather after its shard: written (0/1), file
+// bytes, file CRC32C, size of its state blob.
+constexpr size_t kGathered = 4;
 // Snapshots in host memory at once: one being written, one waiting. A third
 // save waits for the oldest, bounding memory at two copies of the shard.
 constexpr int kMaxInFlight = 2;
@@ -157,6 +161,7 @@ struct CheckpointWriter::Impl {
   comm::Communicator comm;  // private: only save collectives run on it
   bool have_comm = false;
   int rank = 0, world = 1;
+  NodeMap nodes;  // buddy_copies only
 
   struct Job {
     SaveRequest meta;  // buffers[].data point into `snapshot` once it is taken
@@ -200,7 +205,12 @@ struct CheckpointWriter::Impl {
   void take_snapshot(Job& job, bool parallel);
   SaveStats write(const Job& job);
   void write_index_rank0(const Job& job, const std::string& dir,
-                         const std::vector<int64_t>& gathered);
+                         const std::vector<int64_t>& gathered,
+                         const std::vector<std::string>& rank_blobs);
+  // Buddy copies: the shard to the buddy's node, every rank's state blob to
+  // rank 0 (whose node does not hold every shard file); "" or what failed.
+  std::string copy_to_buddies(const std::string& dir, const std::vector<int64_t>& gathered,
+                              const std::string& blob, std::vector<std::string>& rank_blobs);
   void run_worker();
   void run_snapshotter();
   // A job that will not be written (its copy failed): frees its slot.
@@ -266,19 +276,41 @@ void CheckpointWriter::Impl::drop_locked(Job& job) {
   cv.notify_all();
 }
 
+std::string CheckpointWriter::Impl::copy_to_buddies(const std::string& dir,
+                                                    const std::vector<int64_t>& gathered,
+                                                    const std::string& blob,
+                                                    std::vector<std::string>& rank_blobs) {
+  if (!have_comm) return "";
+  std::vector<int64_t> bytes, blob_sizes;
+  for (int r = 0; r < world; ++r) {
+    bytes.push_back(gathered[kGathered * r + 1]);
+    blob_sizes.push_back(gathered[kGathered * r + 3]);
+  }
+  try {
+    exchange_buddy_shards(comm, nodes, dir, bytes);
+    rank_blobs = gather_rank_blobs(comm, blob, blob_sizes);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 void CheckpointWriter::Impl::write_index_rank0(const Job& job, const std::string& dir,
-                                               const std::vector<int64_t>& gathered) {
+                                               const std::vector<int64_t>& gathered,
+                                               const std::vector<std::string>& rank_blobs) {
   CheckpointIndex index = index_skeleton(job.meta, world);
   for (int r = 0; r < world; ++r) {
     FileEntry f;
     f.path = shard_file_name(r, world);
     f.rank = r;
-    f.bytes = static_cast<uint64_t>(gathered[3 * r + 1]);
-    f.crc32c = static_cast<uint32_t>(gathered[3 * r + 2]);
+    f.bytes = static_cast<uint64_t>(gathered[kGathered * r + 1]);
+    f.crc32c = static_cast<uint32_t>(gathered[kGathered * r + 2]);
     for (const auto& b : job.meta.buffers) f.ranges[b.name] = shard_range(b.numel, world, r);
     index.files.push_back(f);
     if (r == rank) {
       index.ranks.push_back(rank_state_from(rank_state_json(job.meta, r)));
+    } else if (!rank_blobs.empty()) {
+      index.ranks.push_back(rank_state_from(json::parse(rank_blobs[r])));
     } else {
       // The other ranks' own state travels in their shard files' metadata.
       const std::string path = (fs::path(dir) / f.path).string();
@@ -291,7 +323,8 @@ void CheckpointWriter::Impl::write_index_rank0(const Job& job, const std::string
   if (opt.skip_index_for_testing) return;
   write_index(dir, index);
   write_latest_pointer(opt.root, job.meta.step);
-  apply_retention(opt.root, opt.keep_last, opt.milestone_every);
+  // A node root of the memory tier holds only some shards: replicate_index prunes it.
+  if (!opt.buddy_copies) apply_retention(opt.root, opt.keep_last, opt.milestone_every);
 }
 
 SaveStats CheckpointWriter::Impl::write(const Job& job) {
@@ -300,6 +333,7 @@ SaveStats CheckpointWriter::Impl::write(const Job& job) {
   const std::string dir = step_dir(opt.root, job.meta.step);
   std::string err;
   ShardFileResult res;
+  const std::string blob = rank_state_json(job.meta, rank).dump();
   try {
     fs::create_directories(dir);
     std::map<std::string, std::string> meta{
@@ -307,7 +341,7 @@ SaveStats CheckpointWriter::Impl::write(const Job& job) {
         {"step", std::to_string(job.meta.step)},
         {"rank", std::to_string(rank)},
         {"world_size", std::to_string(world)},
-        {"rank_state", rank_state_json(job.meta, rank).dump()}};
+        {"rank_state", blob}};
     remove_stale_files(dir, rank, world);
     res = write_shard_file((fs::path(dir) / shard_file_name(rank, world)).string(), job.slices, meta);
   } catch (const std::exception& e) {
@@ -319,23 +353,32 @@ SaveStats CheckpointWriter::Impl::write(const Job& job) {
   // Every rank learns every rank's outcome, size and checksum; this is also
   // the barrier after which rank 0 may write the index.
   std::vector<int64_t> mine{err.empty() ? 1 : 0, static_cast<int64_t>(res.bytes),
-                            static_cast<int64_t>(res.crc32c)};
-  std::vector<int64_t> all(3 * static_cast<size_t>(world));
+                            static_cast<int64_t>(res.crc32c), static_cast<int64_t>(blob.size())};
+  std::vector<int64_t> all(kGathered * static_cast<size_t>(world));
   if (have_comm)
     comm.allgather(mine.data(), all.data(), all.size(), DType::I64).wait();
   else
     all = mine;
   std::string failed;
   for (int r = 0; r < world; ++r)
-    if (all[3 * r] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+    if (all[kGathered * r] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
   if (!failed.empty())
     fail("checkpoint {}: rank(s) {} could not write their shard file{}", dir, failed,
          err.empty() ? "" : " (this rank: " + err + ")");
+  std::vector<std::string> rank_blobs;
+  if (opt.buddy_copies) {
+    const std::string buddy_err = copy_to_buddies(dir, all, blob, rank_blobs);
+    int64_t copied = buddy_err.empty() ? 1 : 0;
+    if (have_comm) copied = comm.allreduce_scalar(copied, comm::ReduceOp::Min);
+    if (!copied)
+      fail("checkpoint {}: buddy copies failed{}", dir,
+           buddy_err.empty() ? " on another rank" : ": " + buddy_err);
+  }
 
   std::string index_err;
   if (rank == 0) {
     try {
-      write_index_rank0(job, dir, all);
+      write_index_rank0(job, dir, all, rank_blobs);
     } catch (const std::exception& e) {
       index_err = e.what();
     }
@@ -344,6 +387,10 @@ SaveStats CheckpointWriter::Impl::write(const Job& job) {
   if (have_comm) ok = comm.allreduce_scalar(ok, comm::ReduceOp::Min);
   if (!ok)
     fail("checkpoint {}: {}", dir, rank == 0 ? index_err : "rank 0 could not write the index");
+  if (opt.buddy_copies && !opt.skip_index_for_testing) {
+    if (have_comm) replicate_index(comm, nodes, opt.root, job.meta.step, opt.keep_last);
+    else prune_node_root(opt.root, opt.keep_last);
+  }
 
   SaveStats s;
   s.step = job.meta.step;
@@ -426,6 +473,8 @@ CheckpointWriter::CheckpointWriter(WriterOptions options, comm::Communicator* co
     impl_->rank = impl_->comm.rank();
     impl_->world = impl_->comm.size();
   }
+  if (impl_->opt.buddy_copies)
+    impl_->nodes = impl_->have_comm ? gather_node_map(impl_->comm) : NodeMap{{0}};
   if (impl_->rank == 0) fs::create_directories(impl_->opt.root);
   MT_CHECK(impl_->opt.async || !impl_->opt.snapshot_in_background,
            "checkpoint writer: snapshot_in_background needs async saves");

@@ -79,6 +79,11 @@ struct WriterOptions {
   int64_t milestone_every = 0;  // also keep steps that are multiples of this; 0 = none
   // save() returns before the snapshot copy: see wait_for_snapshot().
   bool snapshot_in_background = false;
+  // Buddy copies, the memory tier (buddy_copies.h): `root` is this rank's
+  // node's memory, each rank's shard is also stored under its buddy's node
+  // root (a rank on another node), and every node root gets the index and
+  // keeps the newest `keep_last` steps.
+  bool buddy_copies = false;
   // Test hook: stop after the shard files, before the index (a simulated crash).
   bool skip_index_for_testing = false;
   // Test hook: the snapshot thread sleeps this long before each copy (so a

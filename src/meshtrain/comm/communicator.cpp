@@ -282,6 +282,7 @@ std::pair<Communicator*, Communicator*> CommImpl::groups(const OpContext& ctx) {
 // ---------------------------------------------------------------- accessors
 
 int Communicator::rank() const { return impl_ ? impl_->rank() : -1; }
+int Communicator::node_id() const { return impl_ ? impl_->placement.node_id : 0; }
 int Communicator::size() const { return impl_ ? impl_->size() : 0; }
 std::string_view Communicator::transport() const { return impl_ ? impl_->transport->kind() : "none"; }
 const std::string& Communicator::name() const {

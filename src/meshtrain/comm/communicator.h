@@ -65,6 +65,9 @@ class Communicator {
   int rank() const;
   int size() const;
   std::string_view transport() const;  // "shm" or "mpi"
+  // This rank's node (real, or emulated with comm.node_size): the unit of the
+  // two-level algorithms and of buddy checkpoint copies.
+  int node_id() const;
   const std::string& name() const;
 
   // Collective: ranks with the same color form a new communicator, ordered

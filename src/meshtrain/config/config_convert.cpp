@@ -284,6 +284,11 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.checkpoint.keep_last = r.small_int("checkpoint.keep_last", 0);
   c.checkpoint.milestone_every = r.integer("checkpoint.milestone_every", 0, INT64_MAX);
   c.checkpoint.async = r.boolean("checkpoint.async");
+  c.checkpoint.memory_every = r.integer("checkpoint.memory_every", 0, INT64_MAX);
+  c.checkpoint.memory_dir = r.string("checkpoint.memory_dir");
+  if (c.checkpoint.memory_every > 0 && c.checkpoint.memory_dir.empty())
+    r.error("checkpoint.memory_dir", "must name a directory in node-local memory (a tmpfs such "
+            "as /dev/shm) when checkpoint.memory_every is set");
   c.checkpoint.resume = r.string("checkpoint.resume");
   if (c.checkpoint.resume.empty())
     r.error("checkpoint.resume", "must be \"auto\", \"never\" or a checkpoint directory, got \"\"");

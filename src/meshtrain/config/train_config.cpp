@@ -102,6 +102,8 @@ J to_json(const TrainConfig& c) {
   ckpt["keep_last"] = c.checkpoint.keep_last;
   ckpt["milestone_every"] = c.checkpoint.milestone_every;
   ckpt["async"] = c.checkpoint.async;
+  ckpt["memory_every"] = c.checkpoint.memory_every;
+  ckpt["memory_dir"] = c.checkpoint.memory_dir;
   ckpt["resume"] = c.checkpoint.resume;
   j["checkpoint"] = ckpt;
   J tel;

@@ -133,6 +133,8 @@ struct CheckpointSection {
   int keep_last = 3;    // 0 = keep all
   int64_t milestone_every = 0;  // also keep steps that are multiples of this; 0 = none
   bool async = true;    // write in the background
+  int64_t memory_every = 0;  // steps between buddy copies in memory; 0 = none
+  std::string memory_dir = "/dev/shm";  // node-local memory (a tmpfs) for them
   std::string resume = "auto";  // auto | never | a checkpoint directory (step dir or root)
 };
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "meshtrain/ckpt/memory_tier.h"
 #include "meshtrain/ckpt/model_checkpoint.h"
 #include "meshtrain/ckpt/resume.h"
 #include "meshtrain/core/error.h"
@@ -27,6 +28,45 @@ int64_t saved_global_batch(const ckpt::ResumeResult& r) {
   if (r.state.rng.is_object() && r.state.rng.contains("global_batch"))
     return r.state.rng["global_batch"].get<int64_t>();
   return 0;  // unknown: taken as unchanged
+}
+
+// The in-memory copies (ckpt/memory_tier.h) when they are at least as new as
+// the disk's newest checkpoint and load on every rank; nullopt otherwise,
+// with `note` saying why when there was something to say.
+std::optional<ckpt::ResumeResult> resume_from_memory(const CheckpointOptions& opt,
+                                                     const std::vector<ckpt::FillRequest>& fills,
+                                                     const ckpt::ResumeOptions& ro,
+                                                     std::string& note, std::string& warning) {
+  const std::string store = ckpt::memory_store(opt.memory_dir, opt.dir);
+  // By name only: the restart opens no file of the disk checkpoint to decide.
+  int64_t disk = opt.dir.empty() ? -1 : ckpt::newest_indexed_step(opt.dir);
+  if (ro.comm) disk = ro.comm->allreduce_scalar(disk, comm::ReduceOp::Max);
+  const std::optional<ckpt::MemoryCheckpoint> mem =
+      ckpt::gather_memory_checkpoint(ro.comm, store, std::max<int64_t>(disk, 0));
+  if (!mem) {
+    if (fs::exists(store))
+      warning = fmt::format("no in-memory checkpoint{} survives in every shard (a rank and its "
+                            "buddy lost?): reading the disk", disk >= 0 ? fmt::format(
+                            " as new as the disk's step {}", disk) : std::string());
+    return std::nullopt;
+  }
+  std::optional<ckpt::ResumeResult> r;
+  std::string err;
+  try {
+    r = ckpt::load_checkpoint(mem->dir, fills, ro);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  int64_t ok = r ? 1 : 0;
+  if (ro.comm) ok = ro.comm->allreduce_scalar(ok, comm::ReduceOp::Min);
+  if (!ok) {
+    warning = fmt::format("the in-memory checkpoint of step {} did not load ({}): reading the disk",
+                          mem->step, err.empty() ? "on another rank" : err);
+    return std::nullopt;
+  }
+  note = fmt::format("in-memory copies of step {}; this node received {} file(s), {} bytes, from "
+                     "other nodes' memory", mem->step, mem->files_received, mem->bytes_received);
+  return r;
 }
 
 }  // namespace
@@ -62,10 +102,18 @@ std::optional<ResumePoint> resume_from_checkpoint(const CheckpointOptions& opt, 
   ro.comm = comm && comm->valid() ? comm : nullptr;
   ro.warn = nullptr;  // the caller reports ResumePoint::skipped, once
   std::optional<ckpt::ResumeResult> r;
-  if (opt.resume == "auto") {
-    if (opt.dir.empty() || !fs::exists(opt.dir)) return std::nullopt;
-    r = ckpt::resume_latest(opt.dir, fills, ro);
-    if (!r) return std::nullopt;
+  std::string memory_note, memory_warning;
+  if (opt.resume == "auto" && opt.memory_every > 0)
+    r = resume_from_memory(opt, fills, ro, memory_note, memory_warning);
+  if (r) {
+  } else if (opt.resume == "auto") {
+    if (!opt.dir.empty() && fs::exists(opt.dir)) r = ckpt::resume_latest(opt.dir, fills, ro);
+    if (!r) {
+      // Starting fresh: still say why the memory tier had nothing.
+      if (!memory_warning.empty() && (!ro.comm || ro.comm->rank() == 0))
+        fmt::print(stderr, "warning: {}\n", memory_warning);
+      return std::nullopt;
+    }
   } else if (fs::exists(fs::path(opt.resume) / ckpt::kIndexFileName)) {
     r = ckpt::load_checkpoint(opt.resume, fills, ro);
   } else {
@@ -82,6 +130,8 @@ std::optional<ResumePoint> resume_from_checkpoint(const CheckpointOptions& opt, 
   p.step = r->index.step;
   p.position = r->state.data_position;
   p.skipped = r->skipped;
+  if (!memory_warning.empty()) p.skipped.insert(p.skipped.begin(), memory_warning);
+  p.memory_note = memory_note;
   p.loss_scaler = r->index.loss_scaler;
   const nlohmann::json& cfg = r->index.config;
   if (cfg.is_object() && cfg.contains("train") && cfg["train"].is_object() &&
@@ -109,7 +159,8 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
                                            std::optional<ckpt::ElemRange> own_params,
                                            const ModelParallelCheckpoint* tp) {
   if (opt.resume == "never") return std::nullopt;
-  if (opt.resume == "auto" && (opt.dir.empty() || !fs::exists(opt.dir))) return std::nullopt;
+  if (opt.resume == "auto" && opt.memory_every <= 0 && (opt.dir.empty() || !fs::exists(opt.dir)))
+    return std::nullopt;
   std::optional<ResumePoint> p =
       resume_from_checkpoint(opt, model, optimizer, comm, global_batch, own_params, tp);
   optimizer.release_state();  // filled or not, the fill targets are done with
@@ -120,13 +171,30 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
 
 TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::Communicator* comm,
                                            nlohmann::json config, ckpt::MeshShape mesh,
-                                           int64_t global_batch, const ModelParallelCheckpoint* tp)
+                                           int64_t global_batch, const ModelParallelCheckpoint* tp,
+                                           int64_t start_step)
     : every_(opt.every), config_(std::move(config)), mesh_(mesh), global_batch_(global_batch),
-      tp_(tp) {
-  if (every_ <= 0) return;
+      tp_(tp), memory_every_(opt.memory_every), comm_(comm && comm->valid() ? comm : nullptr) {
+  if (every_ > 0) writer_ = make_writer(opt, opt.dir, false);
+  if (memory_every_ > 0) {
+    MT_CHECK(!opt.dir.empty(), "checkpoint.memory_every = {} needs a checkpoint.dir (the copies "
+             "are named after it, and the disk is the fallback)", memory_every_);
+    memory_store_ = ckpt::memory_store(opt.memory_dir, opt.dir);
+    ckpt::clear_memory_store(comm_, memory_store_, start_step);
+    CheckpointOptions mem = opt;
+    mem.keep_last = 2;  // the newest complete copy while the next one is written
+    mem.milestone_every = 0;
+    memory_writer_ = make_writer(mem, ckpt::memory_node_root(memory_store_, comm_ ? comm_->node_id() : 0),
+                                 true);
+  }
+}
+
+std::unique_ptr<ckpt::CheckpointWriter> TrainingCheckpointer::make_writer(const CheckpointOptions& opt,
+                                                                          const std::string& root,
+                                                                          bool buddy_copies) {
   MT_CHECK(!opt.dir.empty(), "checkpoint.every = {} needs a checkpoint.dir", every_);
   ckpt::WriterOptions wo;
-  wo.root = opt.dir;
+  wo.root = root;
   wo.async = opt.async;
   wo.snapshot_in_background = opt.async;
   wo.snapshot_delay_s_for_testing = opt.snapshot_delay_s_for_testing;
@@ -136,14 +204,15 @@ TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::C
     wo.snapshot_delay_s_for_testing = std::atof(d) / 1e3;
   wo.keep_last = opt.keep_last;
   wo.milestone_every = opt.milestone_every;
-  writer_ = std::make_unique<ckpt::CheckpointWriter>(wo, comm && comm->valid() ? comm : nullptr);
+  wo.buddy_copies = buddy_copies;
+  return std::make_unique<ckpt::CheckpointWriter>(wo, comm_);
 }
 
 double TrainingCheckpointer::save(int64_t step, const Model& model, Optimizer& optimizer,
                                   data::LoaderPosition next,
                                   std::optional<ckpt::ElemRange> own_params,
                                   const nlohmann::json& loss_scaler) {
-  MT_CHECK(writer_, "save() without checkpoint.every");
+  MT_CHECK(writer_ || memory_writer_, "save() without checkpoint.every or checkpoint.memory_every");
   const double t0 = now_s();
   ckpt::SaveRequest req;
   if (tp_) {
@@ -169,16 +238,20 @@ double TrainingCheckpointer::save(int64_t step, const Model& model, Optimizer& o
   // A fresh run (checkpoint.resume = never) may rewrite a step an earlier run
   // saved: its old index goes first, so the directory reads as torn, never as
   // complete with a mix of old and new shards. Rank 0 writes the index last.
-  if (writer_->rank() == 0)
-    fs::remove(fs::path(ckpt::step_dir(writer_->options().root, step)) / ckpt::kIndexFileName);
-  writer_->save(req);
+  // (The memory tier's later steps were cleared at the start.)
+  if (writer_ && disk_due(step)) {
+    if (writer_->rank() == 0)
+      fs::remove(fs::path(ckpt::step_dir(writer_->options().root, step)) / ckpt::kIndexFileName);
+    writer_->save(req);
+  }
+  if (memory_due(step)) memory_writer_->save(req);
   return now_s() - t0;
 }
 
 ckpt::SaveRequest TrainingCheckpointer::logical_request(int64_t step, const Model& model, Optimizer& optimizer,
                                                         std::optional<ckpt::ElemRange> own_params) {
-  // The previous save's snapshot reads blocks_: it must be taken first.
-  writer_->wait_for_snapshot();
+  // The previous save's snapshots read blocks_: they must be taken first.
+  wait_for_snapshot();
   const ckpt::ElemRange p = own_params.value_or(ckpt::ElemRange{0, model.param_buffer().numel()});
   const ckpt::ElemRange o{optimizer.begin(), optimizer.end()};
   const std::vector<OptimizerState> states = optimizer.state();
@@ -201,11 +274,19 @@ ckpt::SaveRequest TrainingCheckpointer::logical_request(int64_t step, const Mode
 }
 
 double TrainingCheckpointer::wait_for_snapshot() {
-  return writer_ ? writer_->wait_for_snapshot() : 0.0;
+  double waited = writer_ ? writer_->wait_for_snapshot() : 0.0;
+  if (memory_writer_) waited += memory_writer_->wait_for_snapshot();
+  return waited;
 }
 
 void TrainingCheckpointer::wait() {
   if (writer_) writer_->wait();
+  if (memory_writer_) memory_writer_->wait();
+}
+
+void TrainingCheckpointer::finish() {
+  wait();
+  if (memory_writer_) ckpt::clear_memory_store(comm_, memory_store_);
 }
 
 }  // namespace meshtrain

@@ -26,6 +26,11 @@ struct CheckpointOptions {
   int keep_last = 3;            // 0 = keep all
   int64_t milestone_every = 0;  // also keep multiples of this; 0 = none
   bool async = true;              // async saves also take their snapshot in the background
+  // Buddy copies in memory (ckpt/buddy_copies.h) every this many steps and at
+  // every disk save; 0 = none. A restart takes them before the disk when
+  // they are at least as new.
+  int64_t memory_every = 0;
+  std::string memory_dir = "/dev/shm";  // node-local memory; the run's store is under it
   double snapshot_delay_s_for_testing = 0;  // test hook (ckpt::WriterOptions)
   std::function<void(ckpt::SaveStage, int64_t)> on_save_stage_for_testing;  // test hook (the same)
   std::string resume = "never";  // "auto" | "never" | a checkpoint directory
@@ -37,6 +42,7 @@ struct ResumePoint {
   int64_t step = 0;                  // steps already taken: the loop continues at step + 1
   data::LoaderPosition position;     // the next global batch
   std::vector<std::string> skipped;  // newer checkpoints passed over, with reasons
+  std::string memory_note;           // resumed from in-memory copies: what this node received
   std::string data_note;             // non-empty when the data order cannot continue exactly
   nlohmann::json loss_scaler;        // fp16 loss scaler state (null: none saved)
   int64_t budgeted_steps = 0;        // the length train.max_minutes decided (0: none)
@@ -61,10 +67,14 @@ class TrainingCheckpointer {
  public:
   // `comm`: the ranks that write (the dp group, or the world under tensor
   // parallelism, with `tp` set); `mesh` is recorded in the index.
+  // `start_step`: where this run began (0, or the step it resumed from); the
+  // in-memory copies of later steps are cleared (they will be saved again).
   TrainingCheckpointer(const CheckpointOptions& opt, comm::Communicator* comm,
                        nlohmann::json config, ckpt::MeshShape mesh, int64_t global_batch,
-                       const ModelParallelCheckpoint* tp = nullptr);
-  bool due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
+                       const ModelParallelCheckpoint* tp = nullptr, int64_t start_step = 0);
+  bool due(int64_t step) const { return disk_due(step) || memory_due(step); }
+  // A save of this step goes to the checkpoint directory (not only to memory).
+  bool disk_due(int64_t step) const { return every_ > 0 && step % every_ == 0; }
   // Records the run length train.max_minutes decided in the configuration
   // every later checkpoint saves (ResumePoint::budgeted_steps reads it back).
   void set_budgeted_steps(int64_t steps) { config_["train"]["budgeted_steps"] = steps; }
@@ -84,8 +94,18 @@ class TrainingCheckpointer {
   double wait_for_snapshot();
   // Blocks until every save is complete; re-throws a background error.
   void wait();
+  // Collective, at the end of a run that finished: wait(), then the run's
+  // in-memory copies are removed.
+  void finish();
 
  private:
+  // In-memory copies are also taken with every disk save, so they are never
+  // older than the disk's newest checkpoint.
+  bool memory_due(int64_t step) const {
+    return memory_writer_ && (disk_due(step) || step % memory_every_ == 0);
+  }
+  std::unique_ptr<ckpt::CheckpointWriter> make_writer(const CheckpointOptions& opt,
+                                                      const std::string& root, bool buddy_copies);
   // Tensor parallelism: the save in the logical layout (model_parallel_checkpoint.h).
   ckpt::SaveRequest logical_request(int64_t step, const Model& model, Optimizer& optimizer,
                                     std::optional<ckpt::ElemRange> own_params);
@@ -99,6 +119,11 @@ class TrainingCheckpointer {
   // is taken.
   std::vector<std::vector<float>> blocks_;
   std::unique_ptr<ckpt::CheckpointWriter> writer_;
+  // The memory tier (buddy copies), when checkpoint.memory_every is set.
+  int64_t memory_every_ = 0;
+  std::string memory_store_;
+  comm::Communicator* comm_ = nullptr;
+  std::unique_ptr<ckpt::CheckpointWriter> memory_writer_;
 };
 
 }  // namespace meshtrain

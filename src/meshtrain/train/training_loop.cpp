@@ -53,7 +53,8 @@ void TrainingRun::loop() {
       opt_.checkpoint, mp_ckpt_ ? world_comm() : comm_,
       opt_.resolved_config_json.empty() ? nlohmann::json::object()
                                        : nlohmann::json::parse(opt_.resolved_config_json),
-      ckpt::MeshShape{mesh_.size(parallel::Axis::DP), opt_.tp, opt_.pp}, global_batch_, mp_ckpt_.get());
+      ckpt::MeshShape{mesh_.size(parallel::Axis::DP), opt_.tp, opt_.pp}, global_batch_, mp_ckpt_.get(),
+      start_step_);
   // An async save's snapshot is copied while the next step's forward and
   // backward run; the update, the first write to what it copies, waits for it.
   stepper_->set_before_update([&checkpoints] { return checkpoints->wait_for_snapshot(); });
@@ -61,6 +62,9 @@ void TrainingRun::loop() {
     say(fmt::format("checkpoints: every {} steps to {} ({}, keep last {})", opt_.checkpoint.every,
                     opt_.checkpoint.dir, opt_.checkpoint.async ? "async" : "sync",
                     opt_.checkpoint.keep_last));
+  if (opt_.checkpoint.memory_every > 0)
+    say(fmt::format("in-memory checkpoints with buddy copies: every {} steps and with each disk "
+                    "checkpoint, in {}", opt_.checkpoint.memory_every, opt_.checkpoint.memory_dir));
 
   // MFU is quoted against the GEMM rate this rank's threads reach in the
   // precision the GEMMs run in (measured once): the bf16 GEMM for bf16, so a
@@ -206,8 +210,10 @@ void TrainingRun::loop() {
       const double stall =
           checkpoints->save(step + 1, *model_, stepper_->optimizer(), train_->position(), own_params_,
                            mixed_->state());
-      note(fmt::format("step {:>6} | checkpoint {}/step_{:08d} ({}; training waited {:.1f} ms)",
-                       step + 1, opt_.checkpoint.dir, step + 1,
+      const std::string where = checkpoints->disk_due(step + 1)
+                                    ? fmt::format("{}/step_{:08d}", opt_.checkpoint.dir, step + 1)
+                                    : std::string("in memory with buddy copies");
+      note(fmt::format("step {:>6} | checkpoint {} ({}; training waited {:.1f} ms)", step + 1, where,
                        opt_.checkpoint.async ? "writing in the background" : "written",
                        stall * 1e3));
     }
@@ -274,7 +280,9 @@ void TrainingRun::loop() {
     }
   }
   if (progress) progress->finish();
-  checkpoints->wait();  // every save complete (index written) before the run ends
+  // Every save complete (index written) before the run ends; the in-memory
+  // copies of a finished run are removed.
+  checkpoints->finish();
   stepper_->set_before_update(nullptr);  // the checkpointer goes with this scope
   // Replicas that drifted apart would be a bug; checked in debug mode.
   if (opt_.dp.verify) sync_->verify_replicas();

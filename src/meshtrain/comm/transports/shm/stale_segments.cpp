@@ -50,7 +50,8 @@ std::vector<std::string> find_stale_segments(std::chrono::seconds min_age) {
     if (std::strncmp(e->d_name, "mt-", 3) != 0 || live.count(e->d_name)) continue;
     struct stat st {};
     if (stat((std::string(kShmDir) + e->d_name).c_str(), &st) != 0) continue;
-    if (st.st_uid != getuid() || now - st.st_mtime < min_age.count()) continue;
+    // Segments are files (a run's in-memory checkpoints are a directory, not theirs).
+    if (!S_ISREG(st.st_mode) || st.st_uid != getuid() || now - st.st_mtime < min_age.count()) continue;
     stale.emplace_back(e->d_name);
   }
   closedir(d);
