@@ -62,9 +62,17 @@ void TrainingRun::loop() {
     say(fmt::format("checkpoints: every {} steps to {} ({}, keep last {})", opt_.checkpoint.every,
                     opt_.checkpoint.dir, opt_.checkpoint.async ? "async" : "sync",
                     opt_.checkpoint.keep_last));
-  if (opt_.checkpoint.memory_every > 0)
+  if (opt_.checkpoint.memory_every > 0) {
+    // A rank's shard: its 1/dp of the f32 parameters and optimizer states;
+    // its node keeps it and a buddy's, for two steps.
+    const double shard_mb = 4.0 * static_cast<double>(model_->param_buffer().numel()) *
+                            static_cast<double>(1 + stepper_->optimizer().state().size()) /
+                            mesh_.size(parallel::Axis::DP) / 1e6;
     say(fmt::format("in-memory checkpoints with buddy copies: every {} steps and with each disk "
-                    "checkpoint, in {}", opt_.checkpoint.memory_every, opt_.checkpoint.memory_dir));
+                    "checkpoint, in {} (about {:.1f} MB of node memory per rank: its shard and a "
+                    "buddy's, two steps each)", opt_.checkpoint.memory_every,
+                    opt_.checkpoint.memory_dir, 4 * shard_mb));
+  }
 
   // MFU is quoted against the GEMM rate this rank's threads reach in the
   // precision the GEMMs run in (measured once): the bf16 GEMM for bf16, so a
