@@ -47,6 +47,11 @@ struct SaveBuffer {
   Device device = Device::cpu();
 };
 
+// Per-rank state (each rank's own, e.g. an error-feedback residual): rank
+// `rank` of `world` saves its `n` f32 elements as block `rank` of a buffer of
+// world x n elements (resume.h: FillRequest::per_rank_block reads it back).
+SaveBuffer per_rank_save_buffer(const std::string& name, const void* data, int64_t n, int rank, int world);
+
 // Everything one save records. Fields other than buffers, data_position and
 // rng must be the same on every rank (rank 0's go into the index).
 struct SaveRequest {

@@ -4,10 +4,35 @@
 
 #include <fmt/format.h>
 
+#include "meshtrain/ckpt/checkpoint_writer.h"
 #include "meshtrain/core/device_runtime.h"
 #include "meshtrain/core/error.h"
 
 namespace meshtrain::ckpt {
+
+SaveBuffer per_rank_save_buffer(const std::string& name, const void* data, int64_t n, int rank, int world) {
+  return {name, DType::F32, n * world, data, {n * rank, n * (rank + 1)}};
+}
+
+namespace {
+
+// The range a per-rank fill reads: this rank's block, or rank (r mod W')'s
+// of a checkpoint saved by W' ranks (noted in `warnings`).
+ElemRange per_rank_range(const FillRequest& f, const BufferEntry& b, int rank, int world,
+                         const std::string& dir, std::vector<std::string>& warnings) {
+  const int64_t n = f.per_rank_block;
+  MT_CHECK(b.numel % n == 0, "checkpoint {}: per-rank buffer '{}' has {} elements, not a multiple of "
+           "this rank's {}", dir, f.buffer, b.numel, n);
+  const int64_t saved_world = b.numel / n;
+  if (saved_world != world)
+    warnings.push_back(fmt::format("'{}' holds the state of {} rank(s) and this run has {}: rank r "
+                                   "continues from rank r mod {}'s", f.buffer, saved_world, world,
+                                   saved_world));
+  const int64_t from = rank % saved_world;
+  return {from * n, (from + 1) * n};
+}
+
+}  // namespace
 
 ResumeResult load_checkpoint(const std::string& step_dir, const std::vector<FillRequest>& fills,
                              const ResumeOptions& options) {
@@ -20,9 +45,13 @@ ResumeResult load_checkpoint(const std::string& step_dir, const std::vector<Fill
   // every read has succeeded, so a checkpoint that fails to load leaves them
   // as they were (host buffers are read in place, as before).
   std::vector<std::vector<char>> staged(fills.size());
+  const int rank = options.comm && options.comm->valid() ? options.comm->rank() : options.rank;
+  const int world = options.comm && options.comm->valid() ? options.comm->size() : 1;
   for (size_t i = 0; i < fills.size(); ++i) {
-    const FillRequest& f = fills[i];
+    FillRequest f = fills[i];
     const BufferEntry* b = reader.index().find_buffer(f.buffer);
+    if (b && f.per_rank_block > 0) f.range = per_rank_range(f, *b, rank, world, step_dir, r.warnings);
+    else if (f.per_rank_block > 0) f.range = {0, f.per_rank_block};  // absent: zero-filled below
     if (!b && f.zero_if_absent) {
       // dtype unknown without the buffer: the caller's buffers are f32.
       const size_t bytes = static_cast<size_t>(f.range.count()) * sizeof(float);
@@ -42,7 +71,6 @@ ResumeResult load_checkpoint(const std::string& step_dir, const std::vector<Fill
     if (!fills[i].device.is_cpu() && !staged[i].empty())
       runtime_for(fills[i].device).copy(fills[i].dst, fills[i].device, staged[i].data(), Device::cpu(),
                                         staged[i].size(), default_stream(fills[i].device));
-  const int rank = options.comm && options.comm->valid() ? options.comm->rank() : options.rank;
   r.state = reader.rank_state(rank);
   return r;
 }

@@ -26,7 +26,13 @@ struct FillRequest {
   // Where dst lives: a device's buffer is read into host memory and copied
   // over (through its runtime) once the read has succeeded.
   Device device = Device::cpu();
+  // Per-rank state (checkpoint_writer.h, per_rank_save_buffer): this rank's block of that
+  // many elements, `range` ignored. A checkpoint saved by W' ranks gives rank
+  // r the block of rank r mod W' (a shared buffer of that size: its only
+  // block), and says so in ResumeResult::warnings. 0: an ordinary range.
+  int64_t per_rank_block = 0;
 };
+
 
 struct ResumeOptions {
   bool verify = true;                 // checksum every shard file read
@@ -42,6 +48,7 @@ struct ResumeResult {
   RankState state;         // this rank's data position and RNG blob
   std::vector<std::string> absent_buffers;  // zero-filled (FillRequest::zero_if_absent)
   std::vector<std::string> skipped;         // newer checkpoints passed over, with reasons
+  std::vector<std::string> warnings;        // what did not carry over exactly (per-rank state)
 };
 
 // Fills every request from one checkpoint directory (throws on any problem).

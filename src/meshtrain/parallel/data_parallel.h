@@ -87,6 +87,8 @@ class DataParallel final : public GradientSync {
   void after_resume() override { broadcast_parameters(); }
   void set_gradient_scale(float scale) override { codec_->set_gradient_scale(scale); }
   void update_skipped() override { codec_->discard_feedback(); }
+  SyncState checkpoint_state() override { return codec_->checkpoint_state(); }
+  void restore_counters(const nlohmann::json& j) override { codec_->restore_counters(j); }
   void verify_replicas() override { verify_parameters_equal(); }
   void zero_grad() override;
   void begin_backward(bool last_micro_batch) override;

@@ -20,6 +20,8 @@ class ErrorFeedback {
   // Element i of the flat buffer's residual (null when disabled): the codec
   // writes M - (what it sent) there.
   float* residual() const { return enabled_ ? residual_.data<float>() : nullptr; }
+  // The residual as a tensor (checkpoints); null when disabled.
+  Tensor* residual_tensor() { return enabled_ ? &residual_ : nullptr; }
   int64_t bytes() const { return enabled_ ? static_cast<int64_t>(residual_.nbytes()) : 0; }
   // Multiplies the residual by `factor` (the gradients' scale changed).
   void scale(float factor);

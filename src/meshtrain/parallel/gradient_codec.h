@@ -30,6 +30,7 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/core/elem_span.h"
+#include "meshtrain/parallel/sync_state.h"
 
 namespace meshtrain {
 struct ParamLayout;
@@ -100,6 +101,10 @@ class GradientCodec {
   // The step was skipped (inf/NaN gradients): what the residual holds now
   // came from them and is dropped.
   virtual void discard_feedback() {}
+  // What a checkpoint carries (sync_state.h), and its counters put back
+  // after the tensors were filled.
+  virtual SyncState checkpoint_state() { return {}; }
+  virtual void restore_counters(const nlohmann::json&) {}
 };
 
 // The codec for `opts` (type "none": f32 or bf16 by `grad_dtype`). Collective

@@ -18,6 +18,7 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/core/elem_span.h"
+#include "meshtrain/parallel/sync_state.h"
 
 namespace meshtrain {
 class Model;
@@ -97,6 +98,13 @@ class GradientSync {
   //   after_resume() (every rank then trains on the same weights).
   // Replicated: after_resume broadcasts rank 0's parameters. ZeRO: before
   // broadcasts and (stage 3) shards, after gathers from the owners.
+  // What a checkpoint must carry for a resumed run to continue exactly
+  // (sync_state.h); restore_counters() follows the fill of its tensors.
+  virtual SyncState checkpoint_state() { return {}; }
+  virtual void restore_counters(const nlohmann::json&) {}
+  // The optimizer's state differs between ranks (local SGD's inner steps):
+  // checkpoints keep each rank's own.
+  virtual bool optimizer_state_per_rank() const { return false; }
   virtual void before_resume() {}
   virtual std::optional<ElemSpan> resume_range() const { return std::nullopt; }
   virtual void after_resume() {}

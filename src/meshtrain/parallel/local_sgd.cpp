@@ -55,8 +55,8 @@ void LocalSgd::after_resume() {
   MT_CHECK(model_, "attach() a model before after_resume()");
   comm_.broadcast(model_->param_buffer(), /*root=*/0).wait();
   std::memcpy(anchor_.data<float>(), model_->param_buffer().data<float>(), anchor_.nbytes());
-  if (momentum_.numel() > 0) momentum_.zero_();
-  local_steps_ = 0;
+  // The outer momentum and the step count are the checkpoint's (zero when
+  // starting fresh or resuming a checkpoint without them).
 }
 
 void LocalSgd::after_update() {
@@ -106,6 +106,17 @@ void LocalSgd::verify_replicas() {
   comm_.allreduce(hi.data(), hi.size(), DType::F32, comm::ReduceOp::Max).wait();
   comm_.allreduce(lo.data(), lo.size(), DType::F32, comm::ReduceOp::Min).wait();
   MT_CHECK(hi == lo, "local SGD: the replicas differ right after an average (rank {})", comm_.rank());
+}
+
+SyncState LocalSgd::checkpoint_state() {
+  SyncState s;
+  if (momentum_.numel() > 0) s.tensors.push_back({"sync.outer_momentum", &momentum_, false});
+  s.counters = {{"local_steps", local_steps_}};
+  return s;
+}
+
+void LocalSgd::restore_counters(const nlohmann::json& j) {
+  if (j.is_object()) local_steps_ = j.value("local_steps", local_steps_);
 }
 
 }  // namespace meshtrain::parallel

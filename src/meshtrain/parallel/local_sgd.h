@@ -16,8 +16,9 @@
 // averaged state. The config keeps checkpoint and sampling steps and the
 // step count on multiples of H; a run stopped elsewhere (train.max_minutes)
 // averages early before it saves. The anchor and outer momentum live in host
-// memory (8 bytes per parameter with momentum, 4 without) and are not
-// checkpointed: a resumed run restarts the outer momentum at zero.
+// memory (8 bytes per parameter with momentum, 4 without); checkpoints keep
+// the outer momentum and each rank's inner optimizer state, so a resumed run
+// continues exactly.
 #pragma once
 #include <cstdint>
 
@@ -58,6 +59,12 @@ class LocalSgd final : public GradientSync {
   // Averages now (an early outer step) if the replicas differ.
   void gather_full_parameters() override;
   void verify_replicas() override;
+  // The outer momentum (the same on every rank); each rank's inner
+  // optimizer state is its own (saves land on averaged steps, where the
+  // parameters and the anchor are the same everywhere).
+  SyncState checkpoint_state() override;
+  void restore_counters(const nlohmann::json& j) override;
+  bool optimizer_state_per_rank() const override { return true; }
   // Local steps since the last average (0: the replicas are equal).
   int64_t steps_since_average() const { return local_steps_; }
 

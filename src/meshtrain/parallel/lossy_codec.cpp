@@ -19,6 +19,19 @@ void LossyCodec::set_gradient_scale(float scale) {
   scale_ = scale;
 }
 
+SyncState LossyCodec::checkpoint_state() {
+  SyncState s;
+  if (Tensor* r = ef_.residual_tensor()) s.tensors.push_back({"sync.residual", r, true});
+  s.counters = {{"codec_steps", steps_}, {"codec_scale", scale_}};
+  return s;
+}
+
+void LossyCodec::restore_counters(const nlohmann::json& j) {
+  if (!j.is_object()) return;
+  steps_ = j.value("codec_steps", steps_);
+  scale_ = j.value("codec_scale", scale_);
+}
+
 std::string LossyCodec::schedule_note() const {
   std::string s = opts_.warmup_steps > 0 ? fmt::format(" after {} uncompressed step(s)", opts_.warmup_steps) : "";
   return s + (ef_.enabled() ? ", with error feedback" : ", without error feedback");

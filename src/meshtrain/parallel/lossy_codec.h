@@ -21,6 +21,10 @@ class LossyCodec : public GradientCodec {
   const float* residual() const { return ef_.residual(); }
   void set_gradient_scale(float scale) override;
   void discard_feedback() override { ef_.clear(); }
+  // The residual (each rank's own), the step count the warmup reads and the
+  // scale the residual is kept at.
+  SyncState checkpoint_state() override;
+  void restore_counters(const nlohmann::json& j) override;
 
  protected:
   // Encodes grads[span] (the residual already added), writes the residual

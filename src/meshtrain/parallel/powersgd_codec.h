@@ -33,6 +33,13 @@ class PowerSgdCodec final : public LossyCodec {
   const std::vector<Matrix>& matrices() const { return matrices_; }
   // Elements sent for span: sum of r (n + m) over its matrices plus the rest.
   int64_t sent_elements(ElemSpan span) const;
+  // Also the warm-start Q (the same on every rank). The generator that
+  // refills Q's dependent columns restarts from its seed on resume.
+  SyncState checkpoint_state() override {
+    SyncState s = LossyCodec::checkpoint_state();
+    s.tensors.push_back({"sync.powersgd_q", &q_, false});
+    return s;
+  }
 
  protected:
   std::unique_ptr<BucketReduction> compress(float* grads, ElemSpan span) override;

@@ -128,6 +128,10 @@ class Zero final : public GradientSync {
   void update_skipped() override {
     if (dp_) dp_->update_skipped();
   }
+  SyncState checkpoint_state() override { return dp_ ? dp_->checkpoint_state() : SyncState{}; }
+  void restore_counters(const nlohmann::json& j) override {
+    if (dp_) dp_->restore_counters(j);
+  }
   const CommTiming& timing() const override { return timing_; }
 
   // Collective: the whole f32 model current on rank 0 (only there) and the

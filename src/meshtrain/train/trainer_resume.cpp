@@ -18,7 +18,7 @@ void TrainingRun::resume() {
   // the (logical) checkpoint.
   resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(),
                              mp_ckpt_ ? world_comm() : comm_, global_batch_, own_params_,
-                             mp_ckpt_.get());
+                             mp_ckpt_.get(), sync_);
   start_step_ = resumed_ ? resumed_->step : 0;
   if (resumed_) {
     mixed_->load_state(resumed_->loss_scaler);  // fp16: continue at the saved scale

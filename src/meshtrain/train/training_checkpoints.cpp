@@ -73,11 +73,33 @@ std::optional<ckpt::ResumeResult> resume_from_memory(const CheckpointOptions& op
 
 namespace {
 
+bool is_optimizer_state(Optimizer& optimizer, const std::string& buffer) {
+  for (const OptimizerState& s : optimizer.state())
+    if (s.name == buffer) return true;
+  return false;
+}
+
+// The fills of a gradient-sync strategy's state (tensors zero when absent),
+// and the optimizer's state read per rank when the strategy keeps it so.
+void add_sync_fills(std::vector<ckpt::FillRequest>& fills, parallel::GradientSync& sync,
+                    Optimizer& optimizer) {
+  if (sync.optimizer_state_per_rank())
+    for (ckpt::FillRequest& f : fills)
+      if (is_optimizer_state(optimizer, f.buffer)) f.per_rank_block = f.range.count();
+  for (const parallel::SyncStateTensor& t : sync.checkpoint_state().tensors) {
+    const int64_t n = t.tensor->numel();
+    ckpt::FillRequest f{t.name, {0, n}, t.tensor->raw(), /*zero_if_absent=*/true};
+    if (t.per_rank) f.per_rank_block = n;
+    fills.push_back(f);
+  }
+}
+
 std::optional<ResumePoint> resume_from_checkpoint(const CheckpointOptions& opt, const Model& model,
                                                   Optimizer& optimizer, comm::Communicator* comm,
                                                   int64_t global_batch,
                                                   std::optional<ckpt::ElemRange> own_params,
-                                                  const ModelParallelCheckpoint* tp) {
+                                                  const ModelParallelCheckpoint* tp,
+                                                  parallel::GradientSync* sync) {
   std::vector<ckpt::FillRequest> fills = ckpt::model_fill_requests(model, &optimizer);
   if (tp) {
     // The shard's runs, each from its range of the logical buffers.
@@ -97,6 +119,7 @@ std::optional<ResumePoint> resume_from_checkpoint(const CheckpointOptions& opt, 
       f.dst = model.param_buffer().data<float>() + own_params->begin;
     }
   }
+  if (sync && !tp) add_sync_fills(fills, *sync, optimizer);
   ckpt::ResumeOptions ro;
   ro.model = &model.spec();
   ro.comm = comm && comm->valid() ? comm : nullptr;
@@ -125,12 +148,15 @@ std::optional<ResumePoint> resume_from_checkpoint(const CheckpointOptions& opt, 
              opt.resume);
   }
   ckpt::apply_optimizer_state(*r, &optimizer);
+  if (sync && !tp && r->state.rng.is_object() && r->state.rng.contains("sync"))
+    sync->restore_counters(r->state.rng["sync"]);
   ResumePoint p;
   p.dir = r->dir;
   p.step = r->index.step;
   p.position = r->state.data_position;
   p.skipped = r->skipped;
   if (!memory_warning.empty()) p.skipped.insert(p.skipped.begin(), memory_warning);
+  p.skipped.insert(p.skipped.end(), r->warnings.begin(), r->warnings.end());
   p.memory_note = memory_note;
   p.loss_scaler = r->index.loss_scaler;
   const nlohmann::json& cfg = r->index.config;
@@ -157,12 +183,13 @@ std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const M
                                            Optimizer& optimizer, comm::Communicator* comm,
                                            int64_t global_batch,
                                            std::optional<ckpt::ElemRange> own_params,
-                                           const ModelParallelCheckpoint* tp) {
+                                           const ModelParallelCheckpoint* tp,
+                                           parallel::GradientSync* sync) {
   if (opt.resume == "never") return std::nullopt;
   if (opt.resume == "auto" && opt.memory_every <= 0 && (opt.dir.empty() || !fs::exists(opt.dir)))
     return std::nullopt;
   std::optional<ResumePoint> p =
-      resume_from_checkpoint(opt, model, optimizer, comm, global_batch, own_params, tp);
+      resume_from_checkpoint(opt, model, optimizer, comm, global_batch, own_params, tp, sync);
   optimizer.release_state();  // filled or not, the fill targets are done with
   MT_LOG(Info, Ckpt, "checkpoint.resume = \"{}\": {}", opt.resume,
          p ? fmt::format("resumed from {} at step {}", p->dir, p->step) : std::string("nothing to resume"));
@@ -211,7 +238,8 @@ std::unique_ptr<ckpt::CheckpointWriter> TrainingCheckpointer::make_writer(const 
 double TrainingCheckpointer::save(int64_t step, const Model& model, Optimizer& optimizer,
                                   data::LoaderPosition next,
                                   std::optional<ckpt::ElemRange> own_params,
-                                  const nlohmann::json& loss_scaler) {
+                                  const nlohmann::json& loss_scaler,
+                                  parallel::GradientSync* sync) {
   MT_CHECK(writer_ || memory_writer_, "save() without checkpoint.every or checkpoint.memory_every");
   const double t0 = now_s();
   ckpt::SaveRequest req;
@@ -232,6 +260,7 @@ double TrainingCheckpointer::save(int64_t step, const Model& model, Optimizer& o
   // No trainer RNG carries across steps (samples are seeded by step); the blob
   // records what a resume needs to judge the data position.
   req.rng = {{"global_batch", global_batch_}};
+  if (sync && !tp_) add_sync_state(req, *sync, optimizer);
   req.config = config_;
   req.mesh = mesh_;
   req.lr_step = step;
@@ -271,6 +300,28 @@ ckpt::SaveRequest TrainingCheckpointer::logical_request(int64_t step, const Mode
   r.optimizer_steps = optimizer.steps_taken();
   r.optimizer = ckpt::optimizer_record(optimizer, 0, n);
   return r;
+}
+
+void TrainingCheckpointer::add_sync_state(ckpt::SaveRequest& req, parallel::GradientSync& sync,
+                                          Optimizer& optimizer) {
+  const int rank = comm_ ? comm_->rank() : 0, world = comm_ ? comm_->size() : 1;
+  if (sync.optimizer_state_per_rank())
+    for (ckpt::SaveBuffer& b : req.buffers)
+      if (is_optimizer_state(optimizer, b.name))
+        b = ckpt::per_rank_save_buffer(b.name, b.data, b.held.count(), rank, world);
+  // The previous save's snapshots read sync_blocks_: they must be taken first.
+  wait_for_snapshot();
+  const parallel::SyncState state = sync.checkpoint_state();
+  sync_blocks_.resize(state.tensors.size());
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    const parallel::SyncStateTensor& t = state.tensors[i];
+    const float* src = t.tensor->data<float>();
+    const int64_t n = t.tensor->numel();
+    sync_blocks_[i].assign(src, src + n);
+    req.buffers.push_back(t.per_rank ? ckpt::per_rank_save_buffer(t.name, sync_blocks_[i].data(), n, rank, world)
+                                     : ckpt::SaveBuffer{t.name, DType::F32, n, sync_blocks_[i].data(), {0, n}});
+  }
+  req.rng["sync"] = state.counters;
 }
 
 double TrainingCheckpointer::wait_for_snapshot() {

@@ -16,6 +16,7 @@
 #include "meshtrain/data/data_loader.h"
 #include "meshtrain/nn/model.h"
 #include "meshtrain/optim/optimizer.h"
+#include "meshtrain/parallel/gradient_sync.h"
 #include "meshtrain/train/model_parallel_checkpoint.h"
 
 namespace meshtrain {
@@ -55,12 +56,15 @@ struct ResumePoint {
 // (ZeRO): read only this range of the parameters (the other ranks read
 // theirs; ZeRO gathers them afterwards); the optimizer reads its own range.
 // `tp` (tensor parallelism): the checkpoint is logical; this shard reads its
-// runs, and `comm` is the world's.
+// runs, and `comm` is the world's. `sync`: the gradient-sync strategy whose
+// state (parallel/sync_state.h) the checkpoint carries, restored with it
+// (not under tensor or pipeline parallelism, whose checkpoints are logical).
 std::optional<ResumePoint> resume_training(const CheckpointOptions& opt, const Model& model,
                                            Optimizer& optimizer, comm::Communicator* comm,
                                            int64_t global_batch,
                                            std::optional<ckpt::ElemRange> own_params = {},
-                                           const ModelParallelCheckpoint* tp = nullptr);
+                                           const ModelParallelCheckpoint* tp = nullptr,
+                                           parallel::GradientSync* sync = nullptr);
 
 // Saves every `every` steps. Construct on every rank (collective).
 class TrainingCheckpointer {
@@ -84,10 +88,13 @@ class TrainingCheckpointer {
   // before the parameters or optimizer state change again), the whole save
   // when synchronous.
   // `own_params` (ZeRO): this rank holds current parameters only there.
-  // `loss_scaler`: the fp16 loss scaler's state (null: none).
+  // `loss_scaler`: the fp16 loss scaler's state (null: none). `sync`: the
+  // gradient-sync strategy whose state goes along (its tensors are copied
+  // here: a codec changes them during the next backward).
   double save(int64_t step, const Model& model, Optimizer& optimizer, data::LoaderPosition next,
               std::optional<ckpt::ElemRange> own_params = {},
-              const nlohmann::json& loss_scaler = nullptr);
+              const nlohmann::json& loss_scaler = nullptr,
+              parallel::GradientSync* sync = nullptr);
   // Blocks until the last save's snapshot is taken, so parameters and
   // optimizer state may change (the optimizer update calls it); returns the
   // seconds waited (0 when nothing was pending).
@@ -118,6 +125,9 @@ class TrainingCheckpointer {
   // optimizer state tensor (what the writer copies), kept until the snapshot
   // is taken.
   std::vector<std::vector<float>> blocks_;
+  // The gradient-sync state's copies, kept until the snapshot is taken.
+  void add_sync_state(ckpt::SaveRequest& req, parallel::GradientSync& sync, Optimizer& optimizer);
+  std::vector<std::vector<float>> sync_blocks_;
   std::unique_ptr<ckpt::CheckpointWriter> writer_;
   // The memory tier (buddy copies), when checkpoint.memory_every is set.
   int64_t memory_every_ = 0;

@@ -217,7 +217,7 @@ void TrainingRun::loop() {
       TraceScope trace(tracer_.get(), "checkpoint save", "io");
       const double stall =
           checkpoints->save(step + 1, *model_, stepper_->optimizer(), train_->position(), own_params_,
-                           mixed_->state());
+                           mixed_->state(), sync_);
       const std::string where = checkpoints->disk_due(step + 1)
                                     ? fmt::format("{}/step_{:08d}", opt_.checkpoint.dir, step + 1)
                                     : std::string("in memory with buddy copies");
