@@ -40,6 +40,14 @@ run() {
   [ -z "$(ls -A "$TMP/mem")" ] || fail "run $name left in-memory copies: $(ls -R "$TMP/mem")"
 }
 
+# A memory directory that cannot be used is named, before any training.
+rc=0
+"$BIN" train "${ARGS[@]}" --nproc 2 --set checkpoint.memory_dir=/proc/no_such_dir \
+  --set telemetry.dir="$TMP/bad" >"$TMP/log_bad" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] || fail "an unusable checkpoint.memory_dir was accepted"
+grep 'checkpoint.memory_dir = "/proc/no_such_dir": cannot keep in-memory checkpoints' "$TMP/log_bad" >/dev/null ||
+  { cat "$TMP/log_bad"; fail "the unusable memory directory was not named"; }
+
 run A 0
 grep -E 'resumed from in-memory copies of step [246];' "$TMP/log_A" >/dev/null ||
   { cat "$TMP/log_A"; fail "A: the restart did not resume from memory"; }

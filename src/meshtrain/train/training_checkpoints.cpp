@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "meshtrain/ckpt/memory_tier.h"
 #include "meshtrain/ckpt/model_checkpoint.h"
 #include "meshtrain/ckpt/resume.h"
@@ -207,12 +209,20 @@ TrainingCheckpointer::TrainingCheckpointer(const CheckpointOptions& opt, comm::C
     MT_CHECK(!opt.dir.empty(), "checkpoint.memory_every = {} needs a checkpoint.dir (the copies "
              "are named after it, and the disk is the fallback)", memory_every_);
     memory_store_ = ckpt::memory_store(opt.memory_dir, opt.dir);
+    const std::string node_root = ckpt::memory_node_root(memory_store_, comm_ ? comm_->node_id() : 0);
+    // Every rank checks (before any collective of the writer), so a bad
+    // directory fails every rank alike with the setting named.
+    std::error_code ec;
+    fs::create_directories(node_root, ec);
+    if (ec || access(node_root.c_str(), W_OK) != 0)
+      fail("checkpoint.memory_dir = \"{}\": cannot keep in-memory checkpoints in {} ({}); give a "
+           "writable directory in node-local memory, such as /dev/shm", opt.memory_dir, node_root,
+           ec ? ec.message() : std::string("not writable"));
     ckpt::clear_memory_store(comm_, memory_store_, start_step);
     CheckpointOptions mem = opt;
     mem.keep_last = 2;  // the newest complete copy while the next one is written
     mem.milestone_every = 0;
-    memory_writer_ = make_writer(mem, ckpt::memory_node_root(memory_store_, comm_ ? comm_->node_id() : 0),
-                                 true);
+    memory_writer_ = make_writer(mem, node_root, true);
   }
 }
 
