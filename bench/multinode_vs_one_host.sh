@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Training across two emulated hosts vs on one: dp 4 as 2 hosts x 2 ranks
+# (network namespaces joined by a bridge, scripts/netns-hosts.sh; mpirun
+# starting its daemons in them; shared memory within a host, MPI over TCP
+# between) against the same 4 ranks on one host (`meshtrain train --nproc 4`,
+# shared memory), interleaved, the median of each run's steady-state
+# tokens/s. The network is virtual (a veth pair and a bridge in one kernel),
+# so the ratio measures what meshtrain adds when its ranks span machines,
+# not a real network. Needs root (namespaces) and Open MPI.
+#
+#   sudo bash bench/multinode_vs_one_host.sh [BINARY] [REPS] [PRESET]
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(realpath "${1:-$SRC/build/bin/meshtrain}")
+REPS=${2:-3}
+PRESET=${3:-char-4L}
+[ "$(id -u)" -eq 0 ] || { echo "needs root (network namespaces)"; exit 1; }
+TMP=$(mktemp -d)
+HOSTS="$TMP/hosts"
+cleanup() { bash "$SRC/scripts/netns-hosts.sh" down "$HOSTS" >/dev/null 2>&1 || true; rm -rf "$TMP"; }
+trap cleanup EXIT
+bash "$SRC/scripts/netns-hosts.sh" up 2 "$HOSTS" >/dev/null
+read -r h1 _ _ < <(sed -n 1p "$HOSTS/hosts")
+read -r h2 _ _ < <(sed -n 2p "$HOSTS/hosts")
+subnet="${h1%.*}.0/24"
+MPIRUN=(mpirun --allow-run-as-root -np 4 -H "$h1:2,$h2:2" --mca plm_rsh_agent "$HOSTS/agent"
+  --mca oob_tcp_if_include "$subnet" --mca btl_tcp_if_include "$subnet" --mca btl self,vader,tcp ${MESHTRAIN_BENCH_MPI_EXTRA:-})
+
+"$BIN" data synth --out "$TMP/data" --tokens 400000 >/dev/null
+ARGS=(--set model.preset="$PRESET" --set model.vocab_size=256 --set data.train="$TMP/data/train_*.bin"
+      --set train.steps=30 --set train.micro_batch=2 --set train.eval_every=0 --set train.threads=1
+      --set telemetry.peak_gflops=1)
+
+# The steady-state rate a run printed ("throughput: N tokens/s ...").
+rate() { sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p' "$1" | tail -1; }
+one=() two=()
+for r in $(seq "$REPS"); do
+  "$BIN" train "${ARGS[@]}" --nproc 4 --set telemetry.dir="$TMP/one_$r" >"$TMP/one_$r.log" 2>&1 ||
+    { tail -20 "$TMP/one_$r.log"; exit 1; }
+  "${MPIRUN[@]}" "$BIN" train "${ARGS[@]}" --set telemetry.dir="$TMP/two_$r" >"$TMP/two_$r.log" 2>&1 ||
+    { tail -20 "$TMP/two_$r.log"; exit 1; }
+  grep "4 ranks over mpi" "$TMP/two_$r.log" >/dev/null || { echo "the two-host run is not over MPI"; exit 1; }
+  one+=("$(rate "$TMP/one_$r.log")") two+=("$(rate "$TMP/two_$r.log")")
+  echo "round $r: one host ${one[-1]} tokens/s, two hosts ${two[-1]} tokens/s"
+done
+# Where the time went in the last round (rank 0's step breakdown).
+for side in one two; do
+  echo "$side host(s), last round:"
+  sed -n '/^  phase /,/^  comm total/p' "$TMP/${side}_$REPS.log"
+done
+python3 - "${one[*]}" "${two[*]}" "$PRESET" <<'PY'
+import statistics, sys
+one = [float(x) for x in sys.argv[1].split()]
+two = [float(x) for x in sys.argv[2].split()]
+m1, m2 = statistics.median(one), statistics.median(two)
+print(f"{sys.argv[3]}, dp 4, median of {len(one)} interleaved rounds: one host {m1:.0f} tokens/s, "
+      f"2 hosts x 2 ranks {m2:.0f} tokens/s, ratio {m2 / m1:.3f} (target >= 0.90)")
+PY
