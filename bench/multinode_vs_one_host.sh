@@ -9,6 +9,8 @@
 # not a real network. Needs root (namespaces) and Open MPI.
 #
 #   sudo bash bench/multinode_vs_one_host.sh [BINARY] [REPS] [PRESET]
+# MESHTRAIN_BENCH_MPI_EXTRA adds mpirun options (e.g. "--mca mpi_yield_when_idle 1"),
+# MESHTRAIN_BENCH_TRAIN_EXTRA train options for both sides (e.g. "--set comm.grad_dtype=bf16").
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(realpath "${1:-$SRC/build/bin/meshtrain}")
@@ -29,7 +31,7 @@ MPIRUN=(mpirun --allow-run-as-root -np 4 -H "$h1:2,$h2:2" --mca plm_rsh_agent "$
 "$BIN" data synth --out "$TMP/data" --tokens 400000 >/dev/null
 ARGS=(--set model.preset="$PRESET" --set model.vocab_size=256 --set data.train="$TMP/data/train_*.bin"
       --set train.steps=30 --set train.micro_batch=2 --set train.eval_every=0 --set train.threads=1
-      --set telemetry.peak_gflops=1)
+      --set telemetry.peak_gflops=1 ${MESHTRAIN_BENCH_TRAIN_EXTRA:-})
 
 # The steady-state rate a run printed ("throughput: N tokens/s ...").
 rate() { sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p' "$1" | tail -1; }
