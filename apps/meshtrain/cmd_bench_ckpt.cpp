@@ -85,42 +85,6 @@ double disk_write_s(const std::string& path, const std::vector<char>& block, siz
   return t;
 }
 
-// Kills rank 1 of a short 2-rank training run after its step-8 checkpoint
-// and reads the recovery time from the restart log; then times loading that
-// checkpoint in this process. Returns {recovery_s, load_s}.
-std::pair<double, double> measure_recovery(const BenchCkptArgs& a, const std::string& root) {
-  char self[4096];
-  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  MT_CHECK(len > 0, "cannot find this program's path");
-  const std::string bin(self, static_cast<size_t>(len));
-  const std::string data = root + "/data", run = root + "/run";
-  const std::string quiet = " >" + root + "/log 2>&1";
-  MT_CHECK(std::system((bin + " data synth --out " + data + " --tokens 200000" + quiet).c_str()) == 0,
-           "bench ckpt: data synth failed (see {}/log)", root);
-  const std::string cmd = fmt::format(
-      "MESHTRAIN_TEST_KILL_AT_STEP=1:10 {} train --nproc 2 --max-restarts 1 --set model.preset={} "
-      "--set model.vocab_size=256 --set data.train='{}/train_*.bin' --set train.steps=12 "
-      "--set train.micro_batch=2 --set train.eval_every=0 --set checkpoint.every=4 "
-      "--set checkpoint.async=false --set telemetry.dir={} {}", bin, a.preset, data, run, quiet);
-  MT_CHECK(std::system(cmd.c_str()) == 0, "bench ckpt: the recovery run failed (see {}/log)", root);
-  double recovery = -1;
-  std::ifstream log(run + "/restarts.jsonl");
-  for (std::string line; std::getline(log, line);) {
-    const json j = json::parse(line);
-    if (j.value("event", "") == "training_again") recovery = j.at("seconds_after_failure").get<double>();
-  }
-  MT_CHECK(recovery >= 0, "bench ckpt: no training_again record in {}/restarts.jsonl", run);
-  // Load time of the checkpoint the restart resumed from (step 8), as one rank.
-  const std::string step8 = ckpt::step_dir(run + "/ckpt", 8);
-  const ckpt::CheckpointIndex index = ckpt::read_index(step8);
-  const std::unique_ptr<Model> model = model_spec_from_json(index.model, step8)->build();
-  const int64_t P = model->layout().numel;
-  AdamW adam(0, P, {{0, P, true}}, AdamWConfig{});  // the trainer's default optimizer
-  const double t0 = now_s();
-  ckpt::load_checkpoint(step8, ckpt::model_fill_requests(*model, &adam));
-  return {recovery, now_s() - t0};
-}
-
 // Seconds from the launcher seeing the death to every rank training again.
 double training_again_s(const std::string& restart_log) {
   double s = -1;
@@ -131,6 +95,47 @@ double training_again_s(const std::string& restart_log) {
   }
   MT_CHECK(s >= 0, "bench ckpt: no training_again record in {}", restart_log);
   return s;
+}
+
+// This program's path (the recovery runs start it again).
+std::string self_path() {
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  MT_CHECK(len > 0, "cannot find this program's path");
+  return std::string(self, static_cast<size_t>(len));
+}
+
+// Token shards for the recovery runs in <root>/data (made once).
+std::string synth_data(const std::string& bin, const std::string& root) {
+  const std::string data = root + "/data";
+  if (!fs::exists(data))
+    MT_CHECK(std::system((bin + " data synth --out " + data + " --tokens 200000 >" + root + "/log 2>&1").c_str()) == 0,
+             "bench ckpt: data synth failed (see {}/log)", root);
+  return data;
+}
+
+// Kills rank 1 of a short 2-rank training run after its step-8 checkpoint
+// and reads the recovery time from the restart log; then times loading that
+// checkpoint in this process. Returns {recovery_s, load_s}.
+std::pair<double, double> measure_recovery(const BenchCkptArgs& a, const std::string& root) {
+  const std::string bin = self_path(), data = synth_data(bin, root), run = root + "/run";
+  const std::string quiet = " >" + root + "/log 2>&1";
+  const std::string cmd = fmt::format(
+      "MESHTRAIN_TEST_KILL_AT_STEP=1:10 {} train --nproc 2 --max-restarts 1 --set model.preset={} "
+      "--set model.vocab_size=256 --set data.train='{}/train_*.bin' --set train.steps=12 "
+      "--set train.micro_batch=2 --set train.eval_every=0 --set checkpoint.every=4 "
+      "--set checkpoint.async=false --set telemetry.dir={} {}", bin, a.preset, data, run, quiet);
+  MT_CHECK(std::system(cmd.c_str()) == 0, "bench ckpt: the recovery run failed (see {}/log)", root);
+  const double recovery = training_again_s(run + "/restarts.jsonl");
+  // Load time of the checkpoint the restart resumed from (step 8), as one rank.
+  const std::string step8 = ckpt::step_dir(run + "/ckpt", 8);
+  const ckpt::CheckpointIndex index = ckpt::read_index(step8);
+  const std::unique_ptr<Model> model = model_spec_from_json(index.model, step8)->build();
+  const int64_t P = model->layout().numel;
+  AdamW adam(0, P, {{0, P, true}}, AdamWConfig{});  // the trainer's default optimizer
+  const double t0 = now_s();
+  ckpt::load_checkpoint(step8, ckpt::model_fill_requests(*model, &adam));
+  return {recovery, now_s() - t0};
 }
 
 // Rank 1 of a 2-rank job on 2 emulated nodes killed after step 6, the job
@@ -285,13 +290,8 @@ void run_bench_ckpt(const BenchCkptArgs& a) {
                  recovery, a.preset, load, 5 + load);
   }
   if (a.buddy) {
-    char self[4096];
-    const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    MT_CHECK(len > 0, "cannot find this program's path");
-    const std::string bin(self, static_cast<size_t>(len));
-    if (!fs::exists(root + "/data"))
-      MT_CHECK(std::system((bin + " data synth --out " + root + "/data --tokens 200000 >/dev/null 2>&1").c_str()) == 0,
-               "bench ckpt: data synth failed");
+    const std::string bin = self_path();
+    synth_data(bin, root);
     const auto [memory, disk, ckpt_bytes] = measure_buddy_recovery(a, root, bin);
     rows.push_back({{"figure", "buddy_recovery"}, {"checkpoint_mb", ckpt_bytes / 1e6},
                     {"memory_s", memory}, {"disk_cold_s", disk}, {"speedup", disk / memory},

@@ -35,9 +35,14 @@ uint64_t fnv1a(const std::string& s) {
 
 // One reported step: [step, index bytes, shard 0 bytes, ..., shard W-1
 // bytes], -1 for the step when none and 0 bytes for an absent file.
-std::vector<int64_t> report_step(const std::string& dir, int64_t step, int world) {
+std::vector<int64_t> no_step(int world) {
   std::vector<int64_t> entry(static_cast<size_t>(world) + 2, 0);
   entry[0] = -1;
+  return entry;
+}
+
+std::vector<int64_t> report_step(const std::string& dir, int64_t step, int world) {
+  std::vector<int64_t> entry = no_step(world);
   CheckpointIndex index;
   try {
     index = read_index(dir);
@@ -66,8 +71,7 @@ std::vector<int64_t> report_node_root(const std::string& root, int world) {
     if (e[0] >= 0) out.insert(out.end(), e.begin(), e.end());
   }
   while (static_cast<int>(out.size()) < kReported * (world + 2)) {
-    std::vector<int64_t> none(static_cast<size_t>(world) + 2, 0);
-    none[0] = -1;
+    const std::vector<int64_t> none = no_step(world);
     out.insert(out.end(), none.begin(), none.end());
   }
   return out;
