@@ -153,6 +153,10 @@ void check_memory_limit_of(const TrainConfig& c, std::shared_ptr<const ModelSpec
     need.bytes.o = 4 * optimizer.states_per_param();  // f32 state values per parameter
     if (c.parallel.local_sgd.sync_every > 0)  // the anchor (and outer momentum), parallel/local_sgd.h
       need.bytes.o += 4 * (c.parallel.local_sgd.outer_momentum > 0 ? 2 : 1);
+    // The parameter server's shard in shared memory: 1/dp of the parameters
+    // and optimizer state, and a push slot per worker (1/dp of the gradients each).
+    if (c.parallel.parameter_server.enabled && dp > 1)
+      need.bytes.o = (4 * (1 + optimizer.states_per_param()) + dp - 1) / dp + 4;
     need.base = predict_training_memory(*need.model, need.B, T, threads,
                                         recompute_from_config(c.recompute), precision,
                                         Device::cpu(), part.activation_slots, part.split_backward,
@@ -314,6 +318,8 @@ void run_train(const TrainArgs& a) {
   o.local_sgd.outer_lr = static_cast<float>(c.parallel.local_sgd.outer_lr);
   o.local_sgd.outer_momentum = static_cast<float>(c.parallel.local_sgd.outer_momentum);
   o.local_sgd.nesterov = c.parallel.local_sgd.nesterov;
+  o.parameter_server.enabled = c.parallel.parameter_server.enabled;
+  o.parameter_server.staleness = c.parallel.parameter_server.staleness;
   o.zero_stage = c.zero.stage;
   o.tp = c.parallel.tp;
   o.pp = c.parallel.pp;

@@ -31,5 +31,9 @@ std::shared_ptr<SharedMapping> private_mapping(size_t bytes) {
 
 void* SharedBuffer::data() const { return m_ ? m_->local : nullptr; }
 size_t SharedBuffer::bytes() const { return m_ ? m_->bytes : 0; }
+void* SharedBuffer::peer(int r) const {
+  if (!m_ || r < 0 || static_cast<size_t>(r) >= m_->peers.size()) return nullptr;
+  return m_->peers[static_cast<size_t>(r)];
+}
 
 }  // namespace meshtrain::comm

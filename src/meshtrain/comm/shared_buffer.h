@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "meshtrain/core/tensor.h"
 
@@ -16,6 +17,9 @@ struct SharedMapping {
   virtual ~SharedMapping();
   size_t bytes = 0;
   void* local = nullptr;  // this rank's view
+  // Every rank's segment as this rank maps it (shm); empty where peers'
+  // memory cannot be mapped (private_mapping).
+  std::vector<void*> peers;
 };
 std::shared_ptr<SharedMapping> private_mapping(size_t bytes);
 
@@ -26,6 +30,9 @@ class SharedBuffer {
   void* data() const;
   size_t bytes() const;
   template <typename T> T* as() const { return static_cast<T*>(data()); }
+  // Rank r's segment mapped here, or null where the transport cannot map
+  // peers' memory (its peers are on other hosts, or MPI).
+  void* peer(int r) const;
   // A view of `count` elements from `elem_offset` (keep this buffer alive
   // while the tensor is used).
   Tensor tensor(DType dtype, int64_t count, int64_t elem_offset = 0) const;

@@ -107,6 +107,41 @@ class Reader {
   const std::function<std::string(const std::string&)>& origin_;
 };
 
+// The parameter server's workers take different numbers of steps with no
+// collective between them: whatever needs every rank at the same step (or
+// shards the model another way) is refused, each with its reason.
+void check_parameter_server(const TrainConfig& c, const Reader& r) {
+  const char* key = "parallel.parameter_server.enabled";
+  auto refuse = [&](const std::string& what, const std::string& why) {
+    r.error(key, fmt::format("= true with {}: {}", what, why));
+  };
+  if (c.parallel.tp > 1 || c.parallel.pp > 1)
+    refuse(fmt::format("parallel.tp = {} / parallel.pp = {}", c.parallel.tp, c.parallel.pp),
+           "its workers are whole replicas (data parallelism only); set both to 1");
+  if (c.zero.stage > 0)
+    refuse(fmt::format("zero.stage = {}", c.zero.stage),
+           "the server already shards the parameters and optimizer state; use zero.stage = 0");
+  if (c.parallel.local_sgd.sync_every > 0)
+    refuse("parallel.local_sgd.sync_every > 0", "choose one of local SGD and the parameter server");
+  if (c.comm.compression.type != "none")
+    refuse(fmt::format("comm.compression.type = \"{}\"", c.comm.compression.type),
+           "workers push whole f32 gradients into shared memory; there is no wire to compress");
+  if (c.comm.transport != "auto" && c.comm.transport != "shm")
+    refuse(fmt::format("comm.transport = \"{}\"", c.comm.transport),
+           "the shards live in one host's shared memory; use \"shm\" (or \"auto\") on one host");
+  if (c.checkpoint.every > 0 || c.checkpoint.memory_every > 0)
+    refuse("checkpoint.every / checkpoint.memory_every > 0",
+           "a checkpoint needs every rank at the same step, and the workers are not; set both to 0");
+  if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "never")
+    refuse(fmt::format("checkpoint.resume = \"{}\"", c.checkpoint.resume),
+           "it starts from init_from or the seed (its runs write no checkpoint to resume)");
+  if (c.train.max_minutes > 0)
+    refuse("train.max_minutes > 0", "the time budget is decided collectively at a step; set train.steps");
+  if (c.train.save_every > 0 || c.train.sample_every > 0)
+    refuse("train.save_every / train.sample_every > 0",
+           "the model is assembled from the shards once, when every worker has finished");
+}
+
 void check_model(const TrainConfig& c, const Reader& r) {
   const ModelSection& m = c.model;
   if (m.preset.empty() && c.init_from.empty()) {
@@ -224,6 +259,8 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.parallel.local_sgd.outer_lr = r.positive("parallel.local_sgd.outer_lr");
   c.parallel.local_sgd.outer_momentum = r.in_range("parallel.local_sgd.outer_momentum", 0.0, 1.0, true);
   c.parallel.local_sgd.nesterov = r.boolean("parallel.local_sgd.nesterov");
+  c.parallel.parameter_server.enabled = r.boolean("parallel.parameter_server.enabled");
+  c.parallel.parameter_server.staleness = r.integer("parallel.parameter_server.staleness", 0, 1000000);
   c.parallel.sequence_parallel = r.boolean("parallel.sequence_parallel");
   c.zero.stage = r.small_int("zero.stage", 0, 3);
   c.zero.persist_threshold = r.integer("zero.persist_threshold", 0, INT64_MAX);
@@ -326,6 +363,7 @@ TrainConfig convert_config(const nlohmann::json& j,
     if (c.comm.compression.type != "none")
       r.error("parallel.local_sgd.sync_every", "> 0 with comm.compression: local SGD sends no gradients to compress");
   }
+  if (c.parallel.parameter_server.enabled) check_parameter_server(c, r);
   c.run_name = r.string("run_name");
   if (c.run_name.empty() || c.run_name.find('/') != std::string::npos)
     r.error("run_name", fmt::format("must be a non-empty name without '/', got \"{}\"", c.run_name));

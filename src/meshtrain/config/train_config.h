@@ -76,6 +76,12 @@ struct LocalSgdSection {
   bool nesterov = true;
 };
 
+// Parameter-server training (parallel/parameter_server.h).
+struct ParameterServerSection {
+  bool enabled = false;
+  int64_t staleness = 2;  // updates a gradient may land late; 0 = synchronous
+};
+
 struct ParallelSection {
   int dp = 0;  // data-parallel ranks; 0 = "auto" (world size / (tp * pp))
   int tp = 1;
@@ -87,6 +93,7 @@ struct ParallelSection {
   double first_bucket_mb = 1;  // the first bucket, small so reduction starts early (MiB)
   bool sequence_parallel = false;  // tp > 1: norms and residual stream split over tp too
   LocalSgdSection local_sgd;
+  ParameterServerSection parameter_server;
 };
 
 struct ZeroSection {

@@ -115,6 +115,25 @@ class GradientSync {
   virtual void release_full_parameters() {}
   // Debug check that replicated parameters agree across ranks.
   virtual void verify_replicas() {}
+
+  // A strategy that applies the update itself (the parameter server: on
+  // shared shards, with their optimizer state) instead of the step's
+  // optimizer over update_range(): the step hands it the gradients, the
+  // multiplier the optimizer would have applied (clipping, loss scale) and
+  // the learning rate.
+  virtual bool applies_update() const { return false; }
+  virtual void apply_update(const float* /*grads*/, float /*grad_scale*/, float /*lr*/) {}
+  // Asynchronous strategies: the ranks take different numbers of steps, with
+  // no collective between them (comm() is null), until the run's steps x
+  // ranks are taken. claim_step() starts this rank's next step (its
+  // parameters current) and returns the step the schedule reads, or nullopt
+  // when the run is over; finish_async() (collective) then leaves every
+  // rank with the same final parameters.
+  virtual bool asynchronous() const { return false; }
+  virtual std::optional<int64_t> claim_step(int64_t /*total_steps*/) { return std::nullopt; }
+  virtual void finish_async() {}
+  // One line on how the asynchronous run went (rank 0 prints it).
+  virtual std::string async_report() const { return {}; }
 };
 
 // One rank, no communication.

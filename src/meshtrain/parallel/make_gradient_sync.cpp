@@ -1,5 +1,7 @@
 #include "meshtrain/parallel/make_gradient_sync.h"
 
+#include <fmt/format.h>
+
 #include "meshtrain/core/error.h"
 #include "meshtrain/parallel/zero.h"
 
@@ -34,7 +36,16 @@ SyncedModel make_synced_model(const comm::Communicator& dp_comm,
            "(--nproc 1) or on the CPU", opt.device.str(), dp_comm.size());
   MT_CHECK(opt.device.is_cpu() || !spec->frozen_base(), "device = \"{}\": LoRA keeps its frozen "
            "base in host memory; LoRA trains on the CPU for now", opt.device.str());
-  if (several && opt.local_sgd.enabled()) {
+  if (several && opt.parameter_server.enabled) {
+    MT_CHECK(opt.zero_stage == 0 && !opt.local_sgd.enabled() && !opt.dp.compression.compressing(),
+             "parallel.parameter_server with {}: the parameter server already shards the parameters "
+             "and optimizer state over the ranks, and workers push whole f32 gradients; turn the "
+             "other off", opt.zero_stage > 0 ? fmt::format("zero.stage = {}", opt.zero_stage)
+                          : opt.local_sgd.enabled() ? std::string("parallel.local_sgd")
+                                                    : std::string("comm.compression"));
+    out.model = spec->build({});
+    out.sync = std::make_unique<ParameterServer>(dp_comm, opt.parameter_server, opt.optimizer);
+  } else if (several && opt.local_sgd.enabled()) {
     MT_CHECK(opt.zero_stage == 0, "parallel.local_sgd with zero.stage = {}: local SGD needs every "
              "rank's own replica of the model and optimizer state, which ZeRO shards; use zero.stage 0",
              opt.zero_stage);

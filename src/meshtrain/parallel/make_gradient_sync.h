@@ -11,6 +11,7 @@
 #include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/parallel/gradient_sync.h"
 #include "meshtrain/parallel/local_sgd.h"
+#include "meshtrain/parallel/parameter_server.h"
 
 namespace meshtrain::parallel {
 
@@ -19,6 +20,8 @@ struct GradientSyncOptions {
   int64_t persist_threshold = 100000;   // ZeRO-3
   DataParallelOptions dp;               // buckets, wire dtype, verify
   LocalSgdOptions local_sgd;            // enabled: LocalSgd instead of DataParallel
+  ParameterServerOptions parameter_server;  // enabled: ParameterServer instead of DataParallel
+  OptimizerConfig optimizer;            // the parameter server's shards step with it
   Precision precision = Precision::FP32;  // ZeRO keeps the 16-bit copy itself
   // Setup can write just a range of the parameters (ZeroOptions::own_range_init).
   bool setup_writes_ranges = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <ranges>
 
 #include "meshtrain/core/device_runtime.h"
@@ -159,6 +160,10 @@ TrainStep::TrainStep(Model& model, parallel::GradientSync& sync, const Optimizer
                      LrSchedule schedule, float clip)
     : model_(model), sync_(sync), schedule_(schedule), clip_(clip) {
   const ElemSpan r = sync_.update_range();
+  // A strategy that applies the update itself keeps the state: this
+  // optimizer then allocates none (it only names the type).
+  std::optional<Optimizer::StateElsewhere> stateless;
+  if (sync_.applies_update()) stateless.emplace();
   opt_ = make_optimizer(optimizer, r.begin, r.end, model.layout(), model.param_buffer().device());
   update_norm_group();
 }
@@ -237,6 +242,7 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     st.backward_s += (t2 - t1) - (tp2 - tp1);
     st.tp_comm_s += tp2 - tp0;
   }
+  slow_.delay(st.forward_s + st.backward_s);
   double loss = token_weighted_ ? loss_sum : loss_sum / micro.size();
   st.comm = sync_.timing();
   st.comm.exposed_s = waited_total;  // counted once: what backward_s leaves out
@@ -272,8 +278,11 @@ StepStats TrainStep::run(const std::vector<MicroBatch>& micro, int64_t step) {
     }
     telemetry::TraceScope trace(telemetry::global_tracer(), "optimizer", "compute");
     sync_.before_update();
-    opt_->step(model_.param_buffer().data<float>(), g, st.lr,
-               clip_coefficient(st.grad_norm, clip_) / loss_scale);
+    const float grad_scale = clip_coefficient(st.grad_norm, clip_) / loss_scale;
+    if (sync_.applies_update())
+      sync_.apply_update(g, grad_scale, st.lr);
+    else
+      opt_->step(model_.param_buffer().data<float>(), g, st.lr, grad_scale);
     sync_.after_update();  // ZeRO: gathers the updated parameters (async)
     // Local SGD communicates here, in the update: its bytes for this step.
     st.comm.wire_bytes = sync_.timing().wire_bytes;

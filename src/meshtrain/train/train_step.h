@@ -18,6 +18,7 @@
 #include "meshtrain/parallel/pipeline_executor.h"
 #include "meshtrain/parallel/tp_group.h"
 #include "meshtrain/train/mixed_precision.h"
+#include "meshtrain/train/slow_rank.h"
 
 namespace meshtrain {
 
@@ -107,6 +108,9 @@ class TrainStep {
   // its first holder only) and every stage skips a non-finite step alike.
   // `pp` is the executor's pipeline group. Both must outlive this object.
   void set_pipeline(parallel::PipelineExecutor* exec, const comm::Communicator* pp);
+  // A straggler on purpose (train/slow_rank.h): the step's forward and
+  // backward take its factor times as long, before the gradients are handed on.
+  void set_slow_rank(SlowRank s) { slow_ = s; }
 
  private:
   // Waits for the model's device: its ops are queued, so a phase's time is
@@ -127,6 +131,7 @@ class TrainStep {
   bool token_weighted_ = false;
   parallel::PipelineExecutor* pipe_ = nullptr;
   comm::Communicator pp_comm_;            // the pipeline group
+  SlowRank slow_;
 };
 
 }  // namespace meshtrain

@@ -22,6 +22,7 @@
 #include "meshtrain/optim/lr_schedule.h"
 #include "meshtrain/parallel/data_parallel.h"
 #include "meshtrain/parallel/local_sgd.h"
+#include "meshtrain/parallel/parameter_server.h"
 #include "meshtrain/train/memory_report.h"
 #include "meshtrain/train/training_checkpoints.h"
 
@@ -58,6 +59,9 @@ struct TrainerOptions {
   comm::Communicator comm;
   parallel::DataParallelOptions dp;
   parallel::LocalSgdOptions local_sgd;  // parallel.local_sgd: enabled replaces the per-step reduction
+  // parallel.parameter_server: enabled, the ranks train asynchronously
+  // against shared shards (parallel/parameter_server.h).
+  parallel::ParameterServerOptions parameter_server;
   // Tensor parallelism: ranks per tp group (parallel.tp); the mesh is
   // (world / tp) data-parallel groups of tp ranks, tp innermost.
   int tp = 1;

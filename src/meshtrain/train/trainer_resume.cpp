@@ -16,9 +16,12 @@ void TrainingRun::resume() {
   if (auto r = sync_->resume_range()) own_params_ = ckpt::ElemRange{r->begin, r->end};
   // Under tensor or pipeline parallelism every rank of the world agrees on
   // the (logical) checkpoint.
-  resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(),
-                             mp_ckpt_ ? world_comm() : comm_, global_batch_, own_params_,
-                             mp_ckpt_.get(), sync_);
+  // An asynchronous run writes no checkpoint and starts fresh (the config
+  // refuses a checkpoint directory with it).
+  if (!sync_->asynchronous())
+    resumed_ = resume_training(opt_.checkpoint, *model_, stepper_->optimizer(),
+                               mp_ckpt_ ? world_comm() : comm_, global_batch_, own_params_,
+                               mp_ckpt_.get(), sync_);
   start_step_ = resumed_ ? resumed_->step : 0;
   if (resumed_) {
     mixed_->load_state(resumed_->loss_scaler);  // fp16: continue at the saved scale

@@ -95,6 +95,8 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   so.persist_threshold = opt.zero_persist_threshold;
   so.dp = opt.dp;
   so.local_sgd = opt.local_sgd;
+  so.parameter_server = opt.parameter_server;
+  so.optimizer = opt.optimizer;
   so.precision = opt.precision;
   so.device = opt.device;
   so.setup_writes_ranges = setup_writes_ranges(opt.init_from, spec_);
@@ -180,6 +182,7 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   sync_->before_resume();
   // Token ids are checked against the vocabulary by the model's forward on every batch.
   stepper_ = std::make_unique<TrainStep>(*model_, *sync_, opt.optimizer, opt.schedule, opt.clip);
+  stepper_->set_slow_rank(SlowRank::from_env(rank_));
   stepper_->set_mixed_precision(mixed_.get());
   if (opt.tp > 1) stepper_->set_tensor_parallel(&mesh_.comm(parallel::Axis::TP), tp_group_.get());
   if (opt.pp > 1) setup_pipeline();
@@ -326,6 +329,9 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   plan.optimizer = opt_.optimizer;
   // Local SGD's anchor (and outer momentum), f32 per parameter (parallel/local_sgd.h).
   if (opt_.local_sgd.enabled() && dp > 1) plan.bytes.o += 4 * (opt_.local_sgd.outer_momentum > 0 ? 2 : 1);
+  // The parameter server's optimizer state is in its shared shards, outside
+  // this process's allocator (the run says how large they are).
+  if (opt_.parameter_server.enabled && dp > 1) plan.bytes.o = 0;
   // Mixed precision: the model's 16-bit compute copy beside its f32 master
   // parameters (nn/model.h), 2 more bytes per parameter.
   // (A LoRA model has none of its own; ZeRO keeps one of the adapters.)

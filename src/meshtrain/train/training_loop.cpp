@@ -47,6 +47,7 @@ int64_t crash_after_step() {
 }  // namespace
 
 void TrainingRun::loop() {
+  if (sync_->asynchronous()) return async_loop();
   // Collective on every rank (the writer splits its own communicator).
   // Under tensor parallelism the whole world writes the logical checkpoint.
   auto checkpoints = std::make_unique<TrainingCheckpointer>(

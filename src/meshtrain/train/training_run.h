@@ -40,6 +40,8 @@ class TrainingRun {
   ~TrainingRun();
   void resume();
   void loop();
+  // loop() for an asynchronous strategy (async_training_loop.cpp).
+  void async_loop();
   TrainerSummary finish();
 
  private:

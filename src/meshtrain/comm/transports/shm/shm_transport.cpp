@@ -454,6 +454,7 @@ std::shared_ptr<SharedMapping> ShmTransport::alloc_shared(size_t bytes, const Op
     for (auto& s : m->segments) m->bases.push_back(static_cast<char*>(s.data()));
   }
   m->local = m->bases[rank_];
+  m->peers.assign(m->bases.begin(), m->bases.end());
   {
     std::lock_guard lock(registry_->mu);
     registry_->buffers[m->id] = {m->bases, mapped};
