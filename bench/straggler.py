@@ -87,7 +87,7 @@ def main():
     ap.add_argument("--eval-batches", type=int, default=16)
     ap.add_argument("--slow-factor", type=float, default=2.0)
     ap.add_argument("--staleness", type=int, default=2)
-    ap.add_argument("--local-h", type=int, default=4)
+    ap.add_argument("--local-h", type=int, default=10, help="a divisor of --steps")
     ap.add_argument("--modes", nargs="+", default=["sync-even", "sync", "ps", "ps0", "local"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)

@@ -29,6 +29,7 @@ struct PlanOpts {
   plan::LayoutFilter fixed;
   std::string recompute, sp, precision = "bf16", optimizer = "adamw";
   double offload_gbps = 0;
+  bool memory_checkpoints = false;  // --memory-checkpoints: print the copies' host memory
   bool calibrate = false;
   CalibrateOptions calibration;
   SimulateOptions sim;  // --simulate, --trace, --straggler, --mtbf-hours ...
@@ -73,7 +74,17 @@ plan::TransformerShape model_of(const PlanOpts& o) {
   return s;
 }
 
-nlohmann::json row_json(const plan::PlanRow& r) {
+// checkpoint.memory_every's copies (docs/FAULT_TOLERANCE.md) in a node's host
+// memory: each GPU's checkpoint shard (its 1/dp of its stage's tp slice of
+// the f32 masters and optimizer state), its own and a buddy's, for the two
+// newest steps.
+double memory_checkpoint_node_bytes(const plan::PlanRequest& req, const plan::Layout& l) {
+  const double local = static_cast<double>(req.model.params()) / static_cast<double>(l.tp * l.pp);
+  const double shard = local * req.optimizer_state_bytes / static_cast<double>(l.dp);
+  return 2 * 2 * shard * req.cluster.gpus_per_node;
+}
+
+nlohmann::json row_json(const plan::PlanRequest& req, const plan::PlanRow& r) {
   const plan::Layout& l = r.layout;
   return {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"micro_batch", l.micro_batch},
           {"micro_batches", l.micro_batches}, {"zero_stage", l.zero_stage},
@@ -89,7 +100,8 @@ nlohmann::json row_json(const plan::PlanRow& r) {
                       {"pp_comm", r.time.pp_comm}, {"dp_exposed", r.time.dp_exposed},
                       {"dp_total", r.time.dp_total}, {"step", r.time.step()}}},
           {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu}, {"hfu", r.hfu},
-          {"cost_per_million_tokens", r.cost_per_million_tokens}, {"days_to_train", r.days_to_train}};
+          {"cost_per_million_tokens", r.cost_per_million_tokens}, {"days_to_train", r.days_to_train},
+          {"memory_checkpoint_copies_gb_per_node", memory_checkpoint_node_bytes(req, l) / 1e9}};
 }
 
 void run_plan(const PlanOpts& o) {
@@ -135,7 +147,7 @@ void run_plan(const PlanOpts& o) {
                         {"gpus", o.gpus}, {"global_batch", o.global_batch},
                         {"seq", o.seq > 0 ? o.seq : req.model.seq}, {"considered", res.considered},
                         {"fitting", res.rows.size()}, {"seconds", secs}};
-    for (size_t i = 0; i < k; ++i) j["layouts"].push_back(row_json(res.rows[i]));
+    for (size_t i = 0; i < k; ++i) j["layouts"].push_back(row_json(req, res.rows[i]));
     add_simulate_json(j, req, res.rows[0], o.sim);
     fmt::print("{}\n", j.dump());
     return;
@@ -167,6 +179,12 @@ void run_plan(const PlanOpts& o) {
     fmt::print("   time per step: compute {:.3f} + recompute {:.3f} + bubble {:.3f} + tp {:.3f} + "
                "pp sends {:.3f} + dp exposed {:.3f} (of {:.3f}) s\n", t.compute, t.recompute,
                t.bubble, t.tp_comm, t.pp_comm, t.dp_exposed, t.dp_total);
+    if (o.memory_checkpoints) {
+      const double node = memory_checkpoint_node_bytes(req, r.layout);
+      fmt::print("   in-memory checkpoint copies: {:.1f} GB of host memory per node ({} GPUs x "
+                 "{:.2f} GB shards, each kept by its GPU's node and a buddy node, two steps)\n",
+                 node / 1e9, req.cluster.gpus_per_node, node / 4 / req.cluster.gpus_per_node / 1e9);
+    }
   }
   if (o.explain && res.rows.size() >= 2)
     fmt::print("\nwhy #1 over #2: {}\n", plan::explain(res.rows[0], res.rows[1]));
@@ -217,6 +235,8 @@ void register_plan(CLI::App& app) {
   c->add_option("--sp", o->sp, "Fix sequence parallelism: on or off");
   c->add_option("--optimizer", o->optimizer, "adamw or lamb (12 bytes of state per parameter with "
                  "the f32 master), sgd or lars (8, with momentum)")->capture_default_str();
+  c->add_flag("--memory-checkpoints", o->memory_checkpoints, "Print the host memory per node that "
+              "in-memory checkpoint copies with buddies take (checkpoint.memory_every)");
   c->add_option("--offload-gbps", o->offload_gbps, "Offload the optimizer's moments to a second "
                  "tier (disk, host memory) with this read/write rate per GPU in GB/s; 0: none")
       ->check(CLI::NonNegativeNumber);

@@ -25,6 +25,17 @@ ARGS=(--set model.preset=tiny --set model.vocab_size=256 --set data.train="$TMP/
 "$BIN" train "${ARGS[@]}" --nproc 4 --set checkpoint.dir="$TMP/ref_ckpt" \
   --set telemetry.dir="$TMP/ref" >"$TMP/log_ref" 2>&1 || { cat "$TMP/log_ref"; fail "reference run failed"; }
 [ -z "$(ls -A "$TMP/mem")" ] || fail "a finished run left in-memory copies: $(ls -R "$TMP/mem")"
+# The memory report counts the copies: what a node held per rank at the end against the
+# prediction (its shard and a buddy's, two steps; the measured side adds the index and
+# each rank's small state file).
+copies=$(grep "in-memory checkpoint copies (node memory" "$TMP/log_ref") ||
+  { cat "$TMP/log_ref"; fail "the memory report did not count the in-memory copies"; }
+python3 - "$copies" <<'PY' || fail "the in-memory copies measured differ from the prediction: $copies"
+import re, sys
+m = re.search(r"predicted ([0-9.e+-]+) MB per rank .* for its 2 rank\(s\) at the end, ([0-9.e+-]+) MB per rank", sys.argv[1])
+predicted, held = float(m[1]), float(m[2])
+assert predicted <= held <= 1.5 * predicted, (predicted, held)
+PY
 
 # run NAME DISK_EVERY [LOSE_NODES]: rank 1 killed at step 7, one restart.
 run() {

@@ -140,6 +140,15 @@ TrainerSummary TrainingRun::finish() {
   }
   fmt::print("{}", memory_report_text(predicted, peaks));
   print_offload_report(predicted.front());
+  if (opt_.checkpoint.memory_every > 0) {
+    // Node memory (tmpfs), outside the allocator: beside the table, not in it.
+    const int node_ranks = std::max(1, memory_copies_node_ranks_);
+    fmt::print("in-memory checkpoint copies (node memory, {}): predicted {:.3g} MB per rank (its "
+               "shard and a buddy's, two steps each); rank 0's node held {:.3g} MB for its {} "
+               "rank(s) at the end, {:.3g} MB per rank\n", opt_.checkpoint.memory_dir,
+               predicted_memory_copies_per_rank() / 1e6, memory_copies_bytes_ / 1e6, node_ranks,
+               memory_copies_bytes_ / 1e6 / node_ranks);
+  }
   std::ofstream(opt_.run_dir + "/memory.json") << mj.dump(2) << "\n";
   fmt::print("model saved to {}\n", sum.model_path);
   return sum;

@@ -347,7 +347,14 @@ void TrainingCheckpointer::wait() {
 
 void TrainingCheckpointer::finish() {
   wait();
-  if (memory_writer_) ckpt::clear_memory_store(comm_, memory_store_);
+  if (!memory_writer_) return;
+  // The node's copies as they stand at the end (the memory report's row).
+  const fs::path root = ckpt::memory_node_root(memory_store_, comm_ ? comm_->node_id() : 0);
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->is_regular_file(ec)) memory_copies_bytes_ += static_cast<int64_t>(it->file_size(ec));
+  ckpt::clear_memory_store(comm_, memory_store_);
 }
 
 }  // namespace meshtrain

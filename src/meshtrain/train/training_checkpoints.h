@@ -104,6 +104,10 @@ class TrainingCheckpointer {
   // Collective, at the end of a run that finished: wait(), then the run's
   // in-memory copies are removed.
   void finish();
+  // What this rank's node held of the in-memory copies when finish() removed
+  // them (bytes of its files: its ranks' shards and their buddies', the
+  // newest steps); 0 without the memory tier.
+  int64_t memory_copies_bytes() const { return memory_copies_bytes_; }
 
  private:
   // In-memory copies are also taken with every disk save, so they are never
@@ -134,6 +138,7 @@ class TrainingCheckpointer {
   std::string memory_store_;
   comm::Communicator* comm_ = nullptr;
   std::unique_ptr<ckpt::CheckpointWriter> memory_writer_;
+  int64_t memory_copies_bytes_ = 0;
 };
 
 }  // namespace meshtrain

@@ -3,6 +3,7 @@
 // checkpoints and samples - until the run's length.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <cstdlib>
@@ -46,6 +47,13 @@ int64_t crash_after_step() {
 
 }  // namespace
 
+double TrainingRun::predicted_memory_copies_per_rank() const {
+  const double shard = 4.0 * static_cast<double>(model_->param_buffer().numel()) *
+                       static_cast<double>(1 + opt_.optimizer.states_per_param()) /
+                       mesh_.size(parallel::Axis::DP);
+  return 2 * 2 * shard;
+}
+
 void TrainingRun::loop() {
   if (sync_->asynchronous()) return async_loop();
   // Collective on every rank (the writer splits its own communicator).
@@ -66,13 +74,10 @@ void TrainingRun::loop() {
   if (opt_.checkpoint.memory_every > 0) {
     // A rank's shard: its 1/dp of the f32 parameters and optimizer states;
     // its node keeps it and a buddy's, for two steps.
-    const double shard_mb = 4.0 * static_cast<double>(model_->param_buffer().numel()) *
-                            static_cast<double>(1 + stepper_->optimizer().state().size()) /
-                            mesh_.size(parallel::Axis::DP) / 1e6;
     say(fmt::format("in-memory checkpoints with buddy copies: every {} steps and with each disk "
                     "checkpoint, in {} (about {:.1f} MB of node memory per rank: its shard and a "
                     "buddy's, two steps each)", opt_.checkpoint.memory_every,
-                    opt_.checkpoint.memory_dir, 4 * shard_mb));
+                    opt_.checkpoint.memory_dir, predicted_memory_copies_per_rank() / 1e6));
   }
 
   // MFU is quoted against the GEMM rate this rank's threads reach in the
@@ -292,6 +297,16 @@ void TrainingRun::loop() {
   // Every save complete (index written) before the run ends; the in-memory
   // copies of a finished run are removed.
   checkpoints->finish();
+  if (opt_.checkpoint.memory_every > 0) {
+    // The copies this rank's node held, and how many ranks shared them.
+    memory_copies_bytes_ = checkpoints->memory_copies_bytes();
+    if (comm::Communicator* w = world_comm()) {
+      std::vector<int64_t> nodes(static_cast<size_t>(world_));
+      const int64_t mine = w->node_id();
+      w->allgather(&mine, nodes.data(), nodes.size(), DType::I64).wait();
+      memory_copies_node_ranks_ = static_cast<int>(std::count(nodes.begin(), nodes.end(), mine));
+    }
+  }
   stepper_->set_before_update(nullptr);  // the checkpointer goes with this scope
   // Replicas that drifted apart would be a bug; checked in debug mode.
   if (opt_.dp.verify) sync_->verify_replicas();

@@ -118,6 +118,12 @@ class TrainingRun {
   ProgressState progress_state_;
   TrainerSummary result_;
   int64_t total_steps_ = 0, setup_peak_ = 0;
+  // checkpoint.memory_every: this rank's node's in-memory copies at the end.
+  int64_t memory_copies_bytes_ = 0;
+  int memory_copies_node_ranks_ = 1;  // the ranks of this rank's node
+  // The copies a rank's node keeps for it: its shard (its 1/dp of the f32
+  // parameters and optimizer state) and a buddy's, two steps each.
+  double predicted_memory_copies_per_rank() const;
   double t_start_ = 0;
 };
 
