@@ -320,6 +320,7 @@ void run_train(const TrainArgs& a) {
   o.local_sgd.nesterov = c.parallel.local_sgd.nesterov;
   o.parameter_server.enabled = c.parallel.parameter_server.enabled;
   o.parameter_server.staleness = c.parallel.parameter_server.staleness;
+  o.parameter_server.staleness_lr = c.parallel.parameter_server.staleness_lr;
   o.zero_stage = c.zero.stage;
   o.tp = c.parallel.tp;
   o.pp = c.parallel.pp;

@@ -261,6 +261,7 @@ TrainConfig convert_config(const nlohmann::json& j,
   c.parallel.local_sgd.nesterov = r.boolean("parallel.local_sgd.nesterov");
   c.parallel.parameter_server.enabled = r.boolean("parallel.parameter_server.enabled");
   c.parallel.parameter_server.staleness = r.integer("parallel.parameter_server.staleness", 0, 1000000);
+  c.parallel.parameter_server.staleness_lr = r.boolean("parallel.parameter_server.staleness_lr");
   c.parallel.sequence_parallel = r.boolean("parallel.sequence_parallel");
   c.zero.stage = r.small_int("zero.stage", 0, 3);
   c.zero.persist_threshold = r.integer("zero.persist_threshold", 0, INT64_MAX);

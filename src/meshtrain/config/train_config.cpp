@@ -80,7 +80,8 @@ J to_json(const TrainConfig& c) {
   local["nesterov"] = c.parallel.local_sgd.nesterov;
   parallel["local_sgd"] = local;
   parallel["parameter_server"] = J{{"enabled", c.parallel.parameter_server.enabled},
-                                   {"staleness", c.parallel.parameter_server.staleness}};
+                                   {"staleness", c.parallel.parameter_server.staleness},
+                                   {"staleness_lr", c.parallel.parameter_server.staleness_lr}};
   parallel["sequence_parallel"] = c.parallel.sequence_parallel;
   j["parallel"] = parallel;
   j["zero"] = J{{"stage", c.zero.stage}, {"persist_threshold", c.zero.persist_threshold}};

@@ -34,7 +34,8 @@ std::string ParameterServer::describe() const {
                      opts_.staleness == 0
                          ? "staleness 0: every update waits for every worker (synchronous)"
                          : fmt::format("a gradient lands at most {} update(s) after its parameters "
-                                       "were read; no barrier between steps", opts_.staleness));
+                                       "were read{}; no barrier between steps", opts_.staleness,
+                                       opts_.staleness_lr ? ", lr divided by its staleness above 1" : ""));
 }
 
 void ParameterServer::attach(Model& model) {
@@ -46,7 +47,7 @@ void ParameterServer::attach(Model& model) {
   for (const ParamInfo& p : layout.params) starts.push_back(p.begin);
   const std::vector<ElemSpan> spans = shard_spans(layout.numel, starts, comm_.size());
   const int states = optimizer_cfg_.states_per_param();
-  store_ = std::make_unique<ParameterStore>(comm_, spans, states, opts_.staleness,
+  store_ = std::make_unique<ParameterStore>(comm_, spans, states, opts_.staleness, opts_.staleness_lr,
                                             comm_.options().timeout_s);
   // Each shard's optimizer over its span, its state tensors in the shard.
   Optimizer::StateElsewhere bound_below;

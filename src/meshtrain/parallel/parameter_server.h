@@ -9,7 +9,9 @@
 //   staleness 0   every update waits for every worker: synchronous data
 //                 parallelism (the same mean gradient, the same optimizer)
 //   staleness s   fast workers go on while a slow one computes; its gradient
-//                 lands at most s updates late, with whatever else waits
+//                 lands at most s updates late, with whatever else waits,
+//                 and (staleness_lr) an update of gradients a > 1 updates
+//                 old on average takes lr / a (Zhang et al. 2016)
 //
 // The run is train.steps x ranks worker steps in all, taken from one shared
 // counter: a rank that is twice as fast takes about twice as many. The
@@ -37,6 +39,8 @@ namespace meshtrain::parallel {
 struct ParameterServerOptions {
   bool enabled = false;
   int64_t staleness = 2;  // updates a gradient may land after its parameters were read
+  // An update of gradients a > 1 updates old on average takes lr / a.
+  bool staleness_lr = true;
 };
 
 class ParameterServer final : public GradientSync {

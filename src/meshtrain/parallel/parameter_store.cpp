@@ -134,9 +134,9 @@ class ShardLock {
 }  // namespace
 
 ParameterStore::ParameterStore(const comm::Communicator& comm, std::vector<ElemSpan> shards,
-                               int state_floats, int64_t staleness, double timeout_s)
+                               int state_floats, int64_t staleness, bool staleness_lr, double timeout_s)
     : comm_(comm), shards_(std::move(shards)), states_(state_floats), staleness_(staleness),
-      timeout_s_(timeout_s) {
+      staleness_lr_(staleness_lr), timeout_s_(timeout_s) {
   MT_CHECK(comm_.valid(), "a parameter store needs a communicator");
   me_ = comm_.rank();
   workers_ = comm_.size();
@@ -284,6 +284,16 @@ void ParameterStore::try_apply(int k, const ApplyFn& apply) {
     const float inv = 1.0f / static_cast<float>(valid);
     if (valid > 1)
       for (int64_t i = 0; i < span.count(); ++i) mean_[static_cast<size_t>(i)] *= inv;
+    if (staleness_lr_) {
+      // Staleness-aware rate (Zhang et al. 2016): an update of gradients that
+      // are on average `age` > 1 updates old takes lr / age.
+      double age = 0;
+      for (int j = 0; j < workers_; ++j)
+        if (s.workers[j].pending && s.workers[j].valid)
+          age += static_cast<double>(s.h->version - s.workers[j].base);
+      age /= valid;
+      if (age > 1) lr = static_cast<float>(lr / age);
+    }
     apply(k, mean_.data(), lr, s.h->version);
   }
   for (int j = 0; j < workers_; ++j) {

@@ -60,9 +60,11 @@ class ParameterStore {
   using ApplyFn = std::function<void(int shard, const float* mean_grads, float lr, int64_t version)>;
 
   // Collective over `comm` (one host's shm transport); shard k lives on rank
-  // k. `state_floats` optimizer-state elements per parameter.
+  // k. `state_floats` optimizer-state elements per parameter. staleness_lr:
+  // an update whose gradients are on average a > 1 updates old applies
+  // lr / a (Zhang et al. 2016, staleness-aware asynchronous SGD).
   ParameterStore(const comm::Communicator& comm, std::vector<ElemSpan> shards, int state_floats,
-                 int64_t staleness, double timeout_s);
+                 int64_t staleness, bool staleness_lr, double timeout_s);
   ~ParameterStore();
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
@@ -101,6 +103,7 @@ class ParameterStore {
   std::vector<ElemSpan> shards_;
   int states_;
   int64_t staleness_;
+  bool staleness_lr_;
   double timeout_s_;
   int me_ = 0, workers_ = 1;
   int64_t shard_floats_ = 0;  // the largest shard's elements
