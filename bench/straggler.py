@@ -35,10 +35,10 @@ def mode_settings(args, mode):
     if mode == "ps":
         return ["--set", "parallel.parameter_server.enabled=true",
                 "--set", f"parallel.parameter_server.staleness={args.staleness}"]
-    if mode == "ps-plain":
+    if mode == "ps-lr":
         return ["--set", "parallel.parameter_server.enabled=true",
                 "--set", f"parallel.parameter_server.staleness={args.staleness}",
-                "--set", "parallel.parameter_server.staleness_lr=false"]
+                "--set", "parallel.parameter_server.staleness_lr=true"]
     if mode == "ps0":
         return ["--set", "parallel.parameter_server.enabled=true",
                 "--set", "parallel.parameter_server.staleness=0"]
@@ -51,7 +51,7 @@ def describe(args, mode):
     return {"sync-even": "synchronous, no straggler",
             "sync": "synchronous data parallelism",
             "ps": f"parameter server, staleness {args.staleness}",
-            "ps-plain": f"parameter server, staleness {args.staleness}, lr not scaled by staleness",
+            "ps-lr": f"parameter server, staleness {args.staleness}, lr / staleness",
             "ps0": "parameter server, staleness 0",
             "local": f"local SGD, H = {args.local_h}"}[mode]
 
@@ -93,7 +93,7 @@ def main():
     ap.add_argument("--slow-factor", type=float, default=2.0)
     ap.add_argument("--staleness", type=int, default=2)
     ap.add_argument("--local-h", type=int, default=10, help="a divisor of --steps")
-    ap.add_argument("--modes", nargs="+", default=["sync-even", "sync", "ps", "ps-plain", "ps0", "local"])
+    ap.add_argument("--modes", nargs="+", default=["sync-even", "sync", "ps", "ps-lr", "ps0", "local"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--binary", default=MESHTRAIN)

@@ -80,7 +80,7 @@ struct LocalSgdSection {
 struct ParameterServerSection {
   bool enabled = false;
   int64_t staleness = 2;  // updates a gradient may land late; 0 = synchronous
-  bool staleness_lr = true;  // lr / mean staleness for stale updates
+  bool staleness_lr = false;  // lr / mean staleness for stale updates
 };
 
 struct ParallelSection {

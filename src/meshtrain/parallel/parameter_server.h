@@ -10,8 +10,8 @@
 //                 parallelism (the same mean gradient, the same optimizer)
 //   staleness s   fast workers go on while a slow one computes; its gradient
 //                 lands at most s updates late, with whatever else waits,
-//                 and (staleness_lr) an update of gradients a > 1 updates
-//                 old on average takes lr / a (Zhang et al. 2016)
+//                 and, with staleness_lr, an update of gradients a > 1
+//                 updates old on average takes lr / a (Zhang et al. 2016)
 //
 // The run is train.steps x ranks worker steps in all, taken from one shared
 // counter: a rank that is twice as fast takes about twice as many. The
@@ -40,7 +40,7 @@ struct ParameterServerOptions {
   bool enabled = false;
   int64_t staleness = 2;  // updates a gradient may land after its parameters were read
   // An update of gradients a > 1 updates old on average takes lr / a.
-  bool staleness_lr = true;
+  bool staleness_lr = false;
 };
 
 class ParameterServer final : public GradientSync {
