@@ -136,6 +136,10 @@ class GradientSync {
   virtual std::string async_report() const { return {}; }
 };
 
+// Debug check (collective over `comm`) that `params` is the same on every
+// rank; throws naming `who` and the rank otherwise.
+void check_replicas_equal(comm::Communicator& comm, const Tensor& params, const char* who);
+
 // One rank, no communication.
 class LocalGradients final : public GradientSync {
  public:

@@ -101,11 +101,7 @@ void LocalSgd::gather_full_parameters() {
 
 void LocalSgd::verify_replicas() {
   if (local_steps_ != 0) return;  // they differ by design between averages
-  const Tensor& t = model_->param_buffer();
-  std::vector<float> hi(t.data<float>(), t.data<float>() + t.numel()), lo = hi;
-  comm_.allreduce(hi.data(), hi.size(), DType::F32, comm::ReduceOp::Max).wait();
-  comm_.allreduce(lo.data(), lo.size(), DType::F32, comm::ReduceOp::Min).wait();
-  MT_CHECK(hi == lo, "local SGD: the replicas differ right after an average (rank {})", comm_.rank());
+  check_replicas_equal(comm_, model_->param_buffer(), "local SGD, right after an average");
 }
 
 SyncState LocalSgd::checkpoint_state() {

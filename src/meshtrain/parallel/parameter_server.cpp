@@ -125,11 +125,7 @@ void ParameterServer::finish_async() {
 void ParameterServer::gather_full_parameters() { finish_async(); }
 
 void ParameterServer::verify_replicas() {
-  const Tensor& t = model_->param_buffer();
-  std::vector<float> hi(t.data<float>(), t.data<float>() + t.numel()), lo = hi;
-  comm_.allreduce(hi.data(), hi.size(), DType::F32, comm::ReduceOp::Max).wait();
-  comm_.allreduce(lo.data(), lo.size(), DType::F32, comm::ReduceOp::Min).wait();
-  MT_CHECK(hi == lo, "parameter server: the ranks' final parameters differ (rank {})", comm_.rank());
+  check_replicas_equal(comm_, model_->param_buffer(), "parameter server, final parameters");
 }
 
 std::string ParameterServer::async_report() const {

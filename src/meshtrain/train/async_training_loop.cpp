@@ -65,17 +65,8 @@ void TrainingRun::async_loop() {
     result_.final_loss = st.loss;
     if (!lead_) continue;
     // Rank 0's own steps: its loss, its share of the tokens.
-    telemetry::StepTelemetry t;
-    t.step = *step + 1;
-    t.loss = st.loss;
-    t.lr = st.lr;
-    t.grad_norm = st.grad_norm;
-    t.skipped = !st.finite;
-    t.time.data_wait_s = t_data;
-    t.time.forward_s = st.forward_s;
-    t.time.backward_s = st.backward_s;
-    t.time.optimizer_s = st.optimizer_s;  // push, wait for the shards, their updates
-    t.time.step_s = dt;
+    // (The optimizer time is the push, the wait for the shards and their updates.)
+    telemetry::StepTelemetry t = step_record(*step, st, t_data, dt);
     t.tokens = tokens_per_step_ / workers;
     t.samples = global_batch_ / workers;
     t.devices = 1;

@@ -47,6 +47,22 @@ int64_t crash_after_step() {
 
 }  // namespace
 
+telemetry::StepTelemetry TrainingRun::step_record(int64_t step, const StepStats& st, double data_s,
+                                                  double step_s) const {
+  telemetry::StepTelemetry t;
+  t.step = step + 1;
+  t.loss = st.loss;
+  t.lr = st.lr;
+  t.grad_norm = st.grad_norm;
+  t.skipped = !st.finite;
+  t.time.data_wait_s = data_s;
+  t.time.forward_s = st.forward_s;
+  t.time.backward_s = st.backward_s;
+  t.time.optimizer_s = st.optimizer_s;
+  t.time.step_s = step_s;
+  return t;
+}
+
 double TrainingRun::predicted_memory_copies_per_rank() const {
   const double shard = 4.0 * static_cast<double>(model_->param_buffer().numel()) *
                        static_cast<double>(1 + opt_.optimizer.states_per_param()) /
@@ -163,16 +179,7 @@ void TrainingRun::loop() {
     } else {
       bad_steps = 0;
     }
-    telemetry::StepTelemetry t;
-    t.step = step + 1;
-    t.loss = st.loss;
-    t.lr = st.lr;
-    t.grad_norm = st.grad_norm;
-    t.skipped = !st.finite;
-    t.time.data_wait_s = t_data;
-    t.time.forward_s = st.forward_s;
-    t.time.backward_s = st.backward_s;
-    t.time.optimizer_s = st.optimizer_s;
+    telemetry::StepTelemetry t = step_record(step, st, t_data, dt);
     // Tensor-parallel collectives block compute: exposed, and communication.
     t.time.comm_exposed_s = st.comm.exposed_s + st.tp_comm_s;
     t.time.comm_total_s = st.comm.total_s + st.tp_comm_s;
@@ -180,7 +187,6 @@ void TrainingRun::loop() {
     t.time.pp_wait_s = st.pp_wait_s;
     t.grad_wire_bytes = st.comm.wire_bytes;
     t.grad_dense_bytes = st.comm.dense_bytes;
-    t.time.step_s = dt;
     t.tokens = tokens_per_step_;
     t.samples = global_batch_;
     t.devices = world_;

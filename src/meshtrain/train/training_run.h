@@ -42,6 +42,9 @@ class TrainingRun {
   void loop();
   // loop() for an asynchronous strategy (async_training_loop.cpp).
   void async_loop();
+  // A step's telemetry from its stats: the fields both loops fill alike.
+  telemetry::StepTelemetry step_record(int64_t step, const StepStats& st, double data_s,
+                                       double step_s) const;
   TrainerSummary finish();
 
  private:
