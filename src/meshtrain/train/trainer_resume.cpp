@@ -75,6 +75,8 @@ void TrainingRun::describe() const {
   if (opt_.zero_stage > 0 && world_ == 1)
     say(fmt::format("zero.stage = {}: one rank has nothing to shard with; training as stage 0",
                     opt_.zero_stage));
+  if (opt_.parameter_server.enabled && world_ == 1)
+    say("parallel.parameter_server: one rank has no other worker to wait for; training as a single rank");
   if (world_ > 1) say(sync_->describe());
   say(fmt::format("data: {} ({} batches/epoch)", train_->describe(), train_->batches_per_epoch()));
   // Rank 0's share under the ZeRO stage (memory_report.h formulas).
