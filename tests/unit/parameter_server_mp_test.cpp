@@ -8,6 +8,7 @@
 //   than the bound, the loss falls and the ranks end on equal parameters;
 // - 4 ranks with LAMB (whole layers per shard) under staleness 1: every step
 //   taken once, none later than the bound, the loss falls;
+// - a rank that stops is named after comm.timeout_s (no hang);
 // - what needs every rank at the same step is refused with the reason.
 // And the update rule and the shard cuts alone.
 #include "dp_harness.h"
@@ -127,6 +128,16 @@ TEST(parameter_server, four_ranks_with_lamb_keep_the_bound_of_one) {
   const auto rows = r.metrics();
   ASSERT_GE(rows.size(), 2u);
   EXPECT_LT(rows.back()["loss"].get<double>(), rows.front()["loss"].get<double>());
+}
+
+TEST(parameter_server, a_rank_that_stops_is_named_after_the_timeout) {
+  // Rank 1 stops itself (SIGSTOP) when it claims step 5: the others wait for its
+  // push no longer than comm.timeout_s, then fail naming it; the launcher ends the job.
+  const RunResult r = train("ps_stopped", tiny_settings(50) + " --nproc 2 --set comm.timeout_s=3" + server(1),
+                            "env MESHTRAIN_TEST_HANG_AT_STEP=1:5");
+  EXPECT_NE(r.status, 0) << r.log;
+  EXPECT_NE(r.log.find("waited 3 s (comm.timeout_s) on shard"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("for rank(s) 1 (from version"), std::string::npos) << r.log;
 }
 
 TEST(parameter_server, what_needs_every_rank_at_one_step_is_refused) {

@@ -31,7 +31,7 @@ void TrainingRun::resume() {
                     resumed_->position.batch, stepper_->optimizer().steps_taken()));
     if (!resumed_->memory_note.empty()) say(fmt::format("resumed from {}", resumed_->memory_note));
     if (!resumed_->data_note.empty()) say(fmt::format("warning: {}", resumed_->data_note));
-  } else if (opt_.checkpoint.resume == "auto" && !opt_.checkpoint.dir.empty()) {
+  } else if (opt_.checkpoint.resume == "auto" && !opt_.checkpoint.dir.empty() && !sync_->asynchronous()) {
     say(fmt::format("no checkpoint to resume from in {}: starting at step 0", opt_.checkpoint.dir));
   }
   sync_->after_resume();
