@@ -63,7 +63,6 @@ void ParameterServer::attach(Model& model) {
     }
     optimizers_.push_back(std::move(opt));
   }
-  scratch_.assign(static_cast<size_t>(layout.numel), 0.0f);
 }
 
 void ParameterServer::zero_grad() {
@@ -87,10 +86,10 @@ void ParameterServer::after_resume() {
 void ParameterServer::apply(int shard, const float* mean_grads, float lr, int64_t version) {
   Optimizer& opt = *optimizers_[static_cast<size_t>(shard)];
   const ElemSpan s = store_->shard(shard);
-  // The optimizer indexes whole flat buffers; the shard's arrays start at s.begin.
-  std::memcpy(scratch_.data() + s.begin, mean_grads, static_cast<size_t>(s.count()) * 4);
+  // The optimizer indexes whole flat buffers from element 0 and touches only
+  // [s.begin, s.end): the shard's arrays, offset back by s.begin, stand in for them.
   opt.set_steps_taken(version);  // bias correction counts the shard's updates
-  opt.step(store_->params(shard) - s.begin, scratch_.data(), lr, 1.0f);
+  opt.step(store_->params(shard) - s.begin, mean_grads - s.begin, lr, 1.0f);
 }
 
 void ParameterServer::apply_update(const float* grads, float grad_scale, float lr) {

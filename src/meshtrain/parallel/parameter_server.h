@@ -86,7 +86,6 @@ class ParameterServer final : public GradientSync {
   // worker holds one per shard; whichever applies an update uses its own).
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
   std::vector<Tensor> state_views_;
-  std::vector<float> scratch_;  // a shard's mean gradient at its flat offset
   int64_t steps_taken_ = 0;     // by this worker
   CommTiming timing_;
 };

@@ -75,12 +75,7 @@ void TrainingRun::async_loop() {
     t.price_per_device_hour = opt_.price_per_device_hour;
     nlohmann::json rec = t.to_json();
     rec["rank_steps"] = my_steps;
-    metrics->write(rec);
-    tb->add_scalars(t.step, t.scalars());
-    summary_.add(t);
-    t.fill_progress(progress_state_);
-    progress_state_.elapsed_s = now_s() - t_start_;
-    progress->update(progress_state_);
+    publish_step(t, rec, *metrics, *tb, *progress);
   }
   if (progress) progress->finish();
   const double train_s = now_s() - t_start_;

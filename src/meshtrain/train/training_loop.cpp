@@ -63,6 +63,17 @@ telemetry::StepTelemetry TrainingRun::step_record(int64_t step, const StepStats&
   return t;
 }
 
+void TrainingRun::publish_step(telemetry::StepTelemetry& t, const nlohmann::json& rec,
+                               MetricsLog& metrics, telemetry::TensorBoardWriter& tb,
+                               ProgressDisplay& progress) {
+  metrics.write(rec);
+  tb.add_scalars(t.step, t.scalars());
+  summary_.add(t);
+  t.fill_progress(progress_state_);
+  progress_state_.elapsed_s = now_s() - t_start_;
+  progress.update(progress_state_);
+}
+
 double TrainingRun::predicted_memory_copies_per_rank() const {
   const double shard = 4.0 * static_cast<double>(model_->param_buffer().numel()) *
                        static_cast<double>(1 + opt_.optimizer.states_per_param()) /
@@ -282,12 +293,7 @@ void TrainingRun::loop() {
           rec["comm_started_in_backward"] = st.comm.started_in_backward;
       }
       if (st.update_wait_s > 0) rec["ckpt_snapshot_wait_ms"] = st.update_wait_s * 1e3;
-      metrics->write(rec);
-      tb->add_scalars(t.step, t.scalars());
-      summary_.add(t);
-      t.fill_progress(progress_state_);
-      progress_state_.elapsed_s = now_s() - t_start_;
-      progress->update(progress_state_);
+      publish_step(t, rec, *metrics, *tb, *progress);
     }
     result_.final_loss = st.loss;
     if (t.val_loss) progress_state_.val_loss = static_cast<float>(*t.val_loss);

@@ -22,8 +22,11 @@
 #include "meshtrain/parallel/make_gradient_sync.h"
 #include "meshtrain/parallel/mesh.h"
 #include "meshtrain/parallel/tp_group.h"
+#include "meshtrain/telemetry/metrics_log.h"
 #include "meshtrain/telemetry/progress.h"
 #include "meshtrain/telemetry/run_summary.h"
+#include "meshtrain/telemetry/step_timer.h"
+#include "meshtrain/telemetry/tensorboard_writer.h"
 #include "meshtrain/telemetry/trace_writer.h"
 #include "meshtrain/train/memory_model.h"
 #include "meshtrain/train/memory_report.h"
@@ -42,6 +45,10 @@ class TrainingRun {
   void loop();
   // loop() for an asynchronous strategy (async_training_loop.cpp).
   void async_loop();
+  // Rank 0's record of a step to the metrics file, TensorBoard, the summary
+  // and the progress display (both loops).
+  void publish_step(telemetry::StepTelemetry& t, const nlohmann::json& rec, MetricsLog& metrics,
+                    telemetry::TensorBoardWriter& tb, ProgressDisplay& progress);
   // A step's telemetry from its stats: the fields both loops fill alike.
   telemetry::StepTelemetry step_record(int64_t step, const StepStats& st, double data_s,
                                        double step_s) const;
