@@ -134,7 +134,7 @@ TEST(parameter_server, four_ranks_with_lamb_keep_the_bound_of_one) {
 }
 
 TEST(parameter_server, a_rank_that_stops_is_named_after_the_timeout) {
-  // Rank 1 stops itself (SIGSTOP) when it claims step 5: the others wait for its
+  // Rank 1 stops itself (SIGSTOP) at its own 5th step: the others wait for its
   // push no longer than comm.timeout_s, then fail naming it; the launcher ends the job.
   const RunResult r = train("ps_stopped", tiny_settings(50) + " --nproc 2 --set comm.timeout_s=3" + server(1),
                             "env MESHTRAIN_TEST_HANG_AT_STEP=1:5");
