@@ -76,7 +76,9 @@ void refuse_unavailable(const TrainConfig& c) {
   // buffer down; an interleaved rank's backwards each write one chunk's part.
   refuse(pp && c.parallel.chunks > 1 && c.zero.stage == 2,
          fmt::format("parallel.chunks = {} with zero.stage = 2", c.parallel.chunks));
-  refuse(pp && c.lora.rank > 0, fmt::format("parallel.pp = {} with LoRA", c.parallel.pp));
+  // Each chunk of an interleaved rank would hold its own frozen base.
+  refuse(pp && c.parallel.chunks > 1 && c.lora.rank > 0,
+         fmt::format("parallel.chunks = {} with LoRA", c.parallel.chunks));
   refuse(pp && c.device != "cpu", fmt::format("parallel.pp = {} on device \"{}\"", c.parallel.pp, c.device));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));

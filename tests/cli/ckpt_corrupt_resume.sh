@@ -4,6 +4,7 @@
 # checkpoint are each skipped with a warning naming the file (or index) and
 # the problem, the run resumes from the previous complete checkpoint (step 8)
 # and ends with the uninterrupted run's model. (A flipped byte: train_resume.sh.)
+# A directory of nothing but unusable checkpoints is an error, not a fresh start.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, SRC, TMP (removed at exit), fail
 
@@ -40,4 +41,16 @@ check missing "shard file .*shard_0_of_1.safetensors is missing"
 s=$(setup other_model)
 rm -r "$s" && cp -r "$TMP/other/ckpt/step_00000004" "$s"
 check other_model "index.json is from another model: n_layer 1 (checkpoint) vs 2 (model)"
+# Only checkpoints this run cannot resume (another model's): refused with
+# the reasons instead of training from step 0 beside them; nothing removed.
+mkdir -p "$TMP/only_other" && cp -r "$TMP/other/ckpt" "$TMP/only_other/ckpt"
+if "$BIN" train "${ARGS[@]}" --set train.steps=12 --set telemetry.dir="$TMP/only_other" \
+  >"$TMP/only_other.log" 2>&1; then fail "trained from step 0 beside another model's checkpoints"; fi
+grep -q "holds 1 complete checkpoint(s) and this run can resume none of them" "$TMP/only_other.log" &&
+  grep -q "step_00000004: .*from another model: n_layer 1" "$TMP/only_other.log" &&
+  grep -q "checkpoint.resume = never" "$TMP/only_other.log" ||
+  { cat "$TMP/only_other.log"; fail "no clear error for a directory of unusable checkpoints"; }
+[ -d "$TMP/only_other/ckpt/step_00000004" ] || fail "the unusable checkpoint was removed"
+"$BIN" train "${ARGS[@]}" --set train.steps=2 --set telemetry.dir="$TMP/only_other" \
+  --set checkpoint.resume=never >"$TMP/never.log" 2>&1 || { cat "$TMP/never.log"; fail "resume=never refused"; }
 echo ok

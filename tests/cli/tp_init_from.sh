@@ -25,7 +25,7 @@ for tp in 1 2; do
 done
 grep -q "mesh: dp 1 x tp 2" "$TMP/train2" || fail "tp 2 run did not report its mesh"
 # Both are read by slices: each shard reads only its own part of each tensor.
-grep -q "this tp shard's slices" "$TMP/train2" || fail "tp 2 read the whole of $FIX"
+grep -q "this shard's slices" "$TMP/train2" || fail "tp 2 read the whole of $FIX"
 python3 - "$TMP/run1" "$TMP/run2" <<'PY' || fail "tp 2 differs from tp 1 starting from $FIX"
 import json, struct, sys
 def losses(d):
@@ -66,7 +66,7 @@ for shape in "2 1 0" "4 2 3"; do
     --set parallel.tp=$tp --set zero.stage=$stage --set telemetry.dir="$TMP/dp$n" --nproc $n >"$TMP/dp$n.log" 2>&1 \
     || { cat "$TMP/dp$n.log"; fail "dp 2 x tp $tp at ZeRO-$stage from $FIX failed"; }
 done
-grep -q "this tp shard's slices, each rank its own range" "$TMP/dp4.log" \
+grep -q "this shard's slices, each rank its own range" "$TMP/dp4.log" \
   || { cat "$TMP/dp4.log"; fail "dp 2 x tp 2 ZeRO-3 did not read only its own slices"; }
 # Another layout of the same global batch: the data-parallel equivalence
 # bound, 1e-5 (tests/unit/dp_harness.h; was 1e-4). Measured equal.

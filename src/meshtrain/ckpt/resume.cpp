@@ -107,6 +107,7 @@ std::optional<ResumeResult> resume_latest(const std::string& root,
     }
     if (why.empty()) why = "another rank could not load it";
     const std::string msg = fmt::format("not resuming from {}: {}", it->dir, why);
+    if (it->complete && options.unusable) options.unusable->push_back(msg);
     if (options.warn) options.warn(msg);
     skipped.push_back(msg);
   }

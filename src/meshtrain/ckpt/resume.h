@@ -40,6 +40,9 @@ struct ResumeOptions {
   comm::Communicator* comm = nullptr; // when set, ranks agree on the checkpoint
   int rank = 0;                       // whose RankState to return (comm->rank() when comm is set)
   WarnFn warn = warn_stderr;
+  // resume_latest: when set, receives why each complete checkpoint it tried
+  // did not load (a torn one, left by a crash mid-write, is not counted).
+  std::vector<std::string>* unusable = nullptr;
 };
 
 struct ResumeResult {

@@ -1,6 +1,8 @@
 #include "meshtrain/nn/lora_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/core/rng.h"
@@ -20,12 +22,19 @@ class LoraAdapters final : public LinearAdapters {
 
   void set_mixed(bool mixed) {
     mixed_ = mixed;
-    N_ = -1;  // the scratch depends on it
+    release();  // the scratch depends on it
   }
   void release() {
-    acts_ = du_ = half_ = Tensor();
-    N_ = -1;
+    for (Slot& s : slots_) s = Slot();
+    du_ = half_ = Tensor();
+    scratch_N_ = -1;
   }
+  // One set of saved products per activation slot (Model::set_activation_slots).
+  void set_slots(int n) {
+    slots_.assign(static_cast<size_t>(n), Slot());
+    slot_ = 0;
+  }
+  void select(int slot) { slot_ = static_cast<size_t>(slot); }
 
   void forward(int64_t w_offset, float* out, AdapterInput inp, int64_t N, int64_t K,
                int64_t OC) override {
@@ -46,7 +55,9 @@ class LoraAdapters final : public LinearAdapters {
                 int64_t K, int64_t OC) override {
     const int64_t r = spec_.config().rank;
     const float scale = spec_.config().scale();
-    MT_CHECK(N == N_, "LoRA backward over {} rows after a forward over {}", N, N_);
+    MT_CHECK(N == slots_[slot_].N, "LoRA backward over {} rows after a forward over {}", N,
+             slots_[slot_].N);
+    ensure_scratch(N);
     for (size_t i = spec_.first_site_at(w_offset); i < spec_.sites().size(); ++i) {
       const LoraSpec::Site& s = spec_.sites()[i];
       if (s.w_begin >= w_offset + OC * K) break;
@@ -72,7 +83,7 @@ class LoraAdapters final : public LinearAdapters {
   float* p(int64_t off) const { return params_.data<float>() + off; }
   float* g(int64_t off) const { return grads_.data<float>() + off; }
   float* saved(size_t site, int64_t N) const {
-    return acts_.data<float>() + static_cast<int64_t>(site) * N * spec_.config().rank;
+    return slots_[slot_].acts.data<float>() + static_cast<int64_t>(site) * N * spec_.config().rank;
   }
 
   int64_t check_site(const LoraSpec::Site& s, int64_t w_offset, int64_t K, int64_t OC) const {
@@ -96,16 +107,26 @@ class LoraAdapters final : public LinearAdapters {
     k_->sgemm(stream_, false, true, N, r, K, 1.f, inp.f, K, p(s.a), K, 0.f, u, r);
   }
 
-  // The saved products and scratch for N rows (LoraSpec::adapter_memory).
+  // The selected slot's saved products and the shared scratch for N rows
+  // (LoraSpec::adapter_memory).
   void ensure(int64_t N) {
-    if (N == N_) return;
-    const int64_t r = spec_.config().rank;
-    acts_ = du_ = half_ = Tensor();
     const ModelMemory m = spec_.adapter_memory(N, mixed_ ? Precision::BF16 : Precision::FP32);
-    acts_ = Tensor::zeros({m.activations / 4}, DType::F32, MemCategory::Activations);
+    Slot& slot = slots_[slot_];
+    if (slot.N != N) {
+      slot.acts = Tensor();
+      slot.acts = Tensor::zeros({m.activations / 4}, DType::F32, MemCategory::Activations);
+      slot.N = N;
+    }
+    ensure_scratch(N);
+  }
+  void ensure_scratch(int64_t N) {
+    if (scratch_N_ == N) return;
+    const int64_t r = spec_.config().rank;
+    const ModelMemory m = spec_.adapter_memory(N, mixed_ ? Precision::BF16 : Precision::FP32);
+    du_ = half_ = Tensor();
     du_ = Tensor::zeros({N * r}, DType::F32, MemCategory::Workspace);
     if (mixed_) half_ = Tensor::zeros({(m.workspace - N * r * 4) / 2}, DType::BF16, MemCategory::Workspace);
-    N_ = N;
+    scratch_N_ = N;
   }
 
   const LoraSpec& spec_;
@@ -113,8 +134,14 @@ class LoraAdapters final : public LinearAdapters {
   const KernelTable* k_;
   Stream stream_;
   bool mixed_ = false;
-  int64_t N_ = -1;
-  Tensor acts_, du_, half_;
+  struct Slot {
+    Tensor acts;  // each site's u = inp A^T
+    int64_t N = -1;
+  };
+  std::vector<Slot> slots_ = std::vector<Slot>(1);
+  size_t slot_ = 0;
+  int64_t scratch_N_ = -1;
+  Tensor du_, half_;
 };
 
 LoraModel::LoraModel(std::shared_ptr<const LoraSpec> spec, ModelBuffers buffers)
@@ -135,7 +162,8 @@ LoraModel::LoraModel(std::shared_ptr<const LoraSpec> spec, ModelBuffers buffers)
     if (param_hook_) param_hook_(e, u, backward);
     if (e == ParamEvent::Done && backward && grad_ready_) {
       const ParamUnit& unit = spec_->layout().units[static_cast<size_t>(u)];
-      grad_ready_(unit.begin, unit.end);
+      if (holding_) holding_->push_back({unit.begin, unit.end});
+      else grad_ready_(unit.begin, unit.end);
     }
   });
 }
@@ -146,12 +174,47 @@ void LoraModel::init_weights(uint64_t seed) {
   base_->init_weights(seed);
   params_.zero_();  // B = 0
   Rng rng(seed ^ 0x4c6f5241ull);  // "LoRA": a stream apart from the base's
+  for (int64_t i = 0; i < spec_->init_draws_before(); ++i) rng.next_u64();  // a stage's place in it
   float* p = params_.data<float>();
   for (const LoraSpec::Site& s : spec_->sites()) {
     const float bound = 1.f / std::sqrt(static_cast<float>(s.cols));
     const int64_t n = static_cast<int64_t>(spec_->config().rank) * s.cols;
     for (int64_t i = 0; i < n; ++i) p[s.a + i] = bound * (2.f * rng.uniform() - 1.f);
   }
+}
+
+void LoraModel::set_activation_slots(int n) {
+  base_->set_activation_slots(n);
+  adapters_->set_slots(n);
+  held_ready_.assign(static_cast<size_t>(n), {});
+  slot_ = 0;
+}
+
+void LoraModel::select_slot(int slot) {
+  base_->select_slot(slot);
+  adapters_->select(slot);
+  slot_ = static_cast<size_t>(slot);
+}
+
+void LoraModel::backward_stage_input(const float* output_grad, float loss_scale) {
+  held_ready_.resize(std::max(held_ready_.size(), slot_ + 1));
+  holding_ = &held_ready_[slot_];
+  try {
+    base_->backward_stage_input(output_grad, loss_scale);
+  } catch (...) {
+    holding_ = nullptr;
+    throw;
+  }
+  holding_ = nullptr;
+}
+
+void LoraModel::backward_stage_weights() {
+  base_->backward_stage_weights();
+  MT_CHECK(slot_ < held_ready_.size(), "LoRA: a weight part without its input part");
+  std::vector<std::pair<int64_t, int64_t>> ready;
+  ready.swap(held_ready_[slot_]);
+  if (grad_ready_)
+    for (const auto& [begin, end] : ready) grad_ready_(begin, end);
 }
 
 void LoraModel::set_precision(Precision p) {
@@ -162,12 +225,17 @@ void LoraModel::set_precision(Precision p) {
 Tensor LoraModel::merged_parameters(const Tensor& params) const {
   MT_CHECK(params.numel() == spec_->layout().numel, "merged_parameters: {} adapter values, the "
            "model has {}", params.numel(), spec_->layout().numel);
-  const Tensor& base = base_->param_buffer();
-  Tensor merged = Tensor::zeros({base.numel()}, DType::F32, MemCategory::Other);
-  merged.copy_from(base);
-  if (base_->f32_matrices_released()) base_->widen_released_matrices(merged.data<float>());
+  Tensor merged = frozen_base_f32(*base_);
   merge_lora(*spec_, params.data<float>(), merged.data<float>(), params.device());
   return merged;
+}
+
+Tensor frozen_base_f32(const Model& base) {
+  const Tensor& held = base.param_buffer();
+  Tensor out = Tensor::zeros({held.numel()}, DType::F32, MemCategory::Other);
+  out.copy_from(held);
+  if (base.f32_matrices_released()) base.widen_released_matrices(out.data<float>());
+  return out;
 }
 
 void LoraModel::release_activations() {

@@ -12,6 +12,8 @@
 // 16-bit copy of A), with f32 accumulation, like every other GEMM.
 #pragma once
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "meshtrain/nn/lora_spec.h"
 #include "meshtrain/nn/model.h"
@@ -34,6 +36,27 @@ class LoraModel final : public Model {
   void init_weights(uint64_t seed) override;
   float forward(const MicroBatch& batch) override { return base_->forward(batch); }
   void backward(float loss_scale) override { base_->backward(loss_scale); }
+  // A pipeline stage: the base's stage passes, with the adapters' saved
+  // products kept per activation slot. The split backward's input part
+  // takes the adapters' gradients too (a frozen base queues no weight
+  // product), so its weight part has nothing of theirs left to do.
+  float forward_stage(const MicroBatch& batch, const float* input) override {
+    return base_->forward_stage(batch, input);
+  }
+  void backward_stage(const float* output_grad, float loss_scale) override {
+    base_->backward_stage(output_grad, loss_scale);
+  }
+  // The adapters' gradient-ready reports of the input part are held back
+  // for the weight part, where the executor expects every gradient finished.
+  void backward_stage_input(const float* output_grad, float loss_scale) override;
+  void backward_stage_weights() override;
+  const float* stage_output() const override { return base_->stage_output(); }
+  const float* stage_input_grad() const override { return base_->stage_input_grad(); }
+  int64_t stage_width() const override { return base_->stage_width(); }
+  int64_t stage_floats(int B, int T) const override { return base_->stage_floats(B, T); }
+  void set_activation_slots(int n) override;
+  void select_slot(int slot) override;
+  int activation_slots() const override { return base_->activation_slots(); }
   void zero_grad() override { grads_.zero_(); }
   const float* logits() const override { return base_->logits(); }
   int logits_stride() const override { return base_->logits_stride(); }
@@ -59,6 +82,15 @@ class LoraModel final : public Model {
   std::shared_ptr<LoraAdapters> adapters_;
   GradReadyHook grad_ready_;
   ParamHook param_hook_;
+  // The selected activation slot, and per slot the ready reports an input
+  // part held back (backward_stage_input); null: reports go out at once.
+  size_t slot_ = 0;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> held_ready_;
+  std::vector<std::pair<int64_t, int64_t>>* holding_ = nullptr;
 };
+
+// A frozen base's parameters as f32 in a new tensor (a base held in 16 bits
+// widened back from them): what merging the adapters starts from.
+Tensor frozen_base_f32(const Model& base);
 
 }  // namespace meshtrain

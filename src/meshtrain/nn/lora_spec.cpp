@@ -68,8 +68,10 @@ LoraSpec::LoraSpec(std::shared_ptr<const ModelSpec> base, const LoraConfig& cfg)
     : base_(std::move(base)), cfg_(cfg) {
   MT_CHECK(base_, "LoRA needs a base model");
   MT_CHECK(!base_->frozen_base(), "LoRA on a LoRA model: merge the first adapters before adding more");
-  MT_CHECK(base_->shard().is_full(), "LoRA with tensor or pipeline parallelism is not supported "
-           "yet: use parallel.tp = 1 (data parallelism and ZeRO 1-3 work with LoRA)");
+  const ModelShard bs = base_->shard();
+  MT_CHECK(bs.tp_size == 1 && !bs.sequence_parallel, "LoRA with tensor parallelism is not "
+           "supported yet: use parallel.tp = 1 (data parallelism, ZeRO 1-3 and pipeline stages "
+           "work with LoRA)");
   MT_CHECK(cfg_.rank >= 1 && cfg_.rank <= 4096, "lora.rank = {} must be in [1, 4096]", cfg_.rank);
   MT_CHECK(cfg_.alpha > 0, "lora.alpha = {} must be > 0", cfg_.alpha);
   MT_CHECK(!cfg_.targets.empty(), "lora.targets is empty");
@@ -164,9 +166,21 @@ std::string LoraSpec::describe() const {
                      fmt::join(cfg_.targets, ","), num_params() / 1e6, pct, base_->describe());
 }
 
-std::shared_ptr<const ModelSpec> LoraSpec::sharded(const ModelShard&) const {
-  fail("LoRA with tensor or pipeline parallelism is not supported yet: use parallel.tp = 1 (data "
-       "parallelism and ZeRO 1-3 work with LoRA)");
+std::shared_ptr<const ModelSpec> LoraSpec::sharded(const ModelShard& shard) const {
+  // From a stage: the whole model's adapters first (their initial draws count from it).
+  if (!base_->shard().is_full()) return make(base_->sharded(ModelShard{}), cfg_)->sharded(shard);
+  if (shard.is_full()) return shared_from_this();
+  auto stage = std::make_shared<LoraSpec>(base_->sharded(shard), cfg_);
+  // The whole model's A draws before the stage's first adapted matrix (the
+  // stage's sites are a contiguous run of the whole's, by name).
+  const std::string& first = stage->sites_.front().name;
+  int64_t draws = 0;
+  for (const Site& s : sites_) {
+    if (s.name == first) break;
+    draws += static_cast<int64_t>(cfg_.rank) * s.cols;
+  }
+  stage->init_draws_before_ = draws;
+  return stage;
 }
 
 double LoraSpec::flops_per_token(int T) const {
@@ -188,8 +202,10 @@ ModelMemory LoraSpec::memory(int B, int T, int nthreads, const Recompute& recomp
                              Precision precision) const {
   ModelMemory m = base_->memory(B, T, nthreads, recompute, precision);
   const ModelMemory a = adapter_memory(static_cast<int64_t>(B) * T, precision);
-  m.activations += a.activations;
+  m.activations += a.activations;  // per activation slot
   m.workspace += a.workspace;
+  m.shared_workspace += a.workspace;  // one scratch for every slot
+  m.deferred_weights = 0;  // the frozen base queues no weight product (Model::backward_stage_input)
   m.frozen_params = base_->num_params() * (is_mixed(precision) ? 6 : 4);
   if (cfg_.half_base() && is_mixed(precision))  // the matrices' f32 values handed back
     for (const ParamInfo& p : base_->layout().params)

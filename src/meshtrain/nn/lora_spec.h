@@ -48,6 +48,8 @@ class LoraSpec final : public ModelSpec, public std::enable_shared_from_this<Lor
   static constexpr const char* kFamily = "lora";
   // Throws a clear error for a base with tensor parallelism, a rank < 1, or
   // targets that match no adaptable matrix of the base (naming those it has).
+  // A pipeline stage of a base is accepted: its adapters are the whole
+  // model's on the stage's layers (sharded()).
   static std::shared_ptr<const LoraSpec> make(std::shared_ptr<const ModelSpec> base,
                                               const LoraConfig& cfg);
   // {"family": "lora", "rank", "alpha", "targets", "base_from", "base": {...}}.
@@ -75,7 +77,13 @@ class LoraSpec final : public ModelSpec, public std::enable_shared_from_this<Lor
   nlohmann::json to_json() const override;
   std::string describe() const override;
   const ParamLayout& layout() const override { return layout_; }
+  // A pipeline stage (no tensor parallelism): the adapters of the base's
+  // stage, named as in the whole model, initialised as the whole model's.
   std::shared_ptr<const ModelSpec> sharded(const ModelShard& shard) const override;
+  ModelShard shard() const override { return base_->shard(); }
+  int num_layers() const override { return base_->num_layers(); }
+  // The base's (the frozen GEMMs skip their weight gradients in every part alike).
+  StageCosts stage_costs(int T) const override { return base_->stage_costs(T); }
   int seq_len() const override { return base_->seq_len(); }
   int vocab_size() const override { return base_->vocab_size(); }
   // The base's training FLOPs less its weight-gradient GEMMs (about a third),
@@ -92,6 +100,10 @@ class LoraSpec final : public ModelSpec, public std::enable_shared_from_this<Lor
   // The adapters' memory for micro-batch rows N (= B x T): saved products
   // (activations) and scratch (workspace).
   ModelMemory adapter_memory(int64_t N, Precision precision) const;
+  // Uniform draws of the whole model's A matrices before this spec's first
+  // site (a pipeline stage's), so a stage initialises its adapters as the
+  // whole model does.
+  int64_t init_draws_before() const { return init_draws_before_; }
 
  private:
   std::shared_ptr<const ModelSpec> base_;
@@ -99,6 +111,7 @@ class LoraSpec final : public ModelSpec, public std::enable_shared_from_this<Lor
   ParamLayout layout_;
   std::vector<Site> sites_;
   std::vector<int> unit_of_base_;
+  int64_t init_draws_before_ = 0;
 };
 
 // W += (alpha / r) B A for every site: `merged` holds the base's parameters

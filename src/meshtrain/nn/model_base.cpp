@@ -122,7 +122,8 @@ bool ModelBase::defer_weight_grad(float* dw, const float* dout, const uint16_t* 
 }
 
 void ModelBase::backward_stage_input(const float* output_grad, float loss_scale) {
-  MT_CHECK(!adapters_, "LoRA adapters with a split backward (zb-h1) are not available");
+  // LoRA adapters on a frozen base take their (rank-r, small) weight
+  // gradients here with their input gradients: nothing of theirs is queued.
   deferred_.resize(static_cast<size_t>(slots_));
   MT_CHECK(deferred_[static_cast<size_t>(slot_)].used == 0, "activation slot {}: a second input-"
            "gradient backward before the first one's weight part", slot_);

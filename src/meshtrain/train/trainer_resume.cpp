@@ -66,7 +66,7 @@ void TrainingRun::open_data() {
 }
 
 void TrainingRun::describe() const {
-  say(fmt::format("model: {}", spec_.describe()));
+  say(fmt::format("model: {}", opt_.model->describe()));  // the whole model, not this rank's shard
   say(mixed_->describe());
   say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
                   "tokens/step, {} steps, {} thread(s) per rank", opt_.micro_batch, T_,

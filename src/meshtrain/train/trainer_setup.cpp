@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "meshtrain/ckpt/model_convert.h"
+#include "meshtrain/nn/lora_model.h"
 #include "meshtrain/nn/shard_slicing.h"
 #include "meshtrain/parallel/pipeline_stages.h"
 #include "meshtrain/parallel/tp_group.h"
@@ -143,30 +144,17 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
     // function), the frozen base from init_from when there is one.
     model_->init_weights(opt.seed);
     if (!opt.init_from.empty())
-      say(fmt::format("loaded the frozen base from {}", ckpt::load_init_weights(opt.init_from, *base)));
+      say(fmt::format("loaded the frozen base from {}",
+                      opt.pp > 1 ? load_shard(*opt.model->frozen_base(), *base, std::nullopt)
+                                 : ckpt::load_init_weights(opt.init_from, *base)));
     model_->weights_loaded();
     if (base->f32_matrices_released())
       say(fmt::format("LoRA: the frozen base's matrices are held in {} only (lora.base_dtype)",
                       precision_name(opt.precision)));
   } else if (opt.init_from.empty()) {
     sync_->init_weights(*model_, opt.seed);  // ZeRO: perhaps only this rank's own range
-  } else if ((opt.tp > 1 || opt.pp > 1) && ckpt::can_load_range(opt.init_from, *opt.model)) {
-    // A tp shard reads only its slices of each tensor (one tensor staged at
-    // a time); under ZeRO keeping a range, only those inside its own range.
-    const auto own = sync_->setup_range();
-    const BufferWindow window = BufferWindow::shard(
-        model_->param_buffer(), own.value_or(ElemSpan{0, spec_.num_params()}), opt.model->layout(),
-        spec_.layout(), mesh_.rank(parallel::Axis::TP));
-    say(fmt::format("loaded weights from {} (this tp shard's slices{})",
-                    ckpt::load_init_weights(opt.init_from, *opt.model, window),
-                    own ? ", each rank its own range" : ""));
   } else if (opt.tp > 1 || opt.pp > 1) {
-    // A file that loads whole (llm.c): read once into a
-    // whole model on this rank, then the shard takes its slices.
-    auto whole = opt.model->build();
-    say(fmt::format("loaded weights from {}", ckpt::load_init_weights(opt.init_from, *whole)));
-    copy_logical_to_shard(opt.model->layout(), spec_.layout(), mesh_.rank(parallel::Axis::TP),
-                          whole->param_buffer().data<float>(), model_->param_buffer().data<float>());
+    say(fmt::format("loaded weights from {}", load_shard(*opt.model, *model_, sync_->setup_range())));
   } else if (const auto range = sync_->setup_range()) {
     // ZeRO keeping a range reads only its own part of the file.
     say(fmt::format("loaded weights from {} (each rank its own range)",
@@ -239,27 +227,51 @@ void TrainingRun::setup_pipeline() {
                   layers, opt_.model->num_layers()));
 }
 
-Tensor TrainingRun::gather_pipeline_parameters() const {
+std::string TrainingRun::load_shard(const ModelSpec& logical, Model& target,
+                                    std::optional<ElemSpan> own) const {
+  const int tp_rank = mesh_.rank(parallel::Axis::TP);
+  const ModelSpec& shard = target.spec();
+  if (ckpt::can_load_range(opt_.init_from, logical)) {
+    // Only this shard's slices of each tensor (one tensor staged at a time);
+    // under ZeRO keeping a range, only those inside its own range.
+    const BufferWindow window = BufferWindow::shard(
+        target.param_buffer(), own.value_or(ElemSpan{0, shard.num_params()}), logical.layout(),
+        shard.layout(), tp_rank);
+    return fmt::format("{} (this shard's slices{})", ckpt::load_init_weights(opt_.init_from, logical, window),
+                       own ? ", each rank its own range" : "");
+  }
+  // A file that loads whole (llm.c): read once into a whole model on this
+  // rank, then the shard takes its slices.
+  auto whole = logical.build();
+  const std::string from = ckpt::load_init_weights(opt_.init_from, *whole);
+  copy_logical_to_shard(logical.layout(), shard.layout(), tp_rank, whole->param_buffer().data<float>(),
+                        target.param_buffer().data<float>());
+  return from;
+}
+
+Tensor TrainingRun::gather_pipeline_parameters(bool frozen_base) const {
   // World rank 0 assembles the model from the tp x pp ranks of data-parallel
   // replica 0, each shard of each stage placed by name (and tp slice).
   comm::Communicator& world = const_cast<comm::Communicator&>(mesh_.world());
   const parallel::MeshShape shape = mesh_.shape();
   const parallel::MeshCoords me = parallel::mesh_coords(shape, rank_);
-  const Tensor& mine = model_->param_buffer();
   if (me.dp != 0) return Tensor();
+  const Tensor mine = frozen_base ? frozen_base_f32(*model_->frozen_base()) : model_->param_buffer();
   if (rank_ != 0) {
     world.send(mine.raw(), static_cast<size_t>(mine.numel()), DType::F32, 0).wait();
     return Tensor();
   }
-  Tensor whole = Tensor::zeros({opt_.model->num_params()}, DType::F32, MemCategory::Other);
+  const ModelSpec& logical = frozen_base ? *opt_.model->frozen_base() : *opt_.model;
+  Tensor whole = Tensor::zeros({logical.num_params()}, DType::F32, MemCategory::Other);
   for (int s = 0; s < opt_.pp; ++s)
     for (int t = 0; t < opt_.tp; ++t) {
       const int from = parallel::mesh_rank(shape, {0, t, s});
-      const auto stage = shard_spec_of(opt_, world_, from);
-      Tensor part = from == 0 ? mine : Tensor::zeros({stage->num_params()}, DType::F32, MemCategory::Other);
+      const auto spec = shard_spec_of(opt_, world_, from);
+      const ModelSpec& stage = frozen_base ? *spec->frozen_base() : *spec;
+      Tensor part = from == 0 ? mine : Tensor::zeros({stage.num_params()}, DType::F32, MemCategory::Other);
       if (from != 0) world.recv(part.raw(), static_cast<size_t>(part.numel()), DType::F32, from).wait();
       // By name into the logical layout (a tied parameter: the same values twice).
-      for (const ShardRun& r : shard_runs(opt_.model->layout(), stage->layout(), t))
+      for (const ShardRun& r : shard_runs(logical.layout(), stage.layout(), t))
         std::copy_n(part.data<float>() + r.shard, r.count, whole.data<float>() + r.logical);
     }
   return whole;
@@ -290,7 +302,11 @@ Tensor TrainingRun::product_parameters() const {
   if (model_->frozen_base() || mp_ckpt_) model_->release_activations();
   const Tensor whole = logical_parameters();
   if (!model_->frozen_base()) return whole;
-  return lead_ ? model_->merged_parameters(whole) : Tensor();  // only rank 0 saves and samples
+  if (!pipe_) return lead_ ? model_->merged_parameters(whole) : Tensor();  // only rank 0 saves and samples
+  // Pipeline stages: the frozen base's stages assembled too, then merged whole.
+  Tensor merged = gather_pipeline_parameters(/*frozen_base=*/true);
+  if (lead_) merge_lora(dynamic_cast<const LoraSpec&>(*opt_.model), whole.data<float>(), merged.data<float>());
+  return merged;
 }
 
 const ModelSpec& TrainingRun::product_spec() const {

@@ -2,6 +2,7 @@
 #include "meshtrain/train/training_checkpoints.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -132,7 +133,15 @@ std::optional<ResumePoint> resume_from_checkpoint(const CheckpointOptions& opt, 
     r = resume_from_memory(opt, fills, ro, memory_note, memory_warning);
   if (r) {
   } else if (opt.resume == "auto") {
+    std::vector<std::string> unusable;
+    ro.unusable = &unusable;
     if (!opt.dir.empty() && fs::exists(opt.dir)) r = ckpt::resume_latest(opt.dir, fills, ro);
+    // Complete checkpoints none of which loads: starting over would train
+    // from scratch beside them (and prune them), so say why instead.
+    MT_CHECK(r || unusable.empty(), "checkpoint.dir = \"{}\" holds {} complete checkpoint(s) and "
+             "this run can resume none of them:\n  {}\nfix the cause, or set checkpoint.resume = "
+             "never (or another checkpoint.dir) to start at step 0", opt.dir, unusable.size(),
+             fmt::join(unusable, "\n  "));
     if (!r) {
       // Starting fresh: still say why the memory tier had nothing.
       if (!memory_warning.empty() && (!ro.comm || ro.comm->rank() == 0))

@@ -107,9 +107,15 @@ class TrainingRun {
   std::unique_ptr<parallel::PipelineExecutor> pipe_;
   std::vector<std::shared_ptr<const ModelSpec>> stage_specs_;
   void setup_pipeline();
-  // The whole model's parameters assembled on world rank 0 from data-parallel
-  // replica 0's tp x pp ranks (collective over them); empty elsewhere.
-  Tensor gather_pipeline_parameters() const;
+  // The whole model's parameters (or, with frozen_base, LoRA's frozen base's
+  // in f32) assembled on world rank 0 from data-parallel replica 0's tp x pp
+  // ranks (collective over them); empty elsewhere.
+  Tensor gather_pipeline_parameters(bool frozen_base = false) const;
+  // init_from into `target`, this rank's (tp, pp) shard of `logical` (the
+  // model, or LoRA's frozen base): only its slices where the file allows
+  // (within `own` under ZeRO keeping a range), else read whole and sliced.
+  // Returns what was read, for the log.
+  std::string load_shard(const ModelSpec& logical, Model& target, std::optional<ElemSpan> own) const;
   // One micro-batch's forward through the pipeline (collective over pp):
   // the loss, on every stage.
   float pipeline_forward(const MicroBatch& mb);
