@@ -88,7 +88,15 @@ void ModelBase::report_ready(int64_t begin, int64_t end) {
   }
   DeferredOp& op = next_deferred();
   op.dw = nullptr;
+  op.is_event = false;
   op.begin = begin, op.end = end;
+}
+
+void ModelBase::defer_event(ParamEvent ev, int unit) {
+  DeferredOp& op = next_deferred();
+  op.dw = nullptr;
+  op.is_event = true;
+  op.event = ev, op.unit = unit;
 }
 
 bool ModelBase::defer_weight_grad(float* dw, const float* dout, const uint16_t* dout_h,
@@ -97,6 +105,7 @@ bool ModelBase::defer_weight_grad(float* dw, const float* dout, const uint16_t* 
   if (!deferring_ || !dw) return false;
   DeferredOp& op = next_deferred();
   op.dw = dw;
+  op.is_event = false;
   op.N = N, op.C = C, op.OC = OC;
   const Device dev = k_->device;
   if (!half_.mixed()) {
@@ -144,7 +153,9 @@ void ModelBase::backward_stage_weights() {
   DeferredQueue& q = deferred_[static_cast<size_t>(slot_)];
   for (size_t i = 0; i < q.used; ++i) {
     const DeferredOp& op = q.ops[i];
-    if (!op.dw) {
+    if (op.is_event) {
+      if (param_hook_) param_hook_(op.event, op.unit, true);
+    } else if (!op.dw) {
       if (grad_ready_hook_) grad_ready_hook_(op.begin, op.end);
     } else if (half_.mixed()) {
       k_->matmul_backward_weight_half(stream_, half_.format(), op.dw, op.dout.data<uint16_t>(),

@@ -49,9 +49,13 @@ class ModelBase : public Model {
   void release_activations() override = 0;
 
  protected:
+  // Inside backward_stage_input a GradBegin/GradEnd bracket is queued with
+  // the weight products: the bracketed gradient is written in the weight part.
   void use_params(ParamEvent ev, int unit, bool backward) {
+    if (deferring_ && (ev == ParamEvent::GradBegin || ev == ParamEvent::GradEnd)) return defer_event(ev, unit);
     if (param_hook_) param_hook_(ev, unit, backward);
   }
+  void defer_event(ParamEvent ev, int unit);
   // [begin, end) of the gradient buffer has its last contribution: reported
   // now, or, inside backward_stage_input, after the weight GEMMs queued before it.
   void report_ready(int64_t begin, int64_t end);
@@ -168,9 +172,12 @@ class ModelBase : public Model {
   // Per activation slot: the queued weight GEMMs (operand copies kept for
   // reuse by the next micro-batch in the slot) and grad-ready reports.
   struct DeferredOp {
-    float* dw = nullptr;  // null: a grad-ready report of [begin, end)
+    float* dw = nullptr;  // null: a grad-ready report of [begin, end), or a parameter event
     int64_t N = 0, C = 0, OC = 0, begin = 0, end = 0;
     Tensor dout, inp;
+    bool is_event = false;  // a backward ParamEvent `event` of `unit` (dw null)
+    ParamEvent event = ParamEvent::GradBegin;
+    int unit = 0;
   };
   struct DeferredQueue {
     std::vector<DeferredOp> ops;

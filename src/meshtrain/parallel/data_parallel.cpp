@@ -115,7 +115,7 @@ void DataParallel::zero_grad() {
   model_->zero_grad();
 }
 
-const float* DataParallel::gradients() {
+float* DataParallel::gradients() {
   MT_CHECK(model_, "attach() a model first");
   return model_->grad_buffer().data<float>();
 }

@@ -93,7 +93,7 @@ class DataParallel final : public GradientSync {
   void zero_grad() override;
   void begin_backward(bool last_micro_batch) override;
   double end_backward(bool last_micro_batch) override;
-  const float* gradients() override;
+  float* gradients() override;
   ElemSpan update_range() const override { return {0, num_params_}; }
   bool sharded() const override { return false; }
   // After the last backward: launches any bucket backward did not report and

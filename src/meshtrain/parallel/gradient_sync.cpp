@@ -21,7 +21,7 @@ void LocalGradients::zero_grad() {
   model_->zero_grad();
 }
 
-const float* LocalGradients::gradients() {
+float* LocalGradients::gradients() {
   MT_CHECK(model_, "attach() a model first");
   return model_->grad_buffer().data<float>();
 }

@@ -67,7 +67,8 @@ class GradientSync {
   virtual double end_backward(bool last_micro_batch) = 0;
   // The gradients the update reads: element i of the flat buffer is
   // gradients()[i] for i in update_range() (the pointer may be offset).
-  virtual const float* gradients() = 0;
+  // Writable: a pipeline adds its tied parameters' sums there.
+  virtual float* gradients() = 0;
   virtual ElemSpan update_range() const = 0;
   // True when each rank holds a different range of the gradients (norms are
   // summed across ranks); false when they are replicated.
@@ -150,7 +151,7 @@ class LocalGradients final : public GradientSync {
   void zero_grad() override;
   void begin_backward(bool) override {}
   double end_backward(bool) override { return 0; }
-  const float* gradients() override;
+  float* gradients() override;
   ElemSpan update_range() const override;
   bool sharded() const override { return false; }
   comm::Communicator* comm() override { return nullptr; }

@@ -44,7 +44,7 @@ void LocalSgd::zero_grad() {
   timing_.dense_bytes = dense_bytes();
 }
 
-const float* LocalSgd::gradients() {
+float* LocalSgd::gradients() {
   MT_CHECK(model_, "attach() a model first");
   return model_->grad_buffer().data<float>();
 }

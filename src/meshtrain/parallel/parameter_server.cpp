@@ -70,7 +70,7 @@ void ParameterServer::zero_grad() {
   model_->zero_grad();
 }
 
-const float* ParameterServer::gradients() {
+float* ParameterServer::gradients() {
   MT_CHECK(model_, "attach() a model first");
   return model_->grad_buffer().data<float>();
 }

@@ -55,7 +55,7 @@ class ParameterServer final : public GradientSync {
   void zero_grad() override;
   void begin_backward(bool) override {}
   double end_backward(bool) override { return 0; }
-  const float* gradients() override;
+  float* gradients() override;
   ElemSpan update_range() const override;
   bool sharded() const override { return false; }
   // No collective per step: the step treats each worker as alone.

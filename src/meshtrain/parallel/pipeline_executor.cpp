@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "meshtrain/core/error.h"
+#include "meshtrain/parallel/zero_layout.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain::parallel {
@@ -129,10 +130,73 @@ bool PipelineExecutor::tied_elsewhere_first(const std::string& name) const {
                      [&](const TiedParam& t) { return t.name == name && !t.first; });
 }
 
+void PipelineExecutor::set_sharded_gradients(ShardedGradients g) {
+  MT_CHECK(v_ == 1 || tied_.empty(), "tied parameters over sharded gradients need one chunk per "
+           "pipeline rank (this one holds {})", v_);
+  sharded_ = std::move(g);
+}
+
+namespace {
+// x ∩ y, moved by -shift.
+ElemSpan overlap(ElemSpan x, ElemSpan y, int64_t shift = 0) {
+  const int64_t b = std::max(x.begin, y.begin), e = std::min(x.end, y.end);
+  return e > b ? ElemSpan{b - shift, e - shift} : ElemSpan{};
+}
+
+// The elements of parameter `name` (n of them) that data-parallel rank `dp`
+// of `dp_size` owns in a buffer of layout `lay`, in the parameter's coordinates.
+ElemSpan owned_part(const ParamLayout& lay, const std::string& name, int64_t n, int dp, int dp_size) {
+  for (const ParamInfo& p : lay.params)
+    if (p.name == name) return overlap(ZeroLayout(lay.numel, dp_size, dp).own(), {p.begin, p.begin + n}, p.begin);
+  fail("tied parameter {} is missing from the other stage's layout", name);
+}
+}  // namespace
+
+// Sharded: this rank's own range of each tied parameter (in the parameter's
+// coordinates) goes to, and comes from, every rank of the other holder's
+// stage whose own range holds some of the same elements; both sides compute
+// the same pieces from the ZeRO layouts of the two buffers. The sums are
+// added in the unsharded order, so each element equals the whole exchange's.
+void PipelineExecutor::sum_tied_sharded() {
+  const ShardedGradients& s = *sharded_;
+  float* g = s.grads();
+  comm::Communicator world = s.world;  // a handle on the same group
+  struct Piece {
+    const TiedParam* t;
+    ElemSpan span;  // in the parameter's elements
+    std::vector<float> theirs;
+    comm::Work sent, received;
+  };
+  std::vector<Piece> pieces;
+  for (const TiedParam& t : tied_) {
+    const ElemSpan mine = owned_part(chunks_[0]->layout(), t.name, t.n, s.dp_rank, s.dp_size);
+    const ParamLayout& other = specs_[static_cast<size_t>(t.other_vs)]->layout();
+    for (int d = 0; d < s.dp_size && mine.count() > 0; ++d) {
+      const ElemSpan both = overlap(mine, owned_part(other, t.name, t.n, d, s.dp_size));
+      if (both.count() == 0) continue;
+      Piece& p = pieces.emplace_back(Piece{&t, both, std::vector<float>(static_cast<size_t>(both.count())), {}, {}});
+      const int peer = s.world_rank(d, t.other_vs);
+      p.sent = world.send(g + t.begin + both.begin, p.theirs.size(), DType::F32, peer);
+      p.received = world.recv(p.theirs.data(), p.theirs.size(), DType::F32, peer);
+    }
+  }
+  for (Piece& p : pieces) {
+    p.received.wait();
+    p.sent.wait();
+    float* x = g + p.t->begin + p.span.begin;
+    for (size_t i = 0; i < p.theirs.size(); ++i) x[i] = p.t->first ? x[i] + p.theirs[i] : p.theirs[i] + x[i];
+  }
+}
+
 // Each holder's gradient goes to the other holder; both add them in one
 // order (the lower virtual stage's first) so both sums are the same bits.
 void PipelineExecutor::sum_tied_gradients() {
   const double t0 = now_s();
+  if (sharded_) {
+    sum_tied_sharded();
+    timing_.tied_s += now_s() - t0;
+    return;
+  }
   for (const TiedParam& t : tied_) {
     float* g = chunks_[static_cast<size_t>(t.chunk)]->grad_buffer().data<float>() + t.begin;
     const int64_t peer = t.other_vs % p_;

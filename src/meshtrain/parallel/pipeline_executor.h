@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,21 @@ class PipelineExecutor {
   };
   void set_backward_hooks(BackwardHooks hooks) { hooks_ = std::move(hooks); }
 
+  // Where the reduced gradients are when each data-parallel rank keeps only
+  // its own ZeRO range of them (parallel/zero_layout.h; ZeRO-2 reduces to the
+  // owners): a tied parameter's sum then pairs this rank's range of it with
+  // the ranks of the other holder's stage that hold the same elements, since
+  // the two stages' buffers, and so their ranges, differ. Without it the
+  // reduced gradients are whole on every rank and the holders of one
+  // data-parallel replica exchange them whole. One chunk per rank.
+  struct ShardedGradients {
+    std::function<float*()> grads;  // element i of this rank's buffer at grads()[i], in its own range
+    int dp_rank = 0, dp_size = 1;
+    comm::Communicator world;       // reaches every stage's data-parallel ranks
+    std::function<int(int dp, int64_t stage)> world_rank;  // this rank's tp coordinate
+  };
+  void set_sharded_gradients(ShardedGradients g);
+
   // One micro-batch's forward through every virtual stage, no backward
   // (evaluation): the loss on the rank of the last virtual stage, NaN
   // elsewhere. Uses each chunk's slot 0; call between steps.
@@ -102,6 +118,7 @@ class PipelineExecutor {
   };
   void find_tied_params();
   void sum_tied_gradients();
+  void sum_tied_sharded();
   int64_t virtual_stage(int chunk) const { return chunk * p_ + rank_; }
 
   comm::Communicator pp_;
@@ -114,6 +131,7 @@ class PipelineExecutor {
   std::vector<TiedParam> tied_;
   PipelineTiming timing_;
   BackwardHooks hooks_;
+  std::optional<ShardedGradients> sharded_;
 };
 
 }  // namespace meshtrain::parallel

@@ -200,7 +200,7 @@ double Zero::end_backward(bool last) {
   return waited;
 }
 
-const float* Zero::gradients() {
+float* Zero::gradients() {
   if (dp_) return dp_->gradients();
   return grads_->shard() - own().begin;
 }

@@ -116,7 +116,7 @@ class Zero final : public GradientSync {
   // Gradients for the update: element i of the flat buffer, for i in own(),
   // is gradients()[i] (the pointer is offset so the optimizer's whole-buffer
   // indexing works).
-  const float* gradients() override;
+  float* gradients() override;
   ElemSpan update_range() const override { return own(); }
   bool sharded() const override { return true; }
   void before_update() override;

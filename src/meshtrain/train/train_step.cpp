@@ -144,15 +144,6 @@ void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Commu
   tp_norm_.counted_elsewhere.clear();
   for (const ParamInfo& p : model_.layout().params) {
     if (exec->tied_elsewhere_first(p.name)) tp_norm_.counted_elsewhere.push_back({p.begin, p.end()});
-    // The stages add a tied parameter's whole gradients after the data-parallel
-    // reduction: whole on every rank under ZeRO-1 (an allreduce), but ZeRO-2
-    // leaves each rank only its own range of its stage's buffer, ranges that
-    // differ between the stages.
-    MT_CHECK(sync_.name() != "zero-2" || !exec->tied(p.name), "{} with parallel.pp is not "
-             "available for this model yet: its parameter {} is held by two pipeline stages (GPT's "
-             "tied embedding), whose gradients the stages add whole after the data-parallel "
-             "reduction, and ZeRO-2 keeps only each rank's own range of them; use zero.stage = 1, "
-             "or a model without tied embeddings (Llama)", sync_.name(), p.name);
   }
 }
 

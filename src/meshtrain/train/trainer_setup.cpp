@@ -202,6 +202,16 @@ void TrainingRun::setup_pipeline() {
            "zero.stage = 1", layout.chunks);
   pipe_ = std::make_unique<parallel::PipelineExecutor>(group, stage_specs_, model_->pipeline_chunks(),
                                                        layout.schedule, opt_.grad_accum);
+  if (sync_->sharded()) {
+    // ZeRO: the tied parameters' sums pair the two stages' own ranges.
+    const parallel::MeshShape shape = mesh_.shape();
+    const int tp_rank = mesh_.rank(parallel::Axis::TP);
+    pipe_->set_sharded_gradients({[this] { return sync_->gradients(); }, mesh_.rank(parallel::Axis::DP),
+                                  mesh_.size(parallel::Axis::DP), mesh_.world(),
+                                  [shape, tp_rank](int dp, int64_t stage) {
+                                    return parallel::mesh_rank(shape, {dp, tp_rank, static_cast<int>(stage)});
+                                  }});
+  }
   stepper_->set_pipeline(pipe_.get(), &group);
   // Rank 0's layers: one range per chunk (virtual stage c x pp).
   std::string layers, counts;
