@@ -72,10 +72,6 @@ void refuse_unavailable(const TrainConfig& c) {
   // backward order; a pipeline interleaves several micro-batches' passes.
   refuse(pp && c.zero.stage == 3,
          fmt::format("parallel.pp = {} with zero.stage = 3", c.parallel.pp));
-  // ZeRO-2 reduces each backward's gradients as it goes, from the top of the
-  // buffer down; an interleaved rank's backwards each write one chunk's part.
-  refuse(pp && c.parallel.chunks > 1 && c.zero.stage == 2,
-         fmt::format("parallel.chunks = {} with zero.stage = 2", c.parallel.chunks));
   // Each chunk of an interleaved rank would hold its own frozen base.
   refuse(pp && c.parallel.chunks > 1 && c.lora.rank > 0,
          fmt::format("parallel.chunks = {} with LoRA", c.parallel.chunks));

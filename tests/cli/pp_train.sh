@@ -62,17 +62,19 @@ for preset in char-2L llama-tiny; do
   # ZeRO 1/2 over dp: Llama (GPT's tied wte with ZeRO is refused, below).
   run "one_bf16_$preset" "$preset" --set precision=bf16
   # Interleaved: 2 chunks per rank (each one layer), with dp and ZeRO-1
-  # (Llama), with tp (GPT); GPipe over chunks too; GPT's tied wte with ZeRO-1,
-  # and with ZeRO-2 (its two stages' own ranges of the wte gradient paired
-  # across the data-parallel ranks), under zb-h1 and at dp 2 x tp 2 x pp 2.
+  # (Llama), with tp (GPT), with dp and ZeRO-2 (both; each backward reduces
+  # its chunk's part of the buffer); GPipe over chunks too; GPT's tied wte
+  # with ZeRO-1, and with ZeRO-2 (its two stages' own ranges of the wte
+  # gradient paired across the data-parallel ranks), under zb-h1, at dp 2 x
+  # tp 2 x pp 2 and interleaved.
   # Zero-bubble (zb-h1, the backward split in its input- and weight-gradient
   # parts) alone, in bf16, with tp (GPT), with dp and ZeRO-2 (Llama).
   extra_cases=("interleaved 2 1 1 0 2 fp32" "zb-h1 2 1 1 0 1 fp32" "zb-h1 2 1 1 0 1 bf16")
   [ "$preset" = llama-tiny ] && extra_cases+=("gpipe 2 2 1 1 1 fp32" "1f1b 2 2 2 2 1 fp32"
-    "interleaved 2 2 1 1 2 fp32" "zb-h1 2 2 1 2 1 fp32" "zb-h1 2 1 2 0 1 fp32 sp")
+    "interleaved 2 2 1 1 2 fp32" "interleaved 2 2 1 2 2 fp32" "zb-h1 2 2 1 2 1 fp32" "zb-h1 2 1 2 0 1 fp32 sp")
   [ "$preset" = char-2L ] && extra_cases+=("interleaved 2 1 2 0 2 fp32" "gpipe 2 1 1 0 2 fp32"
     "zb-h1 2 1 2 0 1 fp32" "interleaved 2 1 1 0 2 bf16" "1f1b 2 1 1 0 1 bf16" "1f1b 2 2 1 1 1 fp32"
-    "1f1b 2 1 2 0 1 fp32 sp" "zb-h1 2 2 1 2 1 fp32" "1f1b 2 2 2 2 1 fp32")
+    "1f1b 2 1 2 0 1 fp32 sp" "zb-h1 2 2 1 2 1 fp32" "1f1b 2 2 2 2 1 fp32" "interleaved 2 2 1 2 2 fp32")
   for case in "gpipe 2 1 1 0 1 fp32" "1f1b 2 1 1 0 1 fp32" "1f1b 4 1 1 0 1 fp32" "1f1b 2 2 1 0 1 fp32" \
     "1f1b 2 1 2 0 1 fp32" "gpipe 2 2 2 0 1 fp32" "${extra_cases[@]}"; do
     set -- $case  # schedule pp dp tp zero chunks precision [sp: sequence parallel]
@@ -228,8 +230,6 @@ refused "parallel.chunks = 2 under 1F1B is the interleaved schedule" \
   --set parallel.pp=2 --set parallel.chunks=2 --nproc 2
 refused "train.grad_accum must be a multiple of parallel.pp = 2 under the interleaved schedule" --set parallel.pp=2 \
   --set parallel.schedule=interleaved --set parallel.chunks=2 --set train.grad_accum=3 --nproc 2
-refused "parallel.chunks = 2 with zero.stage = 2 is not available" --set model.n_layer=4 \
-  --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set zero.stage=2 --set train.grad_accum=2 --nproc 4
 refused "pipeline of 2 stage(s) x 2 chunk(s) needs at least 4 layers; the model has 2" \
   --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set train.grad_accum=2 --nproc 2
 refused "pipeline of 4 stage(s) x 1 chunk(s) needs at least 4 layers; the model has 2" --set parallel.pp=4 --nproc 4

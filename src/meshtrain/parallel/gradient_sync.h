@@ -65,6 +65,11 @@ class GradientSync {
   virtual void begin_backward(bool last_micro_batch) = 0;
   // Returns the seconds it waited for communication (exposed).
   virtual double end_backward(bool last_micro_batch) = 0;
+  // The next backward writes only `span` of the gradient buffer (one chunk of
+  // an interleaved pipeline rank, parallel/pipeline_executor.h); call before
+  // its begin_backward. A sync that reduces every backward (ZeRO-2) reduces
+  // just that span; the others reduce the whole buffer at the last one anyway.
+  virtual void set_backward_span(ElemSpan) {}
   // The gradients the update reads: element i of the flat buffer is
   // gradients()[i] for i in update_range() (the pointer may be offset).
   // Writable: a pipeline adds its tied parameters' sums there.

@@ -131,8 +131,8 @@ bool PipelineExecutor::tied_elsewhere_first(const std::string& name) const {
 }
 
 void PipelineExecutor::set_sharded_gradients(ShardedGradients g) {
-  MT_CHECK(v_ == 1 || tied_.empty(), "tied parameters over sharded gradients need one chunk per "
-           "pipeline rank (this one holds {})", v_);
+  MT_CHECK(static_cast<int64_t>(g.rank_specs.size()) == p_, "{} rank specs for {} pipeline stages",
+           g.rank_specs.size(), p_);
   sharded_ = std::move(g);
 }
 
@@ -143,12 +143,17 @@ ElemSpan overlap(ElemSpan x, ElemSpan y, int64_t shift = 0) {
   return e > b ? ElemSpan{b - shift, e - shift} : ElemSpan{};
 }
 
-// The elements of parameter `name` (n of them) that data-parallel rank `dp`
-// of `dp_size` owns in a buffer of layout `lay`, in the parameter's coordinates.
-ElemSpan owned_part(const ParamLayout& lay, const std::string& name, int64_t n, int dp, int dp_size) {
+const ParamInfo& param_named(const ParamLayout& lay, const std::string& name) {
   for (const ParamInfo& p : lay.params)
-    if (p.name == name) return overlap(ZeroLayout(lay.numel, dp_size, dp).own(), {p.begin, p.begin + n}, p.begin);
-  fail("tied parameter {} is missing from the other stage's layout", name);
+    if (p.name == name) return p;
+  fail("tied parameter {} is missing from a pipeline rank's layout", name);
+}
+
+// The elements of parameter `name` that data-parallel rank `dp` of
+// `dp_size` owns in a buffer of layout `lay`, in the parameter's coordinates.
+ElemSpan owned_part(const ParamLayout& lay, const std::string& name, int dp, int dp_size) {
+  const ParamInfo& p = param_named(lay, name);
+  return overlap(ZeroLayout(lay.numel, dp_size, dp).own(), {p.begin, p.end()}, p.begin);
 }
 }  // namespace
 
@@ -163,27 +168,31 @@ void PipelineExecutor::sum_tied_sharded() {
   comm::Communicator world = s.world;  // a handle on the same group
   struct Piece {
     const TiedParam* t;
-    ElemSpan span;  // in the parameter's elements
+    int64_t at;  // its first element in this rank's buffer
     std::vector<float> theirs;
     comm::Work sent, received;
   };
   std::vector<Piece> pieces;
+  const ParamLayout& lay = s.rank_specs[static_cast<size_t>(rank_)]->layout();
   for (const TiedParam& t : tied_) {
-    const ElemSpan mine = owned_part(chunks_[0]->layout(), t.name, t.n, s.dp_rank, s.dp_size);
-    const ParamLayout& other = specs_[static_cast<size_t>(t.other_vs)]->layout();
+    const int64_t other_rank = t.other_vs % p_;
+    MT_CHECK(other_rank != rank_, "tied parameter {}: both holders on pipeline rank {}", t.name, rank_);
+    const ElemSpan mine = owned_part(lay, t.name, s.dp_rank, s.dp_size);
+    const ParamLayout& other = s.rank_specs[static_cast<size_t>(other_rank)]->layout();
     for (int d = 0; d < s.dp_size && mine.count() > 0; ++d) {
-      const ElemSpan both = overlap(mine, owned_part(other, t.name, t.n, d, s.dp_size));
+      const ElemSpan both = overlap(mine, owned_part(other, t.name, d, s.dp_size));
       if (both.count() == 0) continue;
-      Piece& p = pieces.emplace_back(Piece{&t, both, std::vector<float>(static_cast<size_t>(both.count())), {}, {}});
-      const int peer = s.world_rank(d, t.other_vs);
-      p.sent = world.send(g + t.begin + both.begin, p.theirs.size(), DType::F32, peer);
+      Piece& p = pieces.emplace_back(Piece{&t, param_named(lay, t.name).begin + both.begin,
+                                           std::vector<float>(static_cast<size_t>(both.count())), {}, {}});
+      const int peer = s.world_rank(d, other_rank);
+      p.sent = world.send(g + p.at, p.theirs.size(), DType::F32, peer);
       p.received = world.recv(p.theirs.data(), p.theirs.size(), DType::F32, peer);
     }
   }
   for (Piece& p : pieces) {
     p.received.wait();
     p.sent.wait();
-    float* x = g + p.t->begin + p.span.begin;
+    float* x = g + p.at;
     for (size_t i = 0; i < p.theirs.size(); ++i) x[i] = p.t->first ? x[i] + p.theirs[i] : p.theirs[i] + x[i];
   }
 }
@@ -320,7 +329,7 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro,
         // The gradient sync brackets the parts that finish gradients (an input
         // part leaves the weight gradients to its weight part).
         const bool finishes = op.part != plan::BackwardPart::Input;
-        if (finishes && hooks_.begin) hooks_.begin(last);
+        if (finishes && hooks_.begin) hooks_.begin(last, m);
         const float* grad = it == received.end() ? nullptr : it->second.data();
         const float loss_scale = loss_scales[static_cast<size_t>(op.micro_batch)];
         if (op.part == plan::BackwardPart::Whole) m.backward_stage(grad, loss_scale);

@@ -72,9 +72,11 @@ class PipelineExecutor {
   // Data parallelism over each stage's replicas: called around every
   // backward of the step, `last` on the stage's final one, which is chunk
   // 0's (the gradient sync's begin_backward/end_backward,
-  // parallel/gradient_sync.h); `end` returns the seconds it waited. Optional.
+  // parallel/gradient_sync.h); `end` returns the seconds it waited. `begin`
+  // gets the chunk whose backward runs (its gradients are that part of the
+  // rank's buffer). Optional.
   struct BackwardHooks {
-    std::function<void(bool last)> begin;
+    std::function<void(bool last, const Model& chunk)> begin;
     std::function<double(bool last)> end;
   };
   void set_backward_hooks(BackwardHooks hooks) { hooks_ = std::move(hooks); }
@@ -85,12 +87,15 @@ class PipelineExecutor {
   // the ranks of the other holder's stage that hold the same elements, since
   // the two stages' buffers, and so their ranges, differ. Without it the
   // reduced gradients are whole on every rank and the holders of one
-  // data-parallel replica exchange them whole. One chunk per rank.
+  // data-parallel replica exchange them whole.
   struct ShardedGradients {
     std::function<float*()> grads;  // element i of this rank's buffer at grads()[i], in its own range
     int dp_rank = 0, dp_size = 1;
     comm::Communicator world;       // reaches every stage's data-parallel ranks
     std::function<int(int dp, int64_t stage)> world_rank;  // this rank's tp coordinate
+    // Per pipeline rank (stage): what its ranks hold at this tp coordinate,
+    // all its chunks in one buffer (the layout the ZeRO ranges cut).
+    std::vector<std::shared_ptr<const ModelSpec>> rank_specs;
   };
   void set_sharded_gradients(ShardedGradients g);
 
@@ -107,6 +112,7 @@ class PipelineExecutor {
   // Whether parameter `name` of this rank is also held by another virtual stage.
   bool tied(const std::string& name) const;
   int64_t stages() const { return p_; }
+  int64_t chunks() const { return v_; }
 
  private:
   struct TiedParam {  // a parameter also held by another virtual stage

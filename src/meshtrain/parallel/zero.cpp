@@ -163,6 +163,10 @@ void Zero::zero_grad() {
   }
 }
 
+void Zero::set_backward_span(ElemSpan span) {
+  if (grads_) grads_->set_backward_span(span);
+}
+
 void Zero::begin_backward(bool last) {
   MT_CHECK(model_, "attach() a model before begin_backward()");
   if (dp_) {

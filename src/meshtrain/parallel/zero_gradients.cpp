@@ -33,9 +33,15 @@ ZeroGradients::~ZeroGradients() {
     }
 }
 
+void ZeroGradients::set_backward_span(ElemSpan span) {
+  MT_CHECK(span.begin >= 0 && span.begin <= span.end && span.end <= layout_.numel(), "backward span "
+           "[{}, {}) outside the {}-element gradient buffer", span.begin, span.end, layout_.numel());
+  span_ = span;
+}
+
 void ZeroGradients::begin_backward() {
   MT_CHECK(pending_.empty(), "begin_backward() with gradient reductions still pending");
-  frontier_ = layout_.numel();
+  frontier_ = span_ ? span_->end : layout_.numel();
 }
 
 void ZeroGradients::on_grad_begin(int unit) {
@@ -61,7 +67,7 @@ void ZeroGradients::on_grad_end(int unit) {
 }
 
 void ZeroGradients::on_ready(int64_t begin, int64_t end) {
-  MT_CHECK(end == frontier_ && begin <= end && begin >= 0,
+  MT_CHECK(end == frontier_ && begin <= end && begin >= (span_ ? span_->begin : 0),
            "grad-ready range [{}, {}) does not continue the finished range from {}", begin, end,
            frontier_);
   frontier_ = begin;
@@ -173,8 +179,10 @@ void ZeroGradients::narrow_to_wire(ElemSpan span) {
 
 double ZeroGradients::end_backward() {
   const auto t0 = std::chrono::steady_clock::now();
-  if (frontier_ > 0) launch({0, frontier_});  // a model that reported nothing
+  const int64_t bottom = span_ ? span_->begin : 0;
+  if (frontier_ > bottom) launch({bottom, frontier_});  // what was not reported
   frontier_ = 0;
+  span_.reset();
   while (!pending_.empty()) {
     finish(pending_.front());
     pending_.pop_front();

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "meshtrain/comm/communicator.h"
@@ -55,6 +56,10 @@ class ZeroGradients {
   // Call before the first backward.
   void set_wire_dtype(DType wire);
   void begin_backward();
+  // The next backward writes only `span` (a pipeline chunk's part of the
+  // buffer): its ranges are reported from span.end down, and end_backward
+  // reduces what is left of it. Reset to the whole buffer by end_backward.
+  void set_backward_span(ElemSpan span);
   // Backward is about to write the gradients of `unit` (its backward Need;
   // the bracketed unit's GradBegin). With isolate_bracketed, first waits for
   // the bracketed unit's reduce if pending.
@@ -110,6 +115,7 @@ class ZeroGradients {
   std::vector<double> launched_at_;  // per watched reduce, this step
   std::unique_ptr<CompletionClock> clock_;
   int64_t frontier_ = 0, reductions_ = 0;
+  std::optional<ElemSpan> span_;  // set_backward_span's, for the next backward
   ExternalBytes staging_{MemCategory::CommBuffers};
   std::unique_ptr<ReservedBuffer> wire_;  // bf16 wire format only
   ExternalBytes wire_bytes_{MemCategory::CommBuffers};  // pending ranges in the wire

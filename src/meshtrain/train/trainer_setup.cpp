@@ -196,21 +196,20 @@ void TrainingRun::setup_pipeline() {
                                                         opt_.sequence_parallel);
   comm::Communicator& group = const_cast<comm::Communicator&>(mesh_.comm(parallel::Axis::PP));
   const parallel::PipelineLayout layout = pipeline_layout(opt_);
-  MT_CHECK(layout.chunks == 1 || sync_->name() != "zero-2", "parallel.chunks = {} with zero.stage "
-           "= 2 is not available: ZeRO-2 reduces every backward's gradients from the top of the "
-           "buffer down, and each backward of an interleaved rank writes one chunk's part; use "
-           "zero.stage = 1", layout.chunks);
   pipe_ = std::make_unique<parallel::PipelineExecutor>(group, stage_specs_, model_->pipeline_chunks(),
                                                        layout.schedule, opt_.grad_accum);
   if (sync_->sharded()) {
     // ZeRO: the tied parameters' sums pair the two stages' own ranges.
     const parallel::MeshShape shape = mesh_.shape();
     const int tp_rank = mesh_.rank(parallel::Axis::TP);
+    auto world_rank = [shape, tp_rank](int dp, int64_t stage) {
+      return parallel::mesh_rank(shape, {dp, tp_rank, static_cast<int>(stage)});
+    };
+    std::vector<std::shared_ptr<const ModelSpec>> rank_specs;
+    for (int64_t s = 0; s < pp; ++s) rank_specs.push_back(shard_spec_of(opt_, world_, world_rank(0, s)));
     pipe_->set_sharded_gradients({[this] { return sync_->gradients(); }, mesh_.rank(parallel::Axis::DP),
-                                  mesh_.size(parallel::Axis::DP), mesh_.world(),
-                                  [shape, tp_rank](int dp, int64_t stage) {
-                                    return parallel::mesh_rank(shape, {dp, tp_rank, static_cast<int>(stage)});
-                                  }});
+                                  mesh_.size(parallel::Axis::DP), mesh_.world(), world_rank,
+                                  std::move(rank_specs)});
   }
   stepper_->set_pipeline(pipe_.get(), &group);
   // Rank 0's layers: one range per chunk (virtual stage c x pp).
