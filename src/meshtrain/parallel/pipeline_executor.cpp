@@ -230,7 +230,7 @@ void PipelineExecutor::sum_tied_gradients() {
 float PipelineExecutor::forward_only(const MicroBatch& mb) {
   const int64_t V = p_ * v_;
   float loss = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> in, out;
+  std::vector<float> in;
   for (int c = 0; c < static_cast<int>(v_); ++c) {  // virtual stages in order along the pipeline
     const int64_t vs = virtual_stage(c);
     Model& model = *chunks_[static_cast<size_t>(c)];
@@ -247,8 +247,7 @@ float PipelineExecutor::forward_only(const MicroBatch& mb) {
       loss = l;
       continue;
     }
-    out.assign(model.stage_output(), model.stage_output() + width);
-    pp_.send(out.data(), width, DType::F32, static_cast<int>((vs + 1) % p_)).wait();
+    pp_.send(model.stage_output(), width, DType::F32, static_cast<int>((vs + 1) % p_)).wait();
   }
   return loss;
 }
@@ -271,9 +270,17 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro,
     for (int k = chunks_[static_cast<size_t>(c)]->activation_slots() - 1; k >= 0; --k)
       free[static_cast<size_t>(c)].push_back(k);
   std::map<std::pair<int64_t, int64_t>, int> slot_of;
-  // Received data per (chunk, micro-batch), and the sends in flight with their buffers.
+  // Received data per (chunk, micro-batch). Sends read the slot's own
+  // memory (its stage output or input gradient) without a copy; they are
+  // in flight per (chunk, slot) until the slot's next pass, which waits for
+  // them first. (Each one's receiver takes it before it sends back what
+  // that pass needs, so the wait is ordinarily over already.)
   std::map<std::pair<int64_t, int64_t>, std::vector<float>> received;
-  std::vector<std::pair<comm::Work, std::vector<float>>> sends;
+  std::map<std::pair<int64_t, int>, std::vector<comm::Work>> sending;
+  auto settle = [&](std::vector<comm::Work>& works) {
+    for (comm::Work& w : works) w.wait();
+    works.clear();
+  };
   auto select = [&](const plan::PipeOp& op) -> Model& {
     Model& model = *chunks_[static_cast<size_t>(op.chunk)];
     auto key = std::make_pair(op.chunk, op.micro_batch);
@@ -284,7 +291,9 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro,
       slot_of[key] = f.back();
       f.pop_back();
     }
-    model.select_slot(slot_of.at(key));
+    const int slot = slot_of.at(key);
+    settle(sending[{op.chunk, slot}]);
+    model.select_slot(slot);
     return model;
   };
   const auto& mine = instrs_[static_cast<size_t>(rank_)];
@@ -343,20 +352,19 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro,
       }
       case plan::PipeInstrKind::SendActivation:
       case plan::PipeInstrKind::SendGradient: {
-        // The slot's buffer changes with its next use: send a copy.
+        const int slot = slot_of.at({op.chunk, op.micro_batch});
+        model.select_slot(slot);
         const float* src = in.kind == plan::PipeInstrKind::SendActivation ? model.stage_output()
                                                                           : model.stage_input_grad();
-        std::vector<float> copy(src, src + width);
-        comm::Work w = pp_.send(copy.data(), width, DType::F32, static_cast<int>(in.peer));
-        sends.emplace_back(std::move(w), std::move(copy));
+        sending[{op.chunk, slot}].push_back(pp_.send(src, width, DType::F32, static_cast<int>(in.peer)));
         break;
       }
       case plan::PipeInstrKind::OptimizerStep:
         break;  // the caller's, after the step
     }
-    // A micro-batch's slot is free once its backward has run (and its
-    // input gradient, if any, has been copied for sending); a split
-    // backward's, once its weight part has run.
+    // A micro-batch's slot is free once its backward has run (and its input
+    // gradient, if any, has been handed to its send, which the slot's next
+    // pass waits for); a split backward's, once its weight part has run.
     const bool whole = op.part == plan::BackwardPart::Whole;
     const bool done = in.kind == plan::PipeInstrKind::Backward
                           ? op.part == plan::BackwardPart::Weight || (whole && vs == 0)
@@ -367,7 +375,7 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro,
       slot_of.erase(key);
     }
   }
-  for (auto& [w, buf] : sends) w.wait();
+  for (auto& [where, works] : sending) settle(works);
   sum_tied_gradients();
   return losses;
 }
