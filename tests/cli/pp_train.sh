@@ -16,7 +16,8 @@
 # final model file's every element equals the single rank's within 5e-5 (the
 # tied wte's two gradient halves are added in another order, and six AdamW
 # steps carry that rounding into the weights). Then
-# what pipeline runs do not do yet is refused with the reason.
+# micro-batch counts the stages do not divide (3 over 2, 4 over 3 uneven
+# stages); then what pipeline runs do not do yet is refused with the reason.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"  # BIN, TMP (removed at exit), fail
 source "$(dirname "$0")/lib/losses.sh"  # same_losses
@@ -154,6 +155,26 @@ for r in rows:
         assert r["peak"][c] == r["predicted"][c], (r["rank"], c, r["peak"][c], r["predicted"][c])
 assert rows[0]["peak"]["activations"] > rows[1]["peak"]["activations"], rows
 PY
+
+# Micro-batch counts the stages do not divide: 3 over 2 stages under each
+# schedule, and 4 over 3 uneven stages (2 + 1 + 1 layers, the cut by cost),
+# the same losses and norms as one rank.
+run one_m3 llama-tiny --set train.grad_accum=3
+for case in "gpipe 2 3" "1f1b 2 3" "zb-h1 2 3" "1f1b 3 4" "zb-h1 3 4"; do
+  set -- $case  # schedule pp micro-batches
+  run "m$3_pp$2_$1" llama-tiny --set train.grad_accum="$3" --set parallel.pp="$2" \
+    --set parallel.schedule="$1" --nproc "$2"
+  ref=one_llama-tiny
+  [ "$3" = 3 ] && ref=one_m3
+  same_losses "$TMP/$ref/metrics.jsonl" "$TMP/m$3_pp$2_$1/metrics.jsonl" 1 1e-5 6 >/dev/null ||
+    fail "m$3_pp$2_$1: losses differ from one rank"
+  python3 - "$TMP/$ref/metrics.jsonl" "$TMP/m$3_pp$2_$1/metrics.jsonl" <<'PY' || fail "m$3_pp$2_$1: norms differ"
+import json, sys
+rows = lambda p: [json.loads(l) for l in open(p) if l.strip()]
+for a, b in zip(rows(sys.argv[1]), rows(sys.argv[2])):
+    assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-5 * abs(a["grad_norm"]), (a["step"], a, b)
+PY
+done
 
 # zb-h1 splits each backward in two but computes the same floats as 1F1B:
 # every step's loss and gradient norm equal bit for bit (bf16, GPT).
