@@ -72,9 +72,6 @@ void refuse_unavailable(const TrainConfig& c) {
   // backward order; a pipeline interleaves several micro-batches' passes.
   refuse(pp && c.zero.stage == 3,
          fmt::format("parallel.pp = {} with zero.stage = 3", c.parallel.pp));
-  // Each chunk of an interleaved rank would hold its own frozen base.
-  refuse(pp && c.parallel.chunks > 1 && c.lora.rank > 0,
-         fmt::format("parallel.chunks = {} with LoRA", c.parallel.chunks));
   refuse(pp && c.device != "cpu", fmt::format("parallel.pp = {} on device \"{}\"", c.parallel.pp, c.device));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));

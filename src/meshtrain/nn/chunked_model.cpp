@@ -65,6 +65,14 @@ ChunkedSpec::ChunkedSpec(std::vector<std::shared_ptr<const ModelSpec>> chunks, s
            "activation slot count(s)", chunks_.size(), slots_.size());
   for (int s : slots_) MT_CHECK(s >= 1, "a pipeline chunk needs at least one activation slot, got {}", s);
   layout_ = compose(chunks_, offsets_, unit_offsets_);
+  if (chunks_[0]->frozen_base()) {
+    std::vector<std::shared_ptr<const ModelSpec>> bases;
+    for (const auto& c : chunks_) {
+      MT_CHECK(c->frozen_base(), "pipeline chunks of one rank: some frozen under adapters, some not");
+      bases.push_back(c->frozen_base());
+    }
+    frozen_ = std::make_shared<ChunkedSpec>(std::move(bases), slots_);
+  }
 }
 
 std::string ChunkedSpec::describe() const {
@@ -110,8 +118,8 @@ bool ChunkedSpec::initial_weights(uint64_t seed, ElemSpan range, float* buffer) 
 
 ChunkedModel::ChunkedModel(std::shared_ptr<const ChunkedSpec> spec, ModelBuffers buffers)
     : spec_(std::move(spec)) {
-  MT_CHECK(!buffers.frozen, "a frozen model of several pipeline chunks (LoRA with interleaved "
-           "pipeline stages) is not available");
+  MT_CHECK(!buffers.frozen, "a frozen model of several pipeline chunks: each chunk model holds "
+           "its own frozen base (LoRA)");
   buffers = adopt_buffers(std::move(buffers), spec_->num_params());
   params_ = buffers.params;
   grads_ = buffers.grads;

@@ -49,6 +49,11 @@ class ChunkedSpec final : public ModelSpec {
                      Precision precision) const override;
   std::unique_ptr<Model> build(ModelBuffers buffers = {}) const override;
   bool initial_weights(uint64_t seed, ElemSpan range, float* buffer) const override;
+  // LoRA chunks: their frozen bases as chunks of one buffer in the same
+  // order (what the rank holds of the base; its models are the chunks'
+  // own, each chunk model's frozen_base()).
+  std::shared_ptr<const ModelSpec> frozen_base() const override { return frozen_; }
+  Precision frozen_precision() const override { return chunks_[0]->frozen_precision(); }
 
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   const ModelSpec& chunk(int c) const { return *chunks_[static_cast<size_t>(c)]; }
@@ -62,6 +67,7 @@ class ChunkedSpec final : public ModelSpec {
   std::vector<int64_t> offsets_;
   std::vector<int> unit_offsets_;
   ParamLayout layout_;
+  std::shared_ptr<const ChunkedSpec> frozen_;
 };
 
 class ChunkedModel final : public Model {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "meshtrain/ckpt/model_convert.h"
 #include "meshtrain/nn/lora_model.h"
@@ -139,16 +140,19 @@ TrainingRun::TrainingRun(const TrainerOptions& opt)
   comm_ = sync_->comm();
   model_->set_recompute(opt.recompute);
   mixed_ = std::make_unique<MixedPrecision>(*model_, MixedPrecisionOptions{opt.precision, opt.loss_scale});
-  if (Model* base = model_->frozen_base()) {
+  if (spec_.frozen_base()) {
     // LoRA: the adapters from the seed (B = 0: the run starts from the base's
-    // function), the frozen base from init_from when there is one.
+    // function), the frozen base from init_from when there is one: each of
+    // an interleaved rank's chunks holds its own stage of it.
     model_->init_weights(opt.seed);
-    if (!opt.init_from.empty())
-      say(fmt::format("loaded the frozen base from {}",
-                      opt.pp > 1 ? load_shard(*opt.model->frozen_base(), *base, std::nullopt)
-                                 : ckpt::load_init_weights(opt.init_from, *base)));
+    std::string from;
+    for (Model* chunk : model_->pipeline_chunks())
+      if (!opt.init_from.empty())
+        from = opt.pp > 1 ? load_shard(*opt.model->frozen_base(), *chunk->frozen_base(), std::nullopt)
+                          : ckpt::load_init_weights(opt.init_from, *chunk->frozen_base());
+    if (!from.empty()) say(fmt::format("loaded the frozen base from {}", from));
     model_->weights_loaded();
-    if (base->f32_matrices_released())
+    if (model_->pipeline_chunks()[0]->frozen_base()->f32_matrices_released())
       say(fmt::format("LoRA: the frozen base's matrices are held in {} only (lora.base_dtype)",
                       precision_name(opt.precision)));
   } else if (opt.init_from.empty()) {
@@ -258,6 +262,24 @@ std::string TrainingRun::load_shard(const ModelSpec& logical, Model& target,
   return from;
 }
 
+Tensor TrainingRun::rank_frozen_base_f32() const {
+  const std::vector<Model*> chunks = model_->pipeline_chunks();
+  if (chunks.size() == 1) return frozen_base_f32(*chunks[0]->frozen_base());
+  // An interleaved rank: each chunk's base placed by name in the layout of
+  // the chunks' bases together (ChunkedSpec::frozen_base).
+  const ParamLayout& rank = spec_.frozen_base()->layout();
+  std::map<std::string, int64_t> at;
+  for (const ParamInfo& p : rank.params) at[p.name] = p.begin;
+  Tensor out = Tensor::zeros({rank.numel}, DType::F32, MemCategory::Other);
+  for (Model* chunk : chunks) {
+    const Model& base = *chunk->frozen_base();
+    const Tensor part = frozen_base_f32(base);
+    for (const ParamInfo& p : base.spec().layout().params)
+      std::copy_n(part.data<float>() + p.begin, p.numel(), out.data<float>() + at.at(p.name));
+  }
+  return out;
+}
+
 Tensor TrainingRun::gather_pipeline_parameters(bool frozen_base) const {
   // World rank 0 assembles the model from the tp x pp ranks of data-parallel
   // replica 0, each shard of each stage placed by name (and tp slice).
@@ -265,7 +287,7 @@ Tensor TrainingRun::gather_pipeline_parameters(bool frozen_base) const {
   const parallel::MeshShape shape = mesh_.shape();
   const parallel::MeshCoords me = parallel::mesh_coords(shape, rank_);
   if (me.dp != 0) return Tensor();
-  const Tensor mine = frozen_base ? frozen_base_f32(*model_->frozen_base()) : model_->param_buffer();
+  const Tensor mine = frozen_base ? rank_frozen_base_f32() : model_->param_buffer();
   if (rank_ != 0) {
     world.send(mine.raw(), static_cast<size_t>(mine.numel()), DType::F32, 0).wait();
     return Tensor();
@@ -308,9 +330,9 @@ Tensor TrainingRun::logical_parameters() const {
 Tensor TrainingRun::product_parameters() const {
   // A merged (LoRA) or assembled (tp) copy of the whole model is about to be
   // made: the activations make room for it (the next forward allocates them).
-  if (model_->frozen_base() || mp_ckpt_) model_->release_activations();
+  if (spec_.frozen_base() || mp_ckpt_) model_->release_activations();
   const Tensor whole = logical_parameters();
-  if (!model_->frozen_base()) return whole;
+  if (!spec_.frozen_base()) return whole;
   if (!pipe_) return lead_ ? model_->merged_parameters(whole) : Tensor();  // only rank 0 saves and samples
   // Pipeline stages: the frozen base's stages assembled too, then merged whole.
   Tensor merged = gather_pipeline_parameters(/*frozen_base=*/true);

@@ -111,6 +111,9 @@ class TrainingRun {
   // in f32) assembled on world rank 0 from data-parallel replica 0's tp x pp
   // ranks (collective over them); empty elsewhere.
   Tensor gather_pipeline_parameters(bool frozen_base = false) const;
+  // LoRA: this rank's frozen base in f32, in spec_.frozen_base()'s layout
+  // (an interleaved rank's chunks' bases together).
+  Tensor rank_frozen_base_f32() const;
   // init_from into `target`, this rank's (tp, pp) shard of `logical` (the
   // model, or LoRA's frozen base): only its slices where the file allows
   // (within `own` under ZeRO keeping a range), else read whole and sliced.
