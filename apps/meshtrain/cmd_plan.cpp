@@ -90,7 +90,6 @@ nlohmann::json row_json(const plan::PlanRequest& req, const plan::PlanRow& r) {
           {"micro_batches", l.micro_batches}, {"zero_stage", l.zero_stage},
           {"recompute", plan::recompute_policy_name(l.recompute)},
           {"sequence_parallel", l.sequence_parallel}, {"chunks", l.chunks},
-          {"runnable_today", l.runnable_today()},
           {"memory_gb", {{"params", r.memory.params / 1e9}, {"grads", r.memory.grads / 1e9},
                          {"optimizer", r.memory.optimizer / 1e9},
                          {"activations", r.memory.activations / 1e9}, {"comm", r.memory.comm / 1e9},
@@ -164,10 +163,7 @@ void run_plan(const PlanOpts& o) {
     const plan::PlanRow& r = res.rows[i];
     const plan::MemoryBreakdown& m = r.memory;
     const plan::TimeBreakdown& t = r.time;
-    fmt::print("\n#{} {}{}\n", i + 1, r.layout.describe(),
-               r.layout.runnable_today()
-                   ? ""
-                   : "  (not in the engine yet: ZeRO-3 with pp, or ZeRO-2 with chunks)");
+    fmt::print("\n#{} {}\n", i + 1, r.layout.describe());
     fmt::print("   {:.0f} tokens/s, step {:.3f} s, MFU {:.1f}%, HFU {:.1f}%", r.tokens_per_s, t.step(),
                r.mfu * 100, r.hfu * 100);
     if (r.cost_per_million_tokens > 0) fmt::print(", ${:.3f} per million tokens", r.cost_per_million_tokens);

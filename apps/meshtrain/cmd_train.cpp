@@ -68,10 +68,6 @@ void refuse_unavailable(const TrainConfig& c) {
   };
   // What pipeline parallelism does not compose with yet.
   const bool pp = c.parallel.pp > 1;
-  // ZeRO-3 gathers each unit's parameters in one micro-batch's forward-then-
-  // backward order; a pipeline interleaves several micro-batches' passes.
-  refuse(pp && c.zero.stage == 3,
-         fmt::format("parallel.pp = {} with zero.stage = 3", c.parallel.pp));
   refuse(pp && c.device != "cpu", fmt::format("parallel.pp = {} on device \"{}\"", c.parallel.pp, c.device));
   refuse(c.comm.transport == "nccl" || c.comm.transport == "tcp",
          fmt::format("comm.transport = \"{}\" (shm and mpi are)", c.comm.transport));

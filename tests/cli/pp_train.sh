@@ -6,7 +6,7 @@
 # micro-batches. For GPT and Llama (4 layers), GPipe and 1F1B at 2 stages,
 # 1F1B at 4 (one layer each), dp 2 x pp 2, tp 2 x pp 2 and the whole mesh
 # dp 2 x tp 2 x pp 2 (8 ranks), ZeRO-1 at dp 2 x pp 2 and ZeRO-2 at
-# dp 2 x tp 2 x pp 2 (GPT's tied wte too); interleaved (2 chunks per rank) and zb-h1 (the
+# dp 2 x tp 2 x pp 2 (GPT's tied wte too), ZeRO-3 at dp 2 x pp 2; interleaved (2 chunks per rank) and zb-h1 (the
 # backward split in two) alone, in bf16 (against a bf16 single rank), with
 # tp and with dp and ZeRO; tp 2 with sequence parallelism (1F1B for GPT,
 # zb-h1 for Llama): each stage's memory equals its prediction
@@ -67,15 +67,18 @@ for preset in char-2L llama-tiny; do
   # its chunk's part of the buffer); GPipe over chunks too; GPT's tied wte
   # with ZeRO-1, and with ZeRO-2 (its two stages' own ranges of the wte
   # gradient paired across the data-parallel ranks), under zb-h1, at dp 2 x
-  # tp 2 x pp 2 and interleaved.
+  # tp 2 x pp 2 and interleaved. ZeRO-3 (its gathers along each pass the
+  # schedule runs): 1F1B and interleaved (GPT), zb-h1 (Llama).
   # Zero-bubble (zb-h1, the backward split in its input- and weight-gradient
   # parts) alone, in bf16, with tp (GPT), with dp and ZeRO-2 (Llama).
   extra_cases=("interleaved 2 1 1 0 2 fp32" "zb-h1 2 1 1 0 1 fp32" "zb-h1 2 1 1 0 1 bf16")
   [ "$preset" = llama-tiny ] && extra_cases+=("gpipe 2 2 1 1 1 fp32" "1f1b 2 2 2 2 1 fp32"
-    "interleaved 2 2 1 1 2 fp32" "interleaved 2 2 1 2 2 fp32" "zb-h1 2 2 1 2 1 fp32" "zb-h1 2 1 2 0 1 fp32 sp")
+    "interleaved 2 2 1 1 2 fp32" "interleaved 2 2 1 2 2 fp32" "zb-h1 2 2 1 2 1 fp32" "zb-h1 2 1 2 0 1 fp32 sp"
+    "zb-h1 2 2 1 3 1 fp32")
   [ "$preset" = char-2L ] && extra_cases+=("interleaved 2 1 2 0 2 fp32" "gpipe 2 1 1 0 2 fp32"
     "zb-h1 2 1 2 0 1 fp32" "interleaved 2 1 1 0 2 bf16" "1f1b 2 1 1 0 1 bf16" "1f1b 2 2 1 1 1 fp32"
-    "1f1b 2 1 2 0 1 fp32 sp" "zb-h1 2 2 1 2 1 fp32" "1f1b 2 2 2 2 1 fp32" "interleaved 2 2 1 2 2 fp32")
+    "1f1b 2 1 2 0 1 fp32 sp" "zb-h1 2 2 1 2 1 fp32" "1f1b 2 2 2 2 1 fp32" "interleaved 2 2 1 2 2 fp32"
+    "1f1b 2 2 1 3 1 fp32" "interleaved 2 2 1 3 2 fp32")
   for case in "gpipe 2 1 1 0 1 fp32" "1f1b 2 1 1 0 1 fp32" "1f1b 4 1 1 0 1 fp32" "1f1b 2 2 1 0 1 fp32" \
     "1f1b 2 1 2 0 1 fp32" "gpipe 2 2 2 0 1 fp32" "${extra_cases[@]}"; do
     set -- $case  # schedule pp dp tp zero chunks precision [sp: sequence parallel]
@@ -236,7 +239,6 @@ refused "parallel.pp = 2 needs a multiple of 2 rank(s) but the job has 3" --set 
 refused "parallel.pp = 2 x parallel.dp = 2 needs 4 rank(s) but the job has 2" --set parallel.pp=2 --set parallel.dp=2 --nproc 2
 refused "parallel.tp = 2 x parallel.pp = 2 needs a multiple of 4 rank(s) but the job has 2" \
   --set parallel.pp=2 --set parallel.tp=2 --nproc 2
-refused "parallel.pp = 2 with zero.stage = 3 is not available" --set parallel.pp=2 --set zero.stage=3 --nproc 4
 refused 'parallel.schedule' --set parallel.pp=2 --set parallel.schedule=pipedream --nproc 2
 refused "parallel.stage_layers adds up to 3 layers; the model has 2" --set parallel.pp=2 \
   --set parallel.stage_layers=2,1 --nproc 2

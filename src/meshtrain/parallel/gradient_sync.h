@@ -15,6 +15,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/core/elem_span.h"
@@ -22,6 +23,7 @@
 
 namespace meshtrain {
 class Model;
+struct ParamUse;
 }
 
 namespace meshtrain::parallel {
@@ -70,6 +72,9 @@ class GradientSync {
   // its begin_backward. A sync that reduces every backward (ZeRO-2) reduces
   // just that span; the others reduce the whole buffer at the last one anyway.
   virtual void set_backward_span(ElemSpan) {}
+  // The next pass of a pipeline rank (one chunk's forward or backward) uses
+  // the parameter units in this Need/Done order; ZeRO-3 gathers along it.
+  virtual void set_parameter_pass(const std::vector<ParamUse>&) {}
   // The gradients the update reads: element i of the flat buffer is
   // gradients()[i] for i in update_range() (the pointer may be offset).
   // Writable: a pipeline adds its tied parameters' sums there.

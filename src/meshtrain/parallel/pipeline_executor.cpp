@@ -240,6 +240,7 @@ float PipelineExecutor::forward_only(const MicroBatch& mb) {
       pp_.recv(in.data(), width, DType::F32, static_cast<int>((vs - 1) % p_)).wait();
     }
     model.select_slot(0);
+    if (hooks_.pass) hooks_.pass(c, false);
     const float l = model.forward_stage({vs == 0 ? mb.inputs : nullptr,
                                          vs + 1 == V ? mb.targets : nullptr, mb.B, mb.T},
                                         vs > 0 ? in.data() : nullptr);
@@ -322,6 +323,7 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro,
         const double t0 = now_s();
         Model& m = select(op);
         auto it = received.find({op.chunk, op.micro_batch});
+        if (hooks_.pass) hooks_.pass(static_cast<int>(op.chunk), false);
         const float loss = m.forward_stage({vs == 0 ? mb.inputs : nullptr,
                                             vs + 1 == V ? mb.targets : nullptr, mb.B, mb.T},
                                            it == received.end() ? nullptr : it->second.data());
@@ -339,6 +341,7 @@ std::vector<float> PipelineExecutor::run(const std::vector<MicroBatch>& micro,
         // part leaves the weight gradients to its weight part).
         const bool finishes = op.part != plan::BackwardPart::Input;
         if (finishes && hooks_.begin) hooks_.begin(last, m);
+        if (op.part != plan::BackwardPart::Weight && hooks_.pass) hooks_.pass(static_cast<int>(op.chunk), true);
         const float* grad = it == received.end() ? nullptr : it->second.data();
         const float loss_scale = loss_scales[static_cast<size_t>(op.micro_batch)];
         if (op.part == plan::BackwardPart::Whole) m.backward_stage(grad, loss_scale);

@@ -74,10 +74,13 @@ class PipelineExecutor {
   // 0's (the gradient sync's begin_backward/end_backward,
   // parallel/gradient_sync.h); `end` returns the seconds it waited. `begin`
   // gets the chunk whose backward runs (its gradients are that part of the
-  // rank's buffer). Optional.
+  // rank's buffer). `pass` is told each pass that reads parameters before it
+  // runs (chunk index; a forward, or a backward or its input part), so
+  // ZeRO-3 gathers in the schedule's order. Each optional.
   struct BackwardHooks {
     std::function<void(bool last, const Model& chunk)> begin;
     std::function<double(bool last)> end;
+    std::function<void(int chunk, bool backward)> pass;
   };
   void set_backward_hooks(BackwardHooks hooks) { hooks_ = std::move(hooks); }
 

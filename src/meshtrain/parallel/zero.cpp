@@ -163,6 +163,10 @@ void Zero::zero_grad() {
   }
 }
 
+void Zero::set_parameter_pass(const std::vector<ParamUse>& order) {
+  if (params_ && params_->sharded()) params_->set_pass(order);
+}
+
 void Zero::set_backward_span(ElemSpan span) {
   if (grads_) grads_->set_backward_span(span);
 }

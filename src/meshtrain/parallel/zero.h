@@ -112,6 +112,7 @@ class Zero final : public GradientSync {
   void zero_grad() override;
   void begin_backward(bool last_micro_batch) override;
   void set_backward_span(ElemSpan span) override;
+  void set_parameter_pass(const std::vector<ParamUse>& order) override;
   // Stages 2/3 reduce every micro-batch (returns the wait); stage 1 after the last.
   double end_backward(bool last_micro_batch) override;
   // Gradients for the update: element i of the flat buffer, for i in own(),

@@ -230,6 +230,15 @@ void ZeroParameters::on_event(ParamEvent event, int u, bool backward) {
   release(u);
 }
 
+void ZeroParameters::set_pass(std::vector<ParamUse> order) {
+  for (const Event& e : order)
+    MT_CHECK(e.unit >= 0 && e.unit < static_cast<int>(units_.size()), "parameter pass names unit {} "
+             "of {}", e.unit, units_.size());
+  order_ = std::move(order);
+  cursor_ = 0;
+  passes_ = true;
+}
+
 void ZeroParameters::shard() {
   before_update();
   release_foreign_masters();
@@ -257,7 +266,7 @@ void ZeroParameters::after_update() {
   round_own_range();
   if (!sharded()) {
     for (int u = 0; u < n; ++u) launch(u);  // forward order: embeddings first
-  } else {
+  } else if (!passes_) {
     launch(order_.empty() ? 0 : order_.front().unit);  // the next forward's first unit
   }
 }

@@ -76,6 +76,11 @@ class ZeroParameters {
 
   // The model's parameter hook.
   void on_event(ParamEvent event, int unit, bool backward);
+  // A pipeline rank runs passes in its schedule's order instead of one
+  // micro-step's forward-then-backward: each pass (one chunk's forward or
+  // backward) sets its own Need/Done sequence before it runs, prefetching
+  // stays inside it, and after_update() gathers nothing ahead.
+  void set_pass(std::vector<ParamUse> order);
   // While disabled, hook events are ignored (after gather_all(), for
   // rank-0-only generation).
   void set_enabled(bool on) { enabled_ = on; }
@@ -143,7 +148,8 @@ class ZeroParameters {
   bool full_masters_ = true;          // mixed: foreign f32 weights resident (setup, gather_all)
   std::vector<bool> persistent_, resident_, valid_;
   std::vector<std::vector<comm::Work>> works_;
-  std::vector<Event> order_;  // one micro-step's documented hook sequence
+  std::vector<Event> order_;  // one micro-step's documented hook sequence (or the pass's)
+  bool passes_ = false;       // set_pass drives order_
   int exclusive_ = -1;
   size_t cursor_ = 0;
   bool enabled_ = true;

@@ -283,8 +283,7 @@ PlanResult make_plan(const PlanRequest& r) {
     const double ca = a.time.dp_total + a.time.tp_comm + a.time.pp_comm;
     const double cb = b.time.dp_total + b.time.tp_comm + b.time.pp_comm;
     if (ca != cb) return ca < cb;
-    if (a.memory.total() != b.memory.total()) return a.memory.total() < b.memory.total();
-    return a.layout.runnable_today() && !b.layout.runnable_today();
+    return a.memory.total() < b.memory.total();
   });
   return out;
 }

@@ -106,11 +106,6 @@ struct Layout {
   // non-adjacent groups of layers; the bubble shrinks by that factor and the
   // pipeline sends grow by it. 1 = plain 1F1B.
   int64_t chunks = 1;
-  // The engine runs it today: pipelines (GPipe, 1F1B, interleaved chunks,
-  // ZB-H1) with tp and sequence parallelism, with ZeRO-1, and ZeRO-2 with one
-  // chunk per rank for models whose stages share no parameter, which the
-  // layout does not know (GPT's tied embedding: refused with the reason).
-  bool runnable_today() const { return pp == 1 || zero_stage <= (chunks > 1 ? 1 : 2); }
   std::string describe() const;
 };
 

@@ -147,12 +147,18 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
     m.comm = tg.peak();
   }
   if (stage == 3) {
-    int64_t persistent = 0, largest = 0;
-    for (int64_t u : units) {
-      if (u < plan.persist_threshold) persistent += u;
-      else largest = std::max(largest, u);
+    // The own range, and the parts of the persistent units outside it.
+    int64_t persistent_foreign = 0, largest = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (units[u] >= plan.persist_threshold) {
+        largest = std::max(largest, units[u]);
+        continue;
+      }
+      const ParamUnit& pu = layout.units[u];
+      const int64_t inside = std::max<int64_t>(0, std::min(pu.end, own_span.end) - std::max(pu.begin, own_span.begin));
+      persistent_foreign += units[u] - inside;
     }
-    m.params = b.p * (own + persistent - persistent * own / std::max<int64_t>(1, P));
+    m.params = b.p * (own + persistent_foreign);
     // Gathered units in use (parallel/zero_parameters.h) on top of the
     // transient gradients, at the moments that can peak. The tied embedding
     // is held gathered or as its gradient, never both (nn/gpt.h: its

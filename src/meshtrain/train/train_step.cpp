@@ -128,6 +128,30 @@ void TrainStep::update_norm_group() {
   opt_->set_norm_group(std::move(g));
 }
 
+namespace {
+// Each pipeline chunk's forward and backward parameter uses (its layout's
+// order split in its two passes), in the units of the rank's whole buffer.
+std::vector<std::array<std::vector<ParamUse>, 2>> pipeline_pass_orders(Model& rank) {
+  std::vector<std::array<std::vector<ParamUse>, 2>> out;
+  const ParamLayout& whole = rank.layout();
+  for (Model* chunk : rank.pipeline_chunks()) {
+    const int64_t at = chunk->param_buffer().data<float>() - rank.param_buffer().data<float>();
+    int first = -1;
+    for (int u = 0; u < whole.num_units(); ++u)
+      if (whole.units[static_cast<size_t>(u)].begin == at) first = u;
+    MT_CHECK(first >= 0 || chunk->layout().units.empty(), "pipeline chunk at element {} starts no "
+             "parameter unit of its rank", at);
+    std::array<std::vector<ParamUse>, 2> passes;
+    for (ParamUse use : chunk->layout().order) {
+      use.unit += first;
+      passes[use.backward ? 1 : 0].push_back(use);
+    }
+    out.push_back(std::move(passes));
+  }
+  return out;
+}
+}  // namespace
+
 void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Communicator* pp) {
   pipe_ = exec;
   tp_norm_.pp = nullptr;
@@ -146,7 +170,11 @@ void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Commu
                               }
                               sync_.begin_backward(last);
                             },
-                            [this](bool last) { return sync_.end_backward(last); }});
+                            [this](bool last) { return sync_.end_backward(last); },
+                            [this](int chunk, bool backward) {
+                              sync_.set_parameter_pass(pass_orders_[static_cast<size_t>(chunk)][backward]);
+                            }});
+  pass_orders_ = pipeline_pass_orders(model_);
   pp_comm_ = *pp;
   tp_norm_.pp = &pp_comm_;
   // The norm counts a tied parameter once: by its first holder.

@@ -6,6 +6,7 @@
 // LARS, LAMB) over the strategy's update range. The step has no branch on
 // which strategy or optimizer runs.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -131,6 +132,8 @@ class TrainStep {
   bool token_weighted_ = false;
   parallel::PipelineExecutor* pipe_ = nullptr;
   comm::Communicator pp_comm_;            // the pipeline group
+  // Per chunk: its forward's and its backward's parameter uses (ZeRO-3's gathers).
+  std::vector<std::array<std::vector<ParamUse>, 2>> pass_orders_;
   SlowRank slow_;
 };
 
