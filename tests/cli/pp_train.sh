@@ -108,6 +108,8 @@ import json, sys
 for r in json.load(open(sys.argv[1])):
     for c in ("parameters", "gradients", "optimizer", "activations", "workspace"):
         assert r["peak"][c] == r["predicted"][c], (r["rank"], c, r["peak"][c], r["predicted"][c])
+    # Communication buffers: a bound (ZeRO's transient gradients and gathers).
+    assert r["peak"]["comm"] <= r["predicted"]["comm"], (r["rank"], r["peak"]["comm"], r["predicted"]["comm"])
 PY
     # GPT in bf16: the tied wte's two gradient halves, added in another order
     # than one rank's (8.6e-8 relative in step 1's norm), move a few f32

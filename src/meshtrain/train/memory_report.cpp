@@ -43,7 +43,9 @@ TransientGrads transient_grads(int64_t g, int64_t w, int64_t u0, int64_t lnf, in
   if (w == 0) {
     t.head = g * (u0 + lnf);
     t.first = g * (u0 + lnf + layer);
-    t.steady = g * std::min<int64_t>(3, L) * layer;
+    // The layer written and two ranges pending: with 2 layers or fewer one
+    // of those is the final LayerNorm's.
+    t.steady = g * (L >= 3 ? 3 * layer : L * layer + lnf);
     t.isolated_first = g * (lnf + layer);
     return t;
   }
@@ -204,6 +206,14 @@ RankMemory predict_rank_memory(const MemoryPlan& plan) {
       m.comm = std::max({u0 + lnf_p + b.g * lnf, tg.head + lnf_p, held2 + tg.isolated_first,
                          held2 + tg.steady, held2 + tg.tail});
     }
+  }
+  if (plan.split_backward && stage >= 2) {
+    // zb-h1: the whole stage's gradient staged at once (and its wire copy),
+    // beside two gathered units under stage 3: a bound.
+    int64_t largest_unit = 0;
+    for (int64_t u : units) largest_unit = std::max(largest_unit, u);
+    const int64_t gathered = stage == 3 ? (b.p_full > 0 ? b.p_full : b.p) * 2 * largest_unit : 0;
+    m.comm = std::max(m.comm, (b.g + plan.grad_wire) * P + gathered);
   }
   m.params += plan.base.frozen_params;  // LoRA's frozen base, whole on every rank
   if (plan.optimizer.offload.enabled()) {

@@ -55,6 +55,10 @@ struct MemoryPlan {
   // a lossy codec's error-feedback residual (comm.compression, stages 0-1).
   int64_t grad_wire = 0;
   MemoryPrediction base;            // activations and workspace (predict_training_memory)
+  // A zero-bubble pipeline stage (zb-h1): each backward's input part
+  // stages every unit's gradient before its weight part reports any, so
+  // ZeRO-2/3 hold the stage's whole gradient as transient at once.
+  bool split_backward = false;
   // The optimizer and where its state lives: with offload.optimizer_state =
   // disk the rank's state is in a file and only the staging buffers are
   // resident (optim/offloaded_optimizer.h, plan_offload).

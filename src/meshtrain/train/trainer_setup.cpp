@@ -389,6 +389,7 @@ MemoryPlan TrainingRun::memory_plan(int rank) const {
   plan.setup_own_range = setup_from_own_range(plan.zero_stage, opt_.precision, opt_.init_from, *plan.model);
   plan.setup_staging = file_staging_bytes(opt_.init_from, *opt_.model);
   plan.base = rank == rank_ ? predicted_ : predicted_for(rank);
+  plan.split_backward = opt_.pp > 1 && pipeline_part(opt_, world_, rank).split_backward;
   // The copy product_parameters() makes for saving and sampling.
   if (const auto base = spec_.frozen_base(); base && rank == 0) {
     plan.product_copy = 4 * base->num_params();
