@@ -174,7 +174,13 @@ void PipelineExecutor::sum_tied_sharded() {
   };
   std::vector<Piece> pieces;
   const ParamLayout& lay = s.rank_specs[static_cast<size_t>(rank_)]->layout();
-  for (const TiedParam& t : tied_) {
+  // By name, so two ranks that share several tied parameters post their
+  // pieces to each other in the same order.
+  std::vector<const TiedParam*> by_name;
+  for (const TiedParam& t : tied_) by_name.push_back(&t);
+  std::sort(by_name.begin(), by_name.end(), [](const TiedParam* a, const TiedParam* b) { return a->name < b->name; });
+  for (const TiedParam* tp : by_name) {
+    const TiedParam& t = *tp;
     const int64_t other_rank = t.other_vs % p_;
     MT_CHECK(other_rank != rank_, "tied parameter {}: both holders on pipeline rank {}", t.name, rank_);
     const ElemSpan mine = owned_part(lay, t.name, s.dp_rank, s.dp_size);
