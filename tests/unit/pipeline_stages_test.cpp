@@ -2,7 +2,8 @@
 // balanced by model FLOPs with the head counted (GPT-2's 50k-token head
 // weighs about five layers, so two stages cut its 12 layers 8 + 4, where an
 // even cut leaves the last stage 22% more work), even when the head is
-// cheap, as given when parallel.stage_layers names the counts, and a clear
+// cheap, the planner's cut of its own shape equal to the engine's, as given
+// when parallel.stage_layers names the counts, and a clear
 // error for counts that do not fit the model or the layout.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/nn/model_registry.h"
 #include "meshtrain/parallel/pipeline_stages.h"
+#include "meshtrain/plan/stage_cut.h"
 #include "error_of.h"
 
 using namespace meshtrain;
@@ -58,6 +60,26 @@ TEST(pipeline_stages, a_large_head_takes_layers_from_the_last_stage) {
   const std::vector<int> il = parallel::pipeline_stage_layers(*gpt2, layout(2, 2));
   EXPECT_EQ(il.size(), 4u);
   EXPECT_EQ(*std::min_element(il.begin(), il.end()), il.back());
+}
+
+// The planner times the stages the engine cuts: its own shape's costs
+// (plan::transformer_stage_cost) give the engine's cut of the same model.
+TEST(pipeline_stages, the_planner_cuts_as_the_engine_does) {
+  const auto gpt2 = model_preset("gpt2");
+  const auto shape = plan::shape_preset("gpt2");
+  ASSERT_TRUE(shape.has_value());
+  const plan::StageCost cost = plan::transformer_stage_cost(*shape, 1024);
+  for (int64_t stages : {2, 3, 4})
+    EXPECT_EQ(plan::cut_layers_by_cost(12, static_cast<int>(stages), cost),
+              parallel::pipeline_stage_layers(*gpt2, layout(stages)))
+        << stages << " stages";
+  EXPECT_EQ(plan::cut_layers_by_cost(12, 4, cost), parallel::pipeline_stage_layers(*gpt2, layout(2, 2)));
+  // Pipeline rank 1 of 2 x 2 chunks holds virtual stages 1 and 3 (the head).
+  const plan::RankShare r1 = plan::rank_share(plan::cut_layers_by_cost(12, 4, cost), 2, 1);
+  EXPECT_TRUE(r1.last);
+  EXPECT_FALSE(r1.first);
+  const std::vector<int> il = parallel::pipeline_stage_layers(*gpt2, layout(2, 2));
+  EXPECT_EQ(r1.layers, il[1] + il[3]);
 }
 
 TEST(pipeline_stages, a_cheap_head_leaves_the_even_cut) {

@@ -1,52 +1,15 @@
 #include "meshtrain/parallel/pipeline_stages.h"
 
 #include <algorithm>
-#include <limits>
 #include <string>
 
 #include "meshtrain/core/error.h"
 
 #include "meshtrain/nn/chunked_model.h"
 #include "meshtrain/parallel/pipeline_executor.h"
+#include "meshtrain/plan/stage_cut.h"
 
 namespace meshtrain::parallel {
-
-namespace {
-
-// The even split's layer counts.
-std::vector<int> even_layers(int n_layer, int64_t V) {
-  std::vector<int> out;
-  for (const ModelShard& s : pipeline_shards(n_layer, V, 1)) out.push_back(s.layer_end - s.layer_begin);
-  return out;
-}
-
-// Minimizes the largest virtual stage cost over contiguous splits (dynamic
-// programming over (stages, layers)); the last stages take the fewest
-// layers that reach the optimum, so ties lengthen the earlier ones.
-std::vector<int> balanced_layers(int L, int V, const ModelSpec::StageCosts& c) {
-  auto cost = [&](int v, int n) {
-    return n * c.layer + (v == 0 ? c.first : 0.0) + (v == V - 1 ? c.last : 0.0);
-  };
-  const double inf = std::numeric_limits<double>::infinity();
-  // best[v][i]: the first v virtual stages over the first i layers.
-  std::vector<std::vector<double>> best(static_cast<size_t>(V + 1), std::vector<double>(static_cast<size_t>(L + 1), inf));
-  best[0][0] = 0;
-  for (int v = 1; v <= V; ++v)
-    for (int i = v; i <= L; ++i)
-      for (int n = 1; n <= i - (v - 1); ++n)
-        best[v][i] = std::min(best[v][i], std::max(best[v - 1][i - n], cost(v - 1, n)));
-  std::vector<int> out(static_cast<size_t>(V));
-  for (int v = V, i = L; v >= 1; --v)
-    for (int n = 1; n <= i - (v - 1); ++n)
-      if (std::max(best[v - 1][i - n], cost(v - 1, n)) <= best[v][i] * (1 + 1e-12)) {
-        out[static_cast<size_t>(v - 1)] = n;
-        i -= n;
-        break;
-      }
-  return out;
-}
-
-}  // namespace
 
 std::vector<int> parse_stage_layers(const std::string& text, const std::string& what) {
   std::vector<int> out;
@@ -78,8 +41,7 @@ std::vector<int> pipeline_stage_layers(const ModelSpec& whole, const PipelineLay
     return layout.stage_layers;
   }
   const ModelSpec::StageCosts c = whole.stage_costs(layout.seq > 0 ? layout.seq : whole.seq_len());
-  if (c.layer <= 0) return even_layers(L, V);
-  return balanced_layers(L, static_cast<int>(V), c);
+  return plan::cut_layers_by_cost(L, static_cast<int>(V), {c.layer, c.first, c.last});
 }
 
 std::vector<std::shared_ptr<const ModelSpec>> pipeline_virtual_stage_specs(

@@ -1,4 +1,5 @@
 #include "meshtrain/plan/planner.h"
+#include "meshtrain/plan/stage_cut.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -82,7 +83,23 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const ClusterSpec& c = r.cluster;
   const double s = static_cast<double>(r.seq > 0 ? r.seq : m.seq), h = static_cast<double>(m.hidden);
   const double b = static_cast<double>(l.micro_batch), t = static_cast<double>(l.tp);
-  const double L = static_cast<double>(m.layers), stage_layers = L / static_cast<double>(l.pp);
+  const double L = static_cast<double>(m.layers);
+  // The stages as the engine cuts them (plan/stage_cut.h): by model FLOPs,
+  // the head counted on the last. Memory is the first pipeline rank's (its
+  // layers and the embedding), time the costliest rank's.
+  const StageCost cost = transformer_stage_cost(m, static_cast<int64_t>(s));
+  const double head_flops = cost.last;  // per token
+  const std::vector<int> cut = cut_layers_by_cost(static_cast<int>(m.layers), static_cast<int>(l.pp * l.chunks), cost);
+  const RankShare first_rank = rank_share(cut, static_cast<int>(l.pp), 0);
+  RankShare slowest = first_rank;
+  for (int st = 1; st < l.pp; ++st) {
+    const RankShare s = rank_share(cut, static_cast<int>(l.pp), st);
+    if (s.layers * cost.layer + (s.last ? cost.last : 0.0) >
+        slowest.layers * cost.layer + (slowest.last ? cost.last : 0.0))
+      slowest = s;
+  }
+  const double stage_layers = static_cast<double>(first_rank.layers);
+  const double slow_layers = static_cast<double>(slowest.layers);
   PlanRow row;
   row.layout = l;
 
@@ -114,7 +131,7 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   if (l.dp > 1) row.memory.comm = 2 * kGradientBucketBytes;
   if (stage == 3) row.memory.comm += 2 * bytes.p * layer_params / t;  // two gathered layers
 
-  // Time, per GPU of the slowest pipeline stage (the last: its layers and the head).
+  // Time, per GPU of the slowest pipeline rank (its layers, and the head when it holds the last stage).
   const double gpus = static_cast<double>(r.gpus);
   const double tokens = static_cast<double>(r.global_batch) * s;
   const double replica_tokens = tokens / dp;  // through one pipeline per step
@@ -126,15 +143,14 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double hbm = c.memory_gbps * 1e9 / shared;
   const double value_bytes = r.fp32 ? 4.0 : 2.0;  // an activation's
   const double mb = static_cast<double>(l.micro_batches);
-  const double head_flops = 6.0 * static_cast<double>(m.vocab) * h;  // per token
   const double attention_flops = 6.0 * h * s;                        // per layer and token, causal
   const double layer_linear_flops = (m.flops_per_token(static_cast<int64_t>(s)) - head_flops) / L -
                                     attention_flops;
   const double square = r.engine.causal_attention_skips_masked ? 1.0 : 2.0;
   const double head_dim = h / static_cast<double>(m.heads);
-  const double linear_s = replica_tokens / t * (stage_layers * layer_linear_flops + head_flops) /
+  const double linear_s = replica_tokens / t * (slow_layers * layer_linear_flops + (slowest.last ? head_flops : 0.0)) /
                           (rate * gemm_efficiency(c, std::min(h / t, b * s)));
-  const double attention_s = replica_tokens / t * stage_layers * attention_flops * square /
+  const double attention_s = replica_tokens / t * slow_layers * attention_flops * square /
                              (rate * gemm_efficiency(c, head_dim));
   const double a = static_cast<double>(m.heads);
   const double stored = activation_bytes_per_layer(s, b, h, a, l.tp, l.sequence_parallel, RecomputePolicy::None);
@@ -145,8 +161,8 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
   const double traffic_s = mb * traffic / hbm;
   const double stage_stored = r.stored_activation_bytes > 0
                                   ? r.stored_activation_bytes
-                                  : stored * stage_layers * value_bytes / 2;
-  const double stage_scores = scores * stage_layers * value_bytes / 2;
+                                  : stored * slow_layers * value_bytes / 2;
+  const double stage_scores = scores * slow_layers * value_bytes / 2;
   row.time.compute = linear_s + attention_s + traffic_s * stage_stored;
   // A recomputed forward is a third of forward + backward.
   if (l.recompute == RecomputePolicy::Full)
@@ -155,7 +171,7 @@ PlanRow evaluate_layout(const PlanRequest& r, const Layout& l) {
     row.time.recompute = (attention_s + traffic_s * stage_scores) / 3.0;
   const double act_bytes = b * s * h * value_bytes;  // one micro-batch's activations
   const int tp_collectives = l.recompute == RecomputePolicy::Full ? 6 : 4;
-  row.time.tp_comm = stage_layers * mb * tp_collectives *
+  row.time.tp_comm = slow_layers * mb * tp_collectives *
                      ring_s(act_bytes, l.tp, c.intra_gbps, c.intra_alpha_us, 2.0, c.link_efficiency);
   // The bubble idles the stage's whole op time, its tp collectives included.
   row.time.bubble = (row.time.compute + row.time.recompute + row.time.tp_comm) * (ppd - 1) / (mb * v);
