@@ -10,6 +10,7 @@
 
 #include "meshtrain/core/error.h"
 #include "meshtrain/parallel/zero_layout.h"
+#include "meshtrain/plan/stage_cut.h"
 #include "meshtrain/telemetry/trace_writer.h"
 
 namespace meshtrain::parallel {
@@ -64,8 +65,9 @@ std::vector<ModelShard> pipeline_shards(int n_layer, int64_t stages, int64_t chu
            "the model has {}", stages, chunks, V, n_layer);
   std::vector<ModelShard> out;
   int begin = 0;
+  const std::vector<int> even = plan::cut_layers_by_cost(n_layer, static_cast<int>(V), {});  // no costs: even
   for (int64_t vs = 0; vs < V; ++vs) {
-    const int n = static_cast<int>(n_layer / V + (vs < n_layer % V ? 1 : 0));
+    const int n = even[static_cast<size_t>(vs)];
     ModelShard s;
     s.layer_begin = begin;
     s.layer_end = begin + n;

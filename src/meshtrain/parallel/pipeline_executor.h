@@ -115,7 +115,6 @@ class PipelineExecutor {
   // Whether parameter `name` of this rank is also held by another virtual stage.
   bool tied(const std::string& name) const;
   int64_t stages() const { return p_; }
-  int64_t chunks() const { return v_; }
 
  private:
   struct TiedParam {  // a parameter also held by another virtual stage

@@ -160,14 +160,11 @@ void TrainStep::set_pipeline(parallel::PipelineExecutor* exec, const comm::Commu
   MT_CHECK(pp && pp->valid(), "a pipeline step needs its pipeline group");
   // Each stage's replicas reduce their gradients around every backward, as
   // the micro-batch loop does without a pipeline.
-  // An interleaved rank's backward writes one chunk's part of the buffer.
-  const bool chunked = exec->chunks() > 1;
-  exec->set_backward_hooks({[this, chunked](bool last, const Model& chunk) {
-                              if (chunked) {
-                                const int64_t at = chunk.grad_buffer().data<float>() -
-                                                   model_.grad_buffer().data<float>();
-                                sync_.set_backward_span({at, at + chunk.grad_buffer().numel()});
-                              }
+  // Each backward writes its chunk's part of the buffer (all of it with one chunk).
+  exec->set_backward_hooks({[this](bool last, const Model& chunk) {
+                              const int64_t at = chunk.grad_buffer().data<float>() -
+                                                 model_.grad_buffer().data<float>();
+                              sync_.set_backward_span({at, at + chunk.grad_buffer().numel()});
                               sync_.begin_backward(last);
                             },
                             [this](bool last) { return sync_.end_backward(last); },
