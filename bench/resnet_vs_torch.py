@@ -4,10 +4,13 @@ network (tools/peers/bench_resnet_torch.py: torchvision's ResNet in plain
 torch.nn, channels_last, fused AdamW), batch and thread count, on random
 images; alternating runs so machine noise hits both alike. Prints medians
 (images/s) and ratios; with --compile a torch.compile column too, with
---peer-bf16 PyTorch's autocast bf16 beside (meshtrain's ResNet is f32 only
-so far).
+--peer-bf16 PyTorch's autocast bf16 beside. With --precision bf16 meshtrain
+trains bf16 mixed precision (`bench train --precision bf16`: its fp32 and
+bf16 steps interleaved in one process, so our bf16/fp32 ratio comes from
+the same run) and the peer runs under autocast bf16.
 
   python3 bench/resnet_vs_torch.py --preset resnet-50 --batch 16 --threads 1 --rounds 3
+  python3 bench/resnet_vs_torch.py --precision bf16 --preset resnet-50 --batch 16 --threads 1
 """
 import argparse
 import os
@@ -22,7 +25,11 @@ def main():
     add_bench_options(ap, preset="resnet-50", batch=16, seq=0, threads=[1], rounds=3, steps=3)
     ap.add_argument("--compile", action="store_true", help="also the peer under torch.compile")
     ap.add_argument("--peer-bf16", action="store_true", help="also the peer under autocast bf16")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: meshtrain's bf16 mixed precision against the peer's autocast bf16")
     a = ap.parse_args()
+    if a.precision == "bf16":
+        return compare_bf16(a)
     peer_script = os.path.join(ROOT, "tools", "peers", "bench_resnet_torch.py")
     columns = [("torch", [])] + ([("compile", ["--compile"])] if a.compile else []) + \
               ([("torch bf16", ["--precision", "bf16"])] if a.peer_bf16 else [])
@@ -60,6 +67,39 @@ def main():
     print_table(f"{a.preset}, batch {a.batch}, f32, medians of {a.rounds} interleaved rounds "
                 f"({a.steps} timed steps each); {cpu_model()}; PyTorch "
                 f"{next(iter(results.values()))['torch_version']}", header, rows)
+
+
+def compare_bf16(a):
+    """meshtrain bf16 (and its fp32, interleaved in the same process) against
+    PyTorch autocast bf16, alternating runs."""
+    peer_script = os.path.join(ROOT, "tools", "peers", "bench_resnet_torch.py")
+    results = {}
+    for r in range(a.rounds):
+        for t in a.threads:
+            ours = run_json([a.binary, "bench", "train", "--preset", a.preset, "--batch", str(a.batch),
+                             "--steps", str(a.steps), "--warmup", "1", "--threads", str(t),
+                             "--precision", "bf16", "--json"], t, isa_env(None, "ours"))
+            peer = run_json([sys.executable, peer_script, "--preset", a.preset, "--batch", str(a.batch),
+                             "--steps", str(a.steps), "--warmup", "1", "--threads", str(t),
+                             "--precision", "bf16", "--json"], t, isa_env(None, "peer"))
+            res = results.setdefault(t, {"f32": [], "bf16": [], "peer": [], "path": ours["conv_path"]})
+            res["f32"].append(ours["fp32"]["samples_per_s"])
+            res["bf16"].append(ours["bf16"]["samples_per_s"])
+            res["peer"].append(peer["samples_per_s"])
+            res["torch_version"] = peer["torch_version"]
+            print(f"round {r + 1} threads {t}: meshtrain fp32 {res['f32'][-1]:.2f}, bf16 "
+                  f"{res['bf16'][-1]:.2f} images/s; torch autocast bf16 {res['peer'][-1]:.2f}", flush=True)
+    rows = []
+    for t, res in results.items():
+        f32, b16, peer = (statistics.median(res[k]) for k in ("f32", "bf16", "peer"))
+        rows.append([str(t), f"{f32:.2f}", f"{b16:.2f}", f"{b16 / f32:.2f}x", f"{peer:.2f}",
+                     f"{b16 / peer:.2f}x"])
+    first = next(iter(results.values()))
+    print_table(f"{a.preset}, batch {a.batch}, bf16, medians of {a.rounds} interleaved rounds "
+                f"({a.steps} timed steps each); {cpu_model()}; PyTorch {first['torch_version']}; "
+                f"meshtrain's bf16 {first['path']}",
+                ["threads", "meshtrain fp32 images/s", "meshtrain bf16 images/s", "bf16 / fp32",
+                 "PyTorch autocast bf16 images/s", "ratio"], rows)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,12 @@ updated with momentum 0.1 and the unbiased variance, as torch does):
 for every trained parameter, <c>running.<name> the running statistics after
 it, and <c>eval_logits: an evaluation-mode forward of the same images with
 those updated running statistics. Batch norm eps 1e-5.
+Then the same pass under meshtrain's bf16 mixed precision, <c>bf16.logits,
+loss, grad.<name>, running.<name>, eval_logits (same parameters and images,
+no new random draws): each convolution computes with its input and weight
+rounded to bf16 (from f32, round to nearest even) and its backward with the
+output gradient rounded too (both products), exactly, in float64; batch
+norm, ReLU, pooling, the residual sums and the classifier stay float64.
 Usage: python3 tools/make_resnet_fixture.py [--out-dir tests/fixtures]
 """
 import argparse
@@ -77,10 +83,39 @@ def make_params(gen, convs, features, classes):
     return {n: t.float() for n, t in p.items()}  # the stored values
 
 
-def forward(p, x, convs, blocks, small, training):
+def to_bf16(t):
+    """float64 -> f32 -> bf16 -> float64: the value meshtrain computes with."""
+    return t.float().bfloat16().double()
+
+
+class Bf16Conv(torch.autograd.Function):
+    """A convolution on bf16-rounded operands whose backward rounds the output
+    gradient to bf16 before both products (meshtrain's mixed precision)."""
+
+    @staticmethod
+    def forward(ctx, x, w, stride, pad):
+        xr, wr = to_bf16(x), to_bf16(w)
+        ctx.save_for_backward(xr, wr)
+        ctx.stride, ctx.pad = stride, pad
+        return F.conv2d(xr, wr, stride=stride, padding=pad)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xr, wr = ctx.saved_tensors
+        g = to_bf16(gy)
+        dx = torch.nn.grad.conv2d_input(xr.shape, wr, g, stride=ctx.stride, padding=ctx.pad)
+        dw = torch.nn.grad.conv2d_weight(xr, wr.shape, g, stride=ctx.stride, padding=ctx.pad)
+        return dx, dw, None, None
+
+
+def conv2d(x, w, stride, pad, bf16):
+    return Bf16Conv.apply(x, w, stride, pad) if bf16 else F.conv2d(x, w, stride=stride, padding=pad)
+
+
+def forward(p, x, convs, blocks, small, training, bf16=False):
     def cbn(i, inp, relu):
         conv, bn, _, _, k, stride = convs[i]
-        y = F.conv2d(inp, p[conv + ".weight"], stride=stride, padding=k // 2)
+        y = conv2d(inp, p[conv + ".weight"], stride, k // 2, bf16)
         y = F.batch_norm(y, p[bn + ".running_mean"], p[bn + ".running_var"], p[bn + ".weight"],
                          p[bn + ".bias"], training=training, momentum=0.1, eps=1e-5)
         return F.relu(y) if relu else y
@@ -102,24 +137,25 @@ def make_case(prefix, spec, gen):
     params = make_params(gen, convs, features, classes)
     x = torch.randn((B, cin, image, image), generator=gen, dtype=torch.float64).float()
     labels = torch.randint(0, classes, (B,), generator=gen)
-    p = {n: t.double().clone().requires_grad_(not n.endswith(("running_mean", "running_var")))
-         for n, t in params.items()}
-    logits = forward(p, x.double(), convs, blocks, small, True)
-    loss = F.cross_entropy(logits, labels)
-    loss.backward()
-    with torch.no_grad():
-        eval_logits = forward(p, x.double(), convs, blocks, small, False)
     out = {prefix + "param." + n: t for n, t in params.items()}
     out[prefix + "input"] = x
     out[prefix + "labels"] = labels.to(torch.int32)
-    out[prefix + "logits"] = logits.detach().float()
-    out[prefix + "loss"] = loss.detach().float().reshape(1)
-    out[prefix + "eval_logits"] = eval_logits.float()
-    for n, t in p.items():
-        if t.requires_grad:
-            out[prefix + "grad." + n] = t.grad.float()
-        else:
-            out[prefix + "running." + n] = t.detach().float()
+    for bf16, pre in ((False, prefix), (True, prefix + "bf16.")):
+        p = {n: t.double().clone().requires_grad_(not n.endswith(("running_mean", "running_var")))
+             for n, t in params.items()}
+        logits = forward(p, x.double(), convs, blocks, small, True, bf16)
+        loss = F.cross_entropy(logits, labels)
+        loss.backward()
+        with torch.no_grad():
+            eval_logits = forward(p, x.double(), convs, blocks, small, False, bf16)
+        out[pre + "logits"] = logits.detach().float()
+        out[pre + "loss"] = loss.detach().float().reshape(1)
+        out[pre + "eval_logits"] = eval_logits.float()
+        for n, t in p.items():
+            if t.requires_grad:
+                out[pre + "grad." + n] = t.grad.float()
+            else:
+                out[pre + "running." + n] = t.detach().float()
     return out
 
 

@@ -1,7 +1,7 @@
 // `meshtrain bench train --precision bf16|fp16` (single process): the same
 // model trained in fp32 and in the mixed precision side by side, steps
-// interleaved, medians, tokens/s of both and their ratio, and the GEMM path
-// the 16-bit side ran.
+// interleaved, medians, tokens/s (samples/s for a dense model) of both and
+// their ratio, and the GEMM path (a typical convolution's) the 16-bit side ran.
 #pragma once
 #include <string>
 

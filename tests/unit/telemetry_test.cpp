@@ -660,6 +660,37 @@ TEST(telemetry, report_svg_and_table) {
   fs::remove_all(dir);
 }
 
+TEST(telemetry, report_draws_the_evaluation_measures) {
+  // A classifier's run: val_top1 / val_top5 beside val_loss at each evaluation.
+  std::string m;
+  const double top1[] = {0.41, 0.78, 0.86, 0.84};
+  for (int i = 1; i <= 40; ++i) {
+    nlohmann::json r = {{"step", i}, {"loss", 2.0 / i}, {"step_ms", 20.0}, {"forward_ms", 8.0}};
+    if (i % 10 == 0) {
+      r["val_loss"] = 1.5 / i;
+      r["val_top1"] = top1[i / 10 - 1];
+      r["val_top5"] = 0.9 + 0.02 * (i / 10);
+    }
+    m += r.dump() + "\n";
+  }
+  const fs::path dir = write_metrics("report_measures", m);
+  const ReportResult r = write_report(dir.string());
+  // Final and best with their steps, in percent.
+  EXPECT_NE(r.text.find("final 84.00% (step 40), best 86.00% (step 30)"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("val top5"), std::string::npos) << r.text;
+  const std::string svg = slurp(r.svg_path);
+  EXPECT_NE(svg.find("Validation measures"), std::string::npos);
+  EXPECT_NE(svg.find("class=\"val-top1\""), std::string::npos);
+  EXPECT_NE(svg.find("class=\"val-top5\""), std::string::npos);
+  EXPECT_NE(svg.find("step 30: top1 86.00%"), std::string::npos);
+  // A run without measures has no such panel.
+  const fs::path plain = write_metrics("report_plain", synthetic_metrics(30, false));
+  const ReportResult q = write_report(plain.string());
+  EXPECT_EQ(slurp(q.svg_path).find("Validation measures"), std::string::npos);
+  fs::remove_all(dir);
+  fs::remove_all(plain);
+}
+
 TEST(telemetry, report_tolerates_missing_keys) {
   // Old single-rank records, other record kinds, and a loss-only record.
   const fs::path dir = write_metrics(

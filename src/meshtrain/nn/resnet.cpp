@@ -22,12 +22,6 @@ void ResNet::init_weights(uint64_t seed) {
   });
 }
 
-void ResNet::set_precision(Precision p) {
-  MT_CHECK(p == Precision::FP32, "resnet: mixed precision ({}) is not implemented for ResNet yet; "
-           "train it in fp32", precision_name(p));
-  ModelBase::set_precision(p);
-}
-
 void ResNet::set_replica_group(std::shared_ptr<TensorParallelGroup> group) { replicas_ = std::move(group); }
 
 void ResNet::release_activations() {
@@ -48,7 +42,13 @@ void ResNet::conv_bn_forward(int i, const float* inp, bool relu) {
   Conv2dShape s = c.shape;
   s.N = B_;
   const int64_t C = s.OC, HW = s.OH() * s.OW();
-  k_->conv2d_forward(stream_, A(a.out), inp, P(c.weight), nullptr, s);
+  if (half_.mixed()) {
+    uint16_t* inp_h = half_scratch();
+    k_->to_half(stream_, half_.format(), inp, inp_h, s.in_numel());
+    k_->conv2d_forward_half(stream_, half_.format(), A(a.out), inp_h, half_.at(c.weight), nullptr, s);
+  } else {
+    k_->conv2d_forward(stream_, A(a.out), inp, P(c.weight), nullptr, s);
+  }
   const ResNetConfig& cfg = spec_->config();
   if (training_) {
     // [sum (C), sum of squares (C), count]: summed over the replicas first
@@ -88,6 +88,18 @@ void ResNet::conv_bn_backward(int i, float* g, const float* inp, float* dinp) {
   if (replicas_ && replicas_->size() > 1) replicas_->allreduce_sum_f64(sums, 2 * C + 1);
   k_->batchnorm_backward_input(stream_, g, g, A(a.out), A(a.mean), A(a.rstd), P(c.gamma), sums,
                                sums + C, static_cast<int64_t>(sums[2 * C]), B_, C, HW);
+  if (half_.mixed()) {
+    // Both products read the output gradient rounded once; the input is
+    // rounded again, to the bits the forward computed with.
+    const HalfFormat fmt = half_.format();
+    uint16_t* g_h = half_scratch();
+    uint16_t* inp_h = g_h + at_.largest;
+    k_->to_half(stream_, fmt, g, g_h, s.out_numel());
+    k_->to_half(stream_, fmt, inp, inp_h, s.in_numel());
+    k_->conv2d_backward_weights_half(stream_, fmt, G(c.weight), nullptr, g_h, inp_h, s);
+    if (dinp) k_->conv2d_backward_data_half(stream_, fmt, dinp, g_h, half_.at(c.weight), s);
+    return;
+  }
   k_->conv2d_backward_weights(stream_, G(c.weight), nullptr, g, inp, s);
   if (dinp) k_->conv2d_backward_data(stream_, dinp, g, P(c.weight), s);
 }
@@ -158,12 +170,14 @@ float ResNet::forward(const MicroBatch& batch) {
     B_ = batch.B;
     at_ = ResNetActivations::make(p, B_);
     acts_ = Tensor::zeros({at_.floats}, DType::F32, MemCategory::Activations, k_->device);
-    work_ = Tensor::zeros({at_.workspace_floats()}, DType::F32, MemCategory::Workspace, k_->device);
+    work_ = Tensor::zeros({at_.workspace_floats(half_.mixed())}, DType::F32, MemCategory::Workspace,
+                          k_->device);
   }
   const int64_t image = p.convs[0].shape.in_numel();
   runtime_for(k_->device).copy(A(at_.input), k_->device, batch.features, Device::cpu(),
                                sizeof(float) * static_cast<size_t>(B_ * image), stream_);
   use_params(ParamEvent::Need, 0, false);
+  half_.refresh(p.layout, 0, params_.data<float>(), *k_);
   conv_bn_forward(0, A(at_.input), true);
   if (p.stem_pool.KH > 0) {
     Pool2dShape s = p.stem_pool;
@@ -175,6 +189,7 @@ float ResNet::forward(const MicroBatch& batch) {
   const float* x = block_input(0);
   for (const ResBlock& blk : p.blocks) {
     use_params(ParamEvent::Need, blk.unit, false);
+    half_.refresh(p.layout, blk.unit, params_.data<float>(), *k_);
     x = block_forward(blk, x);
     use_params(ParamEvent::Done, blk.unit, false);
   }

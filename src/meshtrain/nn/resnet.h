@@ -7,7 +7,11 @@
 // (set_replica_group: the data-parallel ranks) the batch statistics and the
 // backward's two per-channel sums are summed over it first: synchronized
 // batch norm, so b images on each of N ranks normalize as N b on one.
-// f32; parameter units: the stem, each residual block, the classifier.
+// Parameter units: the stem, each residual block, the classifier. Under
+// mixed precision (set_precision) the convolutions take 16-bit operands
+// (weights from the 16-bit copy, inputs and output gradients rounded at use)
+// and accumulate in f32; batch norm, the residual sums, pooling and the
+// classifier stay f32, as do the stored activations.
 #pragma once
 #include <memory>
 #include <vector>
@@ -34,7 +38,6 @@ class ResNet final : public ModelBase {
   void set_replica_group(std::shared_ptr<TensorParallelGroup> group) override;
   const float* logits() const override;
   int logits_stride() const override { return static_cast<int>(plan().classes); }
-  void set_precision(Precision p) override;
   void release_activations() override;
 
  private:
@@ -42,6 +45,10 @@ class ResNet final : public ModelBase {
   float* P(int64_t offset) const { return params_.data<float>() + offset; }
   float* G(int64_t offset) const { return grads_.data<float>() + offset; }
   float* A(int64_t offset) const { return acts_.data<float>() + offset; }
+  // Mixed precision: two 16-bit operands of the largest activation's size.
+  uint16_t* half_scratch() const {
+    return reinterpret_cast<uint16_t*>(work_.data<float>() + at_.half_scratch());
+  }
   // One convolution and its batch norm (and the ReLU when `relu`) on `inp`.
   void conv_bn_forward(int i, const float* inp, bool relu);
   // From d(its batch norm's output) in `g` (overwritten): accumulates the

@@ -25,8 +25,11 @@ struct ResNetActivations {
 
   static ResNetActivations make(const ResNetPlan& plan, int64_t B);
   // The backward's scratch: three gradients of the largest size and the
-  // batch norms' per-channel sums (double).
-  int64_t workspace_floats() const { return 3 * largest + 8 * widest_channels; }
+  // batch norms' per-channel sums (double); under mixed precision then two
+  // 16-bit operands of the largest size (a convolution's input and output
+  // gradient rounded for it), from half_scratch() on.
+  int64_t half_scratch() const { return 3 * largest + 8 * widest_channels; }
+  int64_t workspace_floats(bool mixed) const { return half_scratch() + (mixed ? largest : 0); }
 };
 
 }  // namespace meshtrain

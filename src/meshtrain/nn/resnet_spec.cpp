@@ -57,11 +57,11 @@ std::string ResNetSpec::describe() const {
   return fmt::format("{}: {:.2f}M parameters", cfg_.describe(), trained / 1e6);
 }
 
-ModelMemory ResNetSpec::memory(int B, int, int, const Recompute&, Precision) const {
+ModelMemory ResNetSpec::memory(int B, int, int, const Recompute&, Precision precision) const {
   const ResNetActivations a = ResNetActivations::make(plan_, B);
   ModelMemory m;
   m.activations = 4 * a.floats;
-  m.workspace = 4 * a.workspace_floats();
+  m.workspace = 4 * a.workspace_floats(is_mixed(precision));
   return m;
 }
 

@@ -56,10 +56,10 @@ std::string ProgressDisplay::render(const ProgressState& s, int bar_width) {
                          s.grad_dense_bytes / std::max(1.0, s.grad_wire_bytes));
   if (s.straggler_rank >= 0)
     extra += fmt::format(" | slowest r{} +{:.1f} ms", s.straggler_rank, s.straggler_lag_s * 1e3);
-  return fmt::format("{}step {}/{} | loss {:.4f} | val {} | lr {:.2e} | gnorm {:.2f} | {:.0f} tok/s | "
+  return fmt::format("{}step {}/{} | loss {:.4f} | val {} | lr {:.2e} | gnorm {:.2f} | {:.0f} {} | "
                      "{:.0f} ms/step{} | ETA {}",
                      bar, s.step, s.total_steps, s.loss, val, s.lr, s.grad_norm, s.tokens_per_s,
-                     s.step_s * 1e3, extra, format_duration(eta));
+                     s.rate_unit, s.step_s * 1e3, extra, format_duration(eta));
 }
 
 void ProgressDisplay::update(const ProgressState& s) {

@@ -13,7 +13,8 @@ struct ProgressState {
   float val_loss = -1.f;  // < 0: not evaluated yet
   float lr = 0.f;
   double grad_norm = 0.0;
-  double tokens_per_s = 0.0;
+  double tokens_per_s = 0.0;  // the rate shown, in rate_unit
+  const char* rate_unit = "tok/s";  // "samples/s" for a model of dense samples (images)
   double step_s = 0.0;
   double elapsed_s = 0.0;
   // Optional telemetry (shown only when set): MFU in [0, 1], communication

@@ -80,6 +80,9 @@ std::vector<MetricsRecord> read_metrics(const std::string& path) {
       r.tokens = std::llround(*r.tokens_per_s * r.time.step_s);
     r.samples = static_cast<int64_t>(num(j, "samples", where).value_or(0));
     r.devices = static_cast<int>(num(j, "devices", where).value_or(0));
+    for (const auto& [key, value] : j.items())
+      if (key.rfind("val_", 0) == 0 && key != "val_loss" && value.is_number())
+        r.val_measures.emplace_back(key.substr(4), value.get<double>());
     out.push_back(std::move(r));
   }
   MT_CHECK(!out.empty(), "{}: no step records (is this a meshtrain metrics file?)", path);
@@ -96,6 +99,24 @@ std::vector<double> collect(const std::vector<MetricsRecord>& recs, size_t from,
   for (size_t i = from; i < recs.size(); ++i)
     if (recs[i].*m) v.push_back(*(recs[i].*m));
   return v;
+}
+
+// Each evaluation measure's (step, value) points, measures in first-seen order.
+struct MeasureSeries {
+  std::string name;
+  std::vector<std::pair<double, double>> xy;
+};
+
+std::vector<MeasureSeries> val_measure_series(const std::vector<MetricsRecord>& recs) {
+  std::vector<MeasureSeries> out;
+  for (const auto& r : recs)
+    for (const auto& [name, value] : r.val_measures) {
+      if (!std::isfinite(value)) continue;
+      auto it = std::find_if(out.begin(), out.end(), [&](const MeasureSeries& m) { return m.name == name; });
+      if (it == out.end()) it = out.insert(out.end(), MeasureSeries{name, {}});
+      it->xy.emplace_back(static_cast<double>(r.step), value);
+    }
+  return out;
 }
 
 }  // namespace
@@ -186,6 +207,13 @@ std::string report_text(const std::vector<MetricsRecord>& all, const ReportOptio
   if (last_val)
     t += fmt::format("{:<24} final {:.4f} (step {}), best {:.4f} (step {})\n", "val loss",
                      *last_val->val_loss, last_val->step, *best_val->val_loss, best_val->step);
+  for (const MeasureSeries& m : val_measure_series(recs)) {
+    const auto best_at = std::max_element(m.xy.begin(), m.xy.end(),
+                                          [](const auto& a, const auto& b) { return a.second < b.second; });
+    t += fmt::format("{:<24} final {:.2f}% (step {:.0f}), best {:.2f}% (step {:.0f})\n",
+                     "val " + m.name, 100 * m.xy.back().second, m.xy.back().first,
+                     100 * best_at->second, best_at->first);
+  }
   return t;
 }
 
@@ -358,6 +386,40 @@ void restart_lines(std::string& s, const Panel& p, const std::vector<RestartMark
   }
 }
 
+// The evaluation's measures in percent, one line with dots per measure,
+// over the loss panel's steps (`p` gives the place and the x range).
+void measure_panel(std::string& s, const std::vector<MeasureSeries>& measures, Panel p, const Ticks& xt,
+                   const std::vector<RestartMark>& restarts) {
+  static const char* const kColors[] = {"#2a9d8f", "#8e6bbf", "#e9a23b", "#5b8c5a"};
+  double lo = INFINITY, hi = -INFINITY;
+  for (const MeasureSeries& m : measures)
+    for (const auto& [x, v] : m.xy) lo = std::min(lo, 100 * v), hi = std::max(hi, 100 * v);
+  const Ticks yt = nice_ticks(std::max(0.0, lo - 2), std::min(100.0, hi + 2), 5);
+  p.y0 = yt.lo, p.y1 = yt.hi;
+  s += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" font-size=\"16\" font-weight=\"bold\" fill=\"#333\">"
+                   "Validation measures</text>\n", p.x - 50, p.y - 20);
+  axes(s, p, xt, yt, "step", "percent");
+  std::vector<LegendItem> items;
+  for (size_t i = 0; i < measures.size(); ++i) {
+    const MeasureSeries& m = measures[i];
+    const char* color = kColors[i % std::size(kColors)];
+    std::vector<std::pair<double, double>> pct;
+    for (const auto& [x, v] : m.xy) pct.emplace_back(x, 100 * v);
+    s += fmt::format("<polyline class=\"val-{}\" points=\"{}\" fill=\"none\" stroke=\"{}\" "
+                     "stroke-width=\"2.2\" stroke-linejoin=\"round\"/>\n", esc(m.name), points(p, pct), color);
+    if (pct.size() <= 60)
+      for (const auto& [x, y] : pct)
+        s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"white\" stroke=\"{}\" "
+                         "stroke-width=\"2\"><title>step {:.0f}: {} {:.2f}%</title></circle>\n",
+                         p.px(x), p.py(y), color, x, esc(m.name), y);
+    items.push_back({fmt::format("val {} (final {:.2f}%)", m.name, pct.back().second), color, 'o'});
+  }
+  restart_lines(s, p, restarts, false);
+  double lw = 0;
+  for (const auto& it : items) lw += 34 + 7.0 * it.label.size() + 16;
+  legend(s, p.x + p.w - lw - 4, p.y + p.h - 12, items, true);
+}
+
 }  // namespace
 
 std::string report_svg(const std::vector<MetricsRecord>& all, const ReportOptions& o) {
@@ -366,7 +428,10 @@ std::string report_svg(const std::vector<MetricsRecord>& all, const ReportOption
   const double W = 960, L = 84, R = 36;
   const double pw = W - L - R;
   const double loss_top = 124, loss_h = 290;
-  const double time_top = loss_top + loss_h + 118, time_h = 250;
+  // The evaluation's measures (a classifier's accuracy) get a panel of their own.
+  const std::vector<MeasureSeries> measures = val_measure_series(recs);
+  const double measure_top = loss_top + loss_h + 100, measure_h = measures.empty() ? 0 : 220;
+  const double time_top = measure_top + measure_h + (measures.empty() ? 18 : 118), time_h = 250;
   const double H = time_top + time_h + 62;
   std::string s;
   s += fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
@@ -471,6 +536,9 @@ std::string report_svg(const std::vector<MetricsRecord>& all, const ReportOption
                        "fill=\"#999\">no loss values in the records</text>\n", p.x + p.w / 2, p.y + p.h / 2);
     }
   }
+
+  if (!measures.empty()) measure_panel(s, measures, Panel{L, measure_top, pw, measure_h, xt.lo, xt.hi, 0, 1}, xt,
+                                        at.restarts);
 
   // ---- Time breakdown panel: stacked bars, one per bin of steps (mean of the bin).
   {

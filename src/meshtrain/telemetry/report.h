@@ -1,10 +1,12 @@
 // `meshtrain report RUN_DIR`: reads RUN_DIR/metrics.jsonl, prints the time
-// breakdown table, and draws RUN_DIR/report.svg (loss curves and a stacked
-// time breakdown per step), a hand-written SVG with no dependencies.
+// breakdown table, and draws RUN_DIR/report.svg (loss curves, the
+// evaluation's measures such as top-1 accuracy when the run has them, and a
+// stacked time breakdown per step), a hand-written SVG with no dependencies.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "meshtrain/telemetry/step_timer.h"
@@ -20,6 +22,9 @@ struct MetricsRecord {
   bool has_time = false;  // step_ms present
   bool has_comm = false;  // comm_total_ms or comm_exposed_ms present
   StepBreakdown time;     // ms keys converted to seconds; missing parts are 0
+  // The evaluation's measures besides the loss ("val_<name>" keys, fractions:
+  // a classifier's top1, top5), in the record's order.
+  std::vector<std::pair<std::string, double>> val_measures;
   int64_t tokens = 0, samples = 0;
   int devices = 0;
 };

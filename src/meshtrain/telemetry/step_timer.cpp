@@ -214,7 +214,8 @@ void StepTelemetry::fill_progress(ProgressState& ps) const {
   ps.lr = static_cast<float>(lr);
   ps.grad_norm = grad_norm;
   ps.step_s = time.step_s;
-  ps.tokens_per_s = tokens_per_s();
+  ps.tokens_per_s = per_sample ? samples_per_s() : tokens_per_s();
+  if (per_sample) ps.rate_unit = "samples/s";
   ps.mfu = mfu();
   if (time.comm_total_s > 0 || time.comm_exposed_s > 0) {
     ps.comm_exposed_s = time.comm_exposed_s;

@@ -119,6 +119,7 @@ struct StepTelemetry {
   StepBreakdown time;
   // Work of the whole step across all data-parallel ranks.
   int64_t tokens = 0, samples = 0;
+  bool per_sample = false;             // a model of dense samples (images): the progress counts samples
   int devices = 1;                     // ranks (devices) the step ran on
   double flops_per_token = 0;          // model_flops_per_token(); 0: no FLOP/MFU numbers
   double peak_flops_per_device = 0;    // measured GEMM rate (CPU) or datasheet (GPU); 0: no MFU

@@ -71,6 +71,7 @@ void TrainingRun::async_loop() {
     telemetry::StepTelemetry t = step_record(*step, st, t_data, dt);
     t.tokens = tokens_per_step_ / workers;
     t.samples = global_batch_ / workers;
+    t.per_sample = spec_.input() == ModelSpec::Input::Dense;
     t.devices = 1;
     t.flops_per_token = spec_.flops_per_token(T_);
     t.peak_mem_bytes = static_cast<double>(memory_stats().total_peak);

@@ -104,8 +104,10 @@ TrainerSummary TrainingRun::finish() {
   save_model_safetensors(sum.model_path, product_spec(), params);
   const DeviceMemStats ms = memory_stats();
   const int64_t steps_run = total_steps_ - std::min(total_steps_, start_step_);
-  fmt::print("done: {} steps in {} ({:.0f} tokens/s), final loss {:.4f}, val loss {}\n", steps_run,
-             ProgressDisplay::format_duration(sum.seconds), sum.tokens_per_s, sum.final_loss,
+  // A model of dense samples counts one token per sample.
+  fmt::print("done: {} steps in {} ({:.0f} {}/s), final loss {:.4f}, val loss {}\n", steps_run,
+             ProgressDisplay::format_duration(sum.seconds), sum.tokens_per_s,
+             spec_.input() == ModelSpec::Input::Dense ? "samples" : "tokens", sum.final_loss,
              sum.final_val_loss >= 0 ? fmt::format("{:.4f}", sum.final_val_loss) : "-");
   // The run's allocator peak also covers setup and, under ZeRO, gathering the
   // whole model to save it; the table below splits training from setup.

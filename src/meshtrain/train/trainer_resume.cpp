@@ -68,10 +68,15 @@ void TrainingRun::open_data() {
 void TrainingRun::describe() const {
   say(fmt::format("model: {}", opt_.model->describe()));  // the whole model, not this rank's shard
   say(mixed_->describe());
-  say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
-                  "tokens/step, {} steps, {} thread(s) per rank", opt_.micro_batch, T_,
-                  mesh_.size(parallel::Axis::DP),
-                  opt_.grad_accum, global_batch_, tokens_per_step_, opt_.steps, thread_count()));
+  if (spec_.input() == ModelSpec::Input::Dense)
+    say(fmt::format("batch: {} samples x {} rank(s) x {} accumulation = {} samples/step, {} steps, "
+                    "{} thread(s) per rank", opt_.micro_batch, mesh_.size(parallel::Axis::DP),
+                    opt_.grad_accum, global_batch_, opt_.steps, thread_count()));
+  else
+    say(fmt::format("batch: {} x {} tokens x {} rank(s) x {} accumulation = {} sequences = {} "
+                    "tokens/step, {} steps, {} thread(s) per rank", opt_.micro_batch, T_,
+                    mesh_.size(parallel::Axis::DP),
+                    opt_.grad_accum, global_batch_, tokens_per_step_, opt_.steps, thread_count()));
   if (opt_.zero_stage > 0 && world_ == 1)
     say(fmt::format("zero.stage = {}: one rank has nothing to shard with; training as stage 0",
                     opt_.zero_stage));

@@ -200,6 +200,7 @@ void TrainingRun::loop() {
     t.grad_dense_bytes = st.comm.dense_bytes;
     t.tokens = tokens_per_step_;
     t.samples = global_batch_;
+    t.per_sample = spec_.input() == ModelSpec::Input::Dense;
     t.devices = world_;
     t.flops_per_token = flops_per_token;
     t.peak_flops_per_device = peak_flops;
