@@ -9,7 +9,9 @@
 #     statistics are in the checkpoint);
 #  4. bf16 mixed precision trains as fp32 does: every step's loss within 2%
 #     of the fp32 run's, top-1 well above chance, the evaluation within 2%;
-#  5. clear errors: token shards for a resnet, a decoder dimension.
+#  5. model.num_classes / image_size / in_channels / width shape the preset;
+#  6. clear errors: token shards for a resnet, a decoder dimension, one
+#     class, an image key on a decoder.
 # Also `meshtrain eval` of the saved model against training's last evaluation,
 # and `meshtrain report` drawing top-1.
 set -euo pipefail
@@ -86,11 +88,26 @@ a, b = ev(sys.argv[1]), ev(sys.argv[2])
 assert len(a) == 2 and a[-1][1] > 0.4 and abs(a[-1][0] - b[-1][0]) <= 2e-2 * b[-1][0], (a, b)
 PY
 
-# 5. Clear errors.
+# 5. The image keys shape a preset: 3 classes of 12x12 grayscale images at
+# width 6 train (the synthetic images follow the model's shape).
+"$BIN" train "${ARGS[@]}" --set model.num_classes=3 --set model.image_size=12 --set model.in_channels=1 \
+  --set model.width=6 --set train.steps=4 --set train.eval_every=4 --set train.micro_batch=8 \
+  --set telemetry.dir="$TMP/shaped" >"$TMP/log_s" 2>&1 || { cat "$TMP/log_s"; fail "shaped resnet failed"; }
+grep -F "model: ResNet-6 (basic 1-1, 12x12x1, 3 classes, small-input stem)" "$TMP/log_s" >/dev/null ||
+  { cat "$TMP/log_s"; fail "the image keys did not shape the model"; }
+
+# 6. Clear errors.
 "$BIN" data synth --out "$TMP/tok" --tokens 20000 >/dev/null
 out=$("$BIN" train "${ARGS[@]}" --set data.train="$TMP/tok/train_*.bin" --set telemetry.dir="$TMP/e1" 2>&1) &&
   fail "a resnet trained on token shards"
 grep "reads dense samples (images)" >/dev/null <<<"$out" || fail "token shards: $out"
 out=$("$BIN" train "${ARGS[@]}" --set model.n_layer=4 --set telemetry.dir="$TMP/e3" 2>&1) && fail "n_layer accepted"
 grep "describe decoders" >/dev/null <<<"$out" || fail "n_layer: $out"
+out=$("$BIN" train "${ARGS[@]}" --set model.num_classes=1 --set telemetry.dir="$TMP/e4" 2>&1) && fail "1 class accepted"
+grep "model.preset \"resnet-tiny\" with model.num_classes / image_size.*classes at least 2" >/dev/null <<<"$out" ||
+  fail "num_classes: $out"
+out=$("$BIN" train --set model.preset=tiny --set model.num_classes=3 --set data.train="$TMP/tok/train_*.bin" \
+  --set telemetry.dir="$TMP/e5" 2>&1) &&
+  fail "num_classes accepted for a gpt"
+grep "describe image models (resnet); this is a gpt model" >/dev/null <<<"$out" || fail "num_classes: $out"
 echo ok

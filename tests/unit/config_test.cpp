@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "meshtrain/config/config_loader.h"
+#include "meshtrain/config/config_schema.h"
 #include "meshtrain/config/suggest.h"
 #include "meshtrain/config/train_config.h"
 #include "meshtrain/core/error.h"
@@ -239,6 +241,45 @@ TEST(config, example_configs_load) {
   EXPECT_EQ(b.model.preset, "tiny");
   EXPECT_EQ(b.model.vocab_size, 256);
   EXPECT_EQ(b.data.train, "data/synth/train_*.bin");
+}
+
+// The schema is the one description: every key it lists is a key of the
+// defaults and of the written form (and nothing else is), and each key's rule
+// refuses a value of no type it accepts, naming the key.
+TEST(config, every_schema_key_is_written_and_checked) {
+  std::vector<std::string> schema;
+  for (const ConfigKey& k : config_schema()) schema.push_back(k.path);
+  // The known keys' leaves (config_key_paths also lists the sections).
+  std::vector<std::string> keys, sorted_schema = schema;
+  const nlohmann::json defaults = default_config_json();
+  for (const std::string& path : config_key_paths()) {
+    std::string pointer = "/" + path;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    if (!defaults.at(nlohmann::json::json_pointer(pointer)).is_object()) keys.push_back(path);
+  }
+  std::sort(keys.begin(), keys.end());
+  std::sort(sorted_schema.begin(), sorted_schema.end());
+  EXPECT_EQ(sorted_schema, keys);
+  // The pretty form lists them in the schema's order.
+  const std::string pretty = to_string(load_config("", {}));
+  size_t at = 0;
+  for (const std::string& path : schema) {
+    const std::string leaf = "\"" + path.substr(path.rfind('.') + 1) + "\":";
+    const size_t found = pretty.find(leaf, at);
+    ASSERT_NE(found, std::string::npos) << path << " out of order";
+    at = found;
+  }
+  for (const std::string& path : schema) {
+    nlohmann::json j = default_config_json();
+    nlohmann::json* leaf = &j;
+    size_t start = 0;
+    for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', start)) {
+      leaf = &(*leaf)[path.substr(start, dot - start)];
+      start = dot + 1;
+    }
+    (*leaf)[path.substr(start)] = nlohmann::json::array({1});
+    EXPECT_CONTAINS(error_of([&] { config_from_json(j, "test"); }), path + " must");
+  }
 }
 
 TEST(config, docs_describe_every_key) {

@@ -28,6 +28,12 @@ struct ModelSection {
   // Image models with batch norm: its statistics over the whole data-parallel
   // batch (synchronized batch norm) instead of each rank's part.
   bool sync_bn = false;
+  // Image models (ResNet), 0 = the preset's: the classes, the square input's
+  // size and channels, the first stage's width.
+  int num_classes = 0;
+  int image_size = 0;
+  int in_channels = 0;
+  int width = 0;
 };
 
 struct DataSection {

@@ -32,15 +32,24 @@ bool is_resnet_preset(const std::string& name) {
   return false;
 }
 
-// A ResNet: its preset, or the shape an init_from model file or checkpoint
-// records. The decoder dimensions do not apply.
+// The image keys set on a ResNet's shape (0 keeps the preset's).
+void shape_resnet(ResNetConfig& r, const ModelSection& m) {
+  take(r.num_classes, m.num_classes);
+  take(r.image_size, m.image_size);
+  take(r.in_channels, m.in_channels);
+  take(r.width, m.width);
+}
+
+// A ResNet: its preset with the image keys applied, or the shape an
+// init_from model file or checkpoint records. The decoder dimensions do not
+// apply.
 std::shared_ptr<const ModelSpec> resnet_from_config(const TrainConfig& c) {
   const ModelSection& m = c.model;
   MT_CHECK(m.n_layer == 0 && m.n_head == 0 && m.n_embd == 0 && m.seq_len == 0 && m.vocab_size == 0 &&
                m.n_kv_head == 0 && m.ffn_hidden == 0 && m.rope_theta == 0,
            "model.n_layer, n_head, n_embd, seq_len, vocab_size, n_kv_head, ffn_hidden and "
-           "rope_theta describe decoders; a resnet is chosen by model.preset ({})",
-           fmt::join(resnet_preset_names(), ", "));
+           "rope_theta describe decoders; a resnet is chosen by model.preset ({}) and shaped by "
+           "model.num_classes, image_size, in_channels and width", fmt::join(resnet_preset_names(), ", "));
   if (!c.init_from.empty()) {
     std::shared_ptr<const ModelSpec> spec;
     if (is_model_file(c.init_from)) {
@@ -53,11 +62,33 @@ std::shared_ptr<const ModelSpec> resnet_from_config(const TrainConfig& c) {
     }
     MT_CHECK(spec->family() == ResNetSpec::kFamily, "init_from {} holds a {} model, not a resnet",
              c.init_from, spec->family());
+    const ResNetConfig file = ResNetSpec::config_from_json(spec->to_json(), c.init_from);
+    ResNetConfig asked = file;
+    shape_resnet(asked, m);
+    MT_CHECK(asked.num_classes == file.num_classes && asked.image_size == file.image_size &&
+                 asked.in_channels == file.in_channels && asked.width == file.width,
+             "model.* settings disagree with the model in init_from {} ({}); remove them or "
+             "match it", c.init_from, file.describe());
     return spec;
   }
   MT_CHECK(is_resnet_preset(m.preset), "model.preset = \"{}\" is not a resnet preset (resnet "
            "presets: {})", m.preset, fmt::join(resnet_preset_names(), ", "));
-  return ResNetSpec::make(resnet_preset(m.preset));
+  ResNetConfig r = resnet_preset(m.preset);
+  shape_resnet(r, m);
+  try {
+    r.validate();
+  } catch (const Error& e) {
+    fail("model.preset \"{}\" with model.num_classes / image_size / in_channels / width: {}", m.preset,
+         e.what());
+  }
+  return ResNetSpec::make(r);
+}
+
+// The image keys describe image models only.
+void refuse_image_keys(const ModelSection& m, const char* family) {
+  MT_CHECK(m.num_classes == 0 && m.image_size == 0 && m.in_channels == 0 && m.width == 0,
+           "model.num_classes, image_size, in_channels and width describe image models (resnet); "
+           "this is a {} model", family);
 }
 
 // The family a checkpoint directory records (init_from), or "".
@@ -68,6 +99,7 @@ std::string checkpoint_family(const std::string& path) {
 }
 
 std::shared_ptr<const ModelSpec> gpt_from_config(const TrainConfig& c) {
+  refuse_image_keys(c.model, "gpt");
   GPTConfig g;
   if (!c.init_from.empty()) {
     g = ckpt::read_init_config(c.init_from, c.model.n_head);
@@ -94,6 +126,7 @@ std::shared_ptr<const ModelSpec> gpt_from_config(const TrainConfig& c) {
 }
 
 std::shared_ptr<const ModelSpec> llama_from_config(const TrainConfig& c) {
+  refuse_image_keys(c.model, "llama");
   LlamaConfig l;
   if (!c.init_from.empty() && is_model_file(c.init_from)) {
     l = LlamaSpec::config_from_json(read_model_file_spec(c.init_from)->to_json(), c.init_from);
