@@ -7,6 +7,7 @@
 #  3. killed after step 20 and resumed from the step-20 checkpoint: steps
 #     21-40 and the model bit for bit the uninterrupted run's (the running
 #     statistics are in the checkpoint);
+#     recompute = full: the same losses and model bit for bit, fewer activations;
 #  4. bf16 mixed precision trains as fp32 does: every step's loss within 2%
 #     of the fp32 run's, top-1 well above chance, the evaluation within 2%;
 #  5. model.num_classes / image_size / in_channels / width shape the preset;
@@ -76,6 +77,16 @@ MESHTRAIN_TEST_CRASH_AFTER_STEP=20 "$BIN" train "${ARGS[@]}" --set train.micro_b
 grep "resumed from .*step_00000020 at step 20" "$TMP/log_r2" >/dev/null || { cat "$TMP/log_r2"; fail "did not resume at 20"; }
 same_losses "$TMP/r/metrics.jsonl" "$TMP/one/metrics.jsonl" 21 0 40 || fail "resumed losses differ"
 cmp -s "$TMP/r/model.safetensors" "$TMP/one/model.safetensors" || fail "resumed final model differs"
+
+# Activation recompute re-runs the blocks with the same bits: the same losses,
+# the same model, fewer activation bytes.
+"$BIN" train "${ARGS[@]}" --set train.micro_batch=16 --set recompute=full --set telemetry.dir="$TMP/rc" \
+  --set checkpoint.dir="$TMP/rc/ckpt" >"$TMP/log_rc" 2>&1 || { cat "$TMP/log_rc"; fail "recompute run failed"; }
+same_losses "$TMP/rc/metrics.jsonl" "$TMP/one/metrics.jsonl" 1 0 40 || fail "recompute changed the losses"
+cmp -s "$TMP/rc/model.safetensors" "$TMP/one/model.safetensors" || fail "recompute changed the model"
+acts() { awk '$1 == "activations" { print $2 }' "$1"; }
+python3 -c "import sys; a, b = map(float, sys.argv[1:]); assert a < b, (a, b)" "$(acts "$TMP/log_rc")" "$(acts "$TMP/log1")" ||
+  fail "recompute did not shrink the activations: $(acts "$TMP/log_rc") vs $(acts "$TMP/log1") MB"
 
 # 4. bf16.
 "$BIN" train "${ARGS[@]}" --set train.micro_batch=16 --set precision=bf16 --set telemetry.dir="$TMP/bf16" \

@@ -16,6 +16,7 @@
 // with the reference on the same rounded values: their products are exact
 // in f32 (8- or 11-bit significands), so the same bound holds.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -205,6 +206,15 @@ TEST(image_kernels, conv2d_f32_matches_the_reference) {
 #endif
     check_conv_f32(s, seed += 10);
   }
+}
+
+// More than 65536 weights (ResNet-50's wider convolutions): the accumulation
+// of oneDNN's weight gradient into the table's runs on several threads.
+TEST(image_kernels, conv2d_weight_gradient_of_many_weights_on_two_threads) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(2);
+  check_conv_f32(Conv2dShape{2, 96, 5, 5, 96, 3, 3, 1, 1, 1, 1}, 77);  // 82,944 weights
+  omp_set_num_threads(before);
 }
 
 TEST(image_kernels, conv2d_half_matches_the_f32_reference_on_rounded_inputs) {

@@ -294,3 +294,49 @@ TEST(resnet, memory_prediction_equals_the_allocator_in_every_precision) {
     EXPECT_EQ(current(MemCategory::Workspace) - work0, want.workspace);
   }
 }
+
+// Activation recompute: full and every:2 re-run the chosen blocks in
+// backward from their inputs with the forward's batch statistics, so the
+// loss, every gradient and the running statistics (updated once) are the
+// same bits as without; the activations shrink (by all recomputed blocks'
+// inner outputs but the largest block's, the shared scratch), as predicted.
+TEST(resnet, recompute_gives_the_same_bits_with_fewer_activations) {
+  auto current = [] { return mem_stats().current[static_cast<size_t>(MemCategory::Activations)]; };
+  for (const std::string c : {"basic.", "bottleneck."}) {
+    for (Precision p : {Precision::FP32, Precision::BF16}) {
+      const Tensor x = fixture_tensor(c + "input"), labels = fixture_tensor(c + "labels");
+      const int B = static_cast<int>(x.dim(0));
+      std::vector<float> want_params, want_grads;
+      float want_loss = 0;
+      int64_t none_bytes = 0;
+      for (const Recompute& rc : {Recompute::none(), Recompute::full(), Recompute::every_k(2)}) {
+        SCOPED_TRACE(c + precision_name(p) + " " + rc.name());
+        auto model = fixture_model(c, p);
+        model->set_recompute(rc);
+        const int64_t before = current();
+        const float loss = model->forward(fixture_batch(x, labels));
+        const int64_t bytes = current() - before;
+        EXPECT_EQ(bytes, model->spec().memory(B, 1, 1, rc, p).activations);
+        model->zero_grad();
+        model->backward(1.0f);
+        const float* g = model->grad_buffer().data<float>();
+        const float* w = model->param_buffer().data<float>();  // running statistics included
+        const auto n = static_cast<size_t>(model->grad_buffer().numel());
+        if (rc == Recompute::none()) {
+          want_loss = loss, none_bytes = bytes;
+          want_grads.assign(g, g + n), want_params.assign(w, w + n);
+          continue;
+        }
+        EXPECT_EQ(loss, want_loss);
+        EXPECT_TRUE(std::equal(g, g + n, want_grads.begin())) << "gradients differ";
+        EXPECT_TRUE(std::equal(w, w + n, want_params.begin())) << "running statistics differ";
+        // The recomputed blocks share one scratch as large as the largest of
+        // them: every:2 re-runs 1 of these 2 blocks and saves nothing here.
+        if (rc == Recompute::full()) EXPECT_LT(bytes, none_bytes);
+        EXPECT_LE(bytes, none_bytes);
+      }
+    }
+  }
+  auto model = fixture_model("basic.", Precision::FP32);
+  EXPECT_THROW(model->set_recompute(Recompute::selective()), Error);
+}

@@ -22,6 +22,12 @@ void ResNet::init_weights(uint64_t seed) {
   });
 }
 
+void ResNet::set_recompute(const Recompute& recompute) {
+  MT_CHECK(!recompute.recomputes_attention(), "resnet: recompute = selective re-runs attention "
+           "cores, which a resnet has none of; use full or every:K (blocks re-run in backward)");
+  ModelBase::set_recompute(recompute);
+}
+
 void ResNet::set_replica_group(std::shared_ptr<TensorParallelGroup> group) { replicas_ = std::move(group); }
 
 void ResNet::release_activations() {
@@ -50,7 +56,12 @@ void ResNet::conv_bn_forward(int i, const float* inp, bool relu) {
     k_->conv2d_forward(stream_, A(a.out), inp, P(c.weight), nullptr, s);
   }
   const ResNetConfig& cfg = spec_->config();
-  if (training_) {
+  if (replaying_) {
+    // Backward re-runs a recomputed block: the forward's batch statistics
+    // (saved), no second update of the running ones, no allreduce.
+    k_->batchnorm_normalize(stream_, A(a.bn), A(a.out), A(a.mean), A(a.rstd), P(c.gamma), P(c.beta),
+                            B_, C, HW);
+  } else if (training_) {
     // [sum (C), sum of squares (C), count]: summed over the replicas first
     // under synchronized batch norm.
     double* sums = reinterpret_cast<double*>(work_.data<float>() + 3 * at_.largest);
@@ -168,7 +179,7 @@ float ResNet::forward(const MicroBatch& batch) {
   if (batch.B != B_ || !acts_.defined()) {
     release_activations();
     B_ = batch.B;
-    at_ = ResNetActivations::make(p, B_);
+    at_ = ResNetActivations::make(p, B_, recompute_);
     acts_ = Tensor::zeros({at_.floats}, DType::F32, MemCategory::Activations, k_->device);
     work_ = Tensor::zeros({at_.workspace_floats(half_.mixed())}, DType::F32, MemCategory::Workspace,
                           k_->device);
@@ -237,6 +248,13 @@ void ResNet::backward(float loss_scale) {
   for (size_t b = p.blocks.size(); b-- > 0;) {
     const ResBlock& blk = p.blocks[b];
     use_params(ParamEvent::Need, blk.unit, true);
+    if (recompute_.recomputes_block(static_cast<int>(b))) {
+      // Its inner outputs were overwritten by later blocks: the same
+      // computation again, bit for bit.
+      replaying_ = true;
+      block_forward(blk, block_input(b));
+      replaying_ = false;
+    }
     block_backward(blk, block_input(b), g, dinp);
     const ParamUnit& u = p.layout.units[static_cast<size_t>(blk.unit)];
     report_ready(u.begin, u.end);

@@ -39,6 +39,9 @@ class ResNet final : public ModelBase {
   const float* logits() const override;
   int logits_stride() const override { return static_cast<int>(plan().classes); }
   void release_activations() override;
+  // full / every:K: the chosen residual blocks keep only their outputs and
+  // are re-run in backward (the same bits); selective is refused.
+  void set_recompute(const Recompute& recompute) override;
 
  private:
   const ResNetPlan& plan() const { return spec_->plan(); }
@@ -71,6 +74,7 @@ class ResNet final : public ModelBase {
   int64_t B_ = 0, counted_ = 0;
   bool training_ = true;
   bool forward_training_ = true;  // the mode the last forward ran in
+  bool replaying_ = false;        // backward is re-running a recomputed block
 };
 
 }  // namespace meshtrain

@@ -5,10 +5,15 @@
 // the block's output after the residual sum and ReLU) with the batch mean
 // and 1/std per channel, the stem's pool with its argmax (int32), the pooled features, the logits
 // and per-image losses.
+// Under activation recompute (Recompute::recomputes_block(b)) a block keeps
+// only its output and its batch norms' mean and 1/std; its other
+// convolution and batch-norm outputs share one scratch region with every
+// other recomputed block, refilled when backward re-runs the block.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "meshtrain/nn/recompute.h"
 #include "meshtrain/nn/resnet_plan.h"
 
 namespace meshtrain {
@@ -23,7 +28,7 @@ struct ResNetActivations {
   int64_t largest = 0;         // the largest activation tensor (B x C x H x W)
   int64_t widest_channels = 0;
 
-  static ResNetActivations make(const ResNetPlan& plan, int64_t B);
+  static ResNetActivations make(const ResNetPlan& plan, int64_t B, const Recompute& recompute = {});
   // The backward's scratch: three gradients of the largest size and the
   // batch norms' per-channel sums (double); under mixed precision then two
   // 16-bit operands of the largest size (a convolution's input and output

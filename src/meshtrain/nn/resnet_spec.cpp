@@ -57,8 +57,8 @@ std::string ResNetSpec::describe() const {
   return fmt::format("{}: {:.2f}M parameters", cfg_.describe(), trained / 1e6);
 }
 
-ModelMemory ResNetSpec::memory(int B, int, int, const Recompute&, Precision precision) const {
-  const ResNetActivations a = ResNetActivations::make(plan_, B);
+ModelMemory ResNetSpec::memory(int B, int, int, const Recompute& recompute, Precision precision) const {
+  const ResNetActivations a = ResNetActivations::make(plan_, B, recompute);
   ModelMemory m;
   m.activations = 4 * a.floats;
   m.workspace = 4 * a.workspace_floats(is_mixed(precision));

@@ -61,8 +61,11 @@ bool onednn_weights_accumulate(ConvData data, const Conv2dShape& s, const void* 
   if (!onednn_conv2d(ConvPass::BackwardWeights, data, s, blocked_for(s), inp, dout, scratch.data(),
                      dbias ? scratch.data() + nw : nullptr))
     return false;
+  // Through a pointer: inside the parallel loop `scratch` would name each
+  // worker thread's own (empty) thread_local vector.
+  const float* sums = scratch.data();
 #pragma omp parallel for schedule(static) if (nw > (1 << 16))
-  for (int64_t i = 0; i < nw; ++i) dweight[i] += scratch[i];
+  for (int64_t i = 0; i < nw; ++i) dweight[i] += sums[i];
   if (dbias)
     for (int64_t i = 0; i < s.OC; ++i) dbias[i] += scratch[nw + i];
   return true;
