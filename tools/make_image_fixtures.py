@@ -47,7 +47,7 @@ def main():
     rng = np.random.default_rng(SEED)
     images = {}
 
-    # JPEG: baseline 4:2:0, progressive 4:2:2, grayscale, baseline 4:4:4.
+    # JPEG: baseline 4:2:0, progressive 4:2:2, grayscale, baseline 4:4:4 (larger ones below).
     rgb = Image.fromarray(pattern(rng, 23, 37, 3), "RGB")
     rgb.save(os.path.join(out, "rgb_baseline_37x23.jpg"), quality=85, subsampling=2)
     images["rgb_baseline_37x23.jpg"] = "JPEG"
@@ -78,6 +78,17 @@ def main():
     bits = Image.fromarray((pattern(rng, 9, 13, 1)[:, :, 0] > 128).astype(np.uint8) * 255, "L")
     bits.convert("1").save(os.path.join(out, "bilevel_13x9.png"))
     images["bilevel_13x9.png"] = "PNG"
+
+    # Larger JPEGs (4:2:0 baseline and progressive) for decoding a region at
+    # 1/1 to 1/8 of the size (several 16-pixel iMCUs each way); drawn last so
+    # the images above stay byte-identical.
+    Image.fromarray(pattern(rng, 121, 161, 3), "RGB").save(
+        os.path.join(out, "rgb_420_161x121.jpg"), quality=85, subsampling=2)
+    images["rgb_420_161x121.jpg"] = "JPEG"
+    Image.fromarray(pattern(rng, 101, 133, 3), "RGB").save(
+        os.path.join(out, "rgb_progressive_420_133x101.jpg"), quality=85, subsampling=2,
+        progressive=True)
+    images["rgb_progressive_420_133x101.jpg"] = "JPEG"
 
     manifest = {}
     for name, fmt in images.items():

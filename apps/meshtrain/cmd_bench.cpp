@@ -11,6 +11,7 @@ void register_bench(CLI::App& app) {
   register_bench_gemm(*bench);
   register_bench_attention(*bench);
   register_bench_matmul(*bench);
+  register_bench_images(*bench);
 }
 
 }  // namespace meshtrain::cli

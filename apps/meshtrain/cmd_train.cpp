@@ -250,6 +250,7 @@ void run_train(const TrainArgs& a) {
   o.init_from = c.init_from;
   o.train_pattern = c.data.train;
   o.val_pattern = c.data.val;
+  o.data_workers = c.data.workers;
   o.micro_batch = c.train.micro_batch;
   o.grad_accum = c.train.grad_accum;
   o.recompute = recompute_from_config(c.recompute);

@@ -21,6 +21,7 @@ void register_bench_ckpt(CLI::App& bench);
 void register_bench_gemm(CLI::App& bench);
 void register_bench_attention(CLI::App& bench);
 void register_bench_matmul(CLI::App& bench);
+void register_bench_images(CLI::App& bench);  // cmd_bench_images.cpp
 void register_launch(CLI::App& app);
 void register_doctor(CLI::App& app);  // cmd_doctor.cpp
 void register_trace_dump(CLI::App& app);  // cmd_trace_dump.cpp

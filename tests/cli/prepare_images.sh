@@ -74,6 +74,21 @@ PY
   --shard-samples 3 --seed 7 >/dev/null
 cmp "$TMP/out/train-000000.tar" "$TMP/out2/train-000000.tar" || fail "not deterministic"
 
+# `bench images` reads the shards through the training pipeline (both views)
+# and names a pattern that matches nothing.
+for view in "" --eval; do
+  "$BIN" bench images --data "$TMP/out/train-*.tar" --size 16 --batch 4 --seconds 0.2 --json $view \
+    >"$TMP/bench_images.json" || fail "bench images $view"
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); \
+assert j['images'] > 0 and j['images_per_cpu_s'] > 0 and j['eval'] == (sys.argv[2] == '--eval'), j" \
+    "$TMP/bench_images.json" "$view" || fail "bench images $view: $(cat "$TMP/bench_images.json")"
+done
+set +e
+"$BIN" bench images --data "$TMP/none-*.tar" --seconds 0.1 2>"$TMP/err" >/dev/null
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep "no image shards match .*none-\*.tar. (make them with" "$TMP/err" >/dev/null || { cat "$TMP/err"; fail "bench images: missing shards"; }
+
 # A corrupt image: exit 1 naming it under the default; skipped and reported with skip.
 head -c 300 "$FIX/rgb_baseline_37x23.jpg" >"$TMP/in/cat/broken.jpg"
 set +e

@@ -3,6 +3,7 @@
 // (tools/make_image_fixtures.py), corrupt and truncated images as errors,
 // IDX files (made here, and the real Fashion-MNIST when installed), the
 // WebDataset tar writer/reader and prepare_images on a folder tree.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -107,6 +108,95 @@ TEST(image_data, decode_equals_pillow_pixels) {
       EXPECT_EQ(kept.channels, 3);
       EXPECT_EQ(size.channels, 3);
       EXPECT_EQ(kept.pixels, rgb.pixels);
+    }
+  }
+}
+
+// A region at full scale is exactly those pixels of the whole image, wherever
+// it lies (iMCU-aligned or not, at the edges, the whole image); the part
+// covers the region and begins at an iMCU boundary left of it.
+TEST(image_data, a_jpeg_region_is_the_same_pixels_of_the_whole_image) {
+  const nlohmann::json m = manifest();
+  int jpegs = 0;
+  for (const auto& [name, info] : m.items()) {
+    if (info["format"] != "JPEG") continue;
+    ++jpegs;
+    const std::vector<uint8_t> bytes = file_bytes(kFixtures / name);
+    const int W = info["width"], H = info["height"];
+    for (ColorMode mode : {ColorMode::Rgb, ColorMode::KeepGray}) {
+      const DecodedImage whole = decode_image(bytes, name, mode);
+      const int C = whole.channels;
+      const DecodeRegion regions[] = {{0, 0, W, H, 1},          {3, 5, 11, 7, 1},
+                                      {W / 2, H / 3, W, H, 1},  {W - 1, H - 1, 1, 1, 1},
+                                      {17, 1, W / 3 + 1, 2, 1}, {-4, -4, 9, 9, 1}};
+      for (const DecodeRegion& r : regions) {
+        SCOPED_TRACE(fmt::format("{} region {},{} {}x{} channels {}", name, r.x, r.y, r.width, r.height, C));
+        const DecodedRegion part = decode_image_region(bytes, name, mode, r);
+        ASSERT_EQ(part.scaled_width, W);
+        ASSERT_EQ(part.scaled_height, H);
+        ASSERT_EQ(part.image.channels, C);
+        EXPECT_LE(part.origin_x, std::max(r.x, 0));
+        EXPECT_LE(part.origin_y, std::max(r.y, 0));
+        EXPECT_GE(part.origin_x + part.image.width, std::min(r.x + r.width, W));
+        EXPECT_GE(part.origin_y + part.image.height, std::min(r.y + r.height, H));
+        int wrong = 0;  // inside the region (the part's columns beyond it may differ)
+        for (int y = std::max(r.y, 0); y < std::min(r.y + r.height, H); ++y)
+          for (int x = std::max(r.x, 0); x < std::min(r.x + r.width, W); ++x)
+            for (int c = 0; c < C; ++c)
+              wrong += part.image.pixels[(size_t(y - part.origin_y) * part.image.width + x - part.origin_x) * C + c] !=
+                       whole.pixels[(size_t(y) * W + x) * C + c];
+        EXPECT_EQ(wrong, 0);
+      }
+    }
+  }
+  EXPECT_GE(jpegs, 6);
+  // PNG has no partial decoding: the whole image at full scale.
+  const std::vector<uint8_t> png = file_bytes(kFixtures / "rgb_37x23.png");
+  const DecodedRegion p = decode_image_region(png, "rgb_37x23.png", ColorMode::Rgb, {5, 5, 4, 4, 2});
+  EXPECT_EQ(p.image.width, 37);
+  EXPECT_EQ(p.scale_denom, 1);
+  EXPECT_EQ(p.image.pixels, decode_image(png, "png").pixels);
+}
+
+// At 1/2, 1/4, 1/8 the scaled IDCT gives the image at ceil(size / d) whose
+// pixels are near the d x d block means of the full decode (it filters as it
+// shrinks), and a region at that scale is the same pixels of the whole image
+// at that scale.
+TEST(image_data, a_jpeg_region_at_a_smaller_scale_is_the_shrunk_image) {
+  for (const std::string name : {"rgb_420_161x121.jpg", "rgb_progressive_420_133x101.jpg"}) {
+    const std::vector<uint8_t> bytes = file_bytes(kFixtures / name);
+    const DecodedImage full = decode_image(bytes, name);
+    const int W = full.width, H = full.height;
+    for (int d : {2, 4, 8}) {
+      SCOPED_TRACE(fmt::format("{} at 1/{}", name, d));
+      const DecodedRegion whole = decode_image_region(bytes, name, ColorMode::Rgb, {0, 0, W, H, d});
+      const int w = (W + d - 1) / d, h = (H + d - 1) / d;
+      ASSERT_EQ(whole.image.width, w);
+      ASSERT_EQ(whole.image.height, h);
+      EXPECT_EQ(whole.scaled_width, w);
+      double diff = 0;
+      int n = 0;
+      for (int y = 0; y < H / d; ++y)
+        for (int x = 0; x < W / d; ++x)
+          for (int c = 0; c < 3; ++c) {
+            double mean = 0;
+            for (int j = 0; j < d; ++j)
+              for (int i = 0; i < d; ++i) mean += full.pixels[(size_t(y * d + j) * W + x * d + i) * 3 + c];
+            diff += std::abs(mean / (d * d) - whole.image.pixels[(size_t(y) * w + x) * 3 + c]);
+            ++n;
+          }
+      EXPECT_LT(diff / n, 4.0) << "mean distance from the block means, in 8-bit levels (0.95-2.2 measured)";
+      const DecodedRegion part = decode_image_region(bytes, name, ColorMode::Rgb, {W / 3, H / 4, W / 3, H / 2, d});
+      EXPECT_EQ(part.scaled_width, w);
+      ASSERT_LE(part.origin_x, W / 3 / d);
+      ASSERT_GE(part.origin_x + part.image.width, (W / 3 + W / 3) / d);
+      int wrong = 0;  // the region's pixels at that scale, its edge columns aside
+      for (int y = 0; y < part.image.height; ++y)
+        for (int x = W / 3 / d + 1; x < (W / 3 + W / 3) / d - 1; ++x)
+          for (int c = 0; c < 3; ++c)
+            wrong += part.image.pixels[(size_t(y) * part.image.width + x - part.origin_x) * 3 + c] !=
+                     whole.image.pixels[(size_t(y + part.origin_y) * w + x) * 3 + c];
+      EXPECT_EQ(wrong, 0);
     }
   }
 }
@@ -467,8 +557,8 @@ TEST(image_data, prepare_folder_validates_and_is_deterministic) {
   const ImagePrepareResult r = prepare_images(o);
   EXPECT_EQ(r.classes, (std::vector<std::string>{"cat", "dog"}));
   ASSERT_EQ(r.splits.size(), 2u);
-  EXPECT_EQ(r.splits[0].samples + r.splits[1].samples, 10);
-  EXPECT_EQ(r.splits[1].samples, 2);  // round(0.2 * 10)
+  EXPECT_EQ(r.splits[0].samples + r.splits[1].samples, 12);
+  EXPECT_EQ(r.splits[1].samples, 2);  // round(0.2 * 12)
   EXPECT_EQ(r.ignored_files, 1);
   EXPECT_EQ(r.channels, 3);
   EXPECT_EQ(r.width, 0);  // mixed sizes
@@ -491,12 +581,12 @@ TEST(image_data, prepare_folder_validates_and_is_deterministic) {
         ++seen;
       }
     }
-  EXPECT_EQ(seen, 10);
+  EXPECT_EQ(seen, 12);
   const nlohmann::json meta = nlohmann::json::parse(std::ifstream(r.meta_path));
   EXPECT_EQ(meta["classes"], nlohmann::json({"cat", "dog"}));
-  EXPECT_EQ(meta["splits"]["train"]["samples"], 8);
+  EXPECT_EQ(meta["splits"]["train"]["samples"], 10);
   EXPECT_EQ(meta["splits"]["train"]["shards"],
-            nlohmann::json({"train-000000.tar", "train-000001.tar", "train-000002.tar"}));
+            nlohmann::json({"train-000000.tar", "train-000001.tar", "train-000002.tar", "train-000003.tar"}));
 
   // Same inputs and seed: the same bytes, whatever the thread count.
   o.out_dir = (t.path() / "b").string();
@@ -517,5 +607,5 @@ TEST(image_data, prepare_folder_validates_and_is_deterministic) {
   const ImagePrepareResult r3 = prepare_images(o);
   ASSERT_EQ(r3.skipped.size(), 1u);
   EXPECT_NE(r3.skipped[0].find("broken.png"), std::string::npos);
-  EXPECT_EQ(r3.splits[0].samples + r3.splits[1].samples, 10);
+  EXPECT_EQ(r3.splits[0].samples + r3.splits[1].samples, 12);
 }

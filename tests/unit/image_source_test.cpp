@@ -7,7 +7,11 @@
 // images and labels two ranks with b see together; a seek returns exactly
 // the batch the sequence would have; evaluation repeats its order; a label
 // beyond the model's classes and a pattern matching nothing are named.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include <filesystem>
 #include <numeric>
@@ -15,6 +19,7 @@
 #include "meshtrain/core/error.h"
 #include "meshtrain/data/image_augment.h"
 #include "meshtrain/data/image_source.h"
+#include "test_paths.h"
 
 using namespace meshtrain;
 using namespace meshtrain::data;
@@ -72,7 +77,7 @@ TEST(image_source, evaluation_view_is_the_normalized_image) {
   a.std = {0.5f};
   std::vector<float> out(kSize * kSize);
   augment_image(im, a, 1, out.data());
-  for (int j = 0; j < kSize * kSize; ++j) EXPECT_FLOAT_EQ(out[j], (im.pixels[j] / 255.f - 0.25f) / 0.5f) << j;
+  for (int j = 0; j < kSize * kSize; ++j) EXPECT_NEAR(out[j], (im.pixels[j] / 255.f - 0.25f) / 0.5f, 1e-6f) << j;
 }
 
 TEST(image_source, training_views_follow_the_seed) {
@@ -102,6 +107,110 @@ TEST(image_source, training_views_follow_the_seed) {
   a.crop = AugmentOptions::Crop::RandomResized;
   augment_image(rgb, a, 3, x.data());
   for (float v : x) EXPECT_NEAR(v, (100.f / 255.f - 0.5f) / 0.5f, 1e-5f);
+}
+
+namespace {
+
+// The view as first written, one pixel at a time: bilinear at pixel centers
+// (align_corners = false) of the planned window, edge pixels clamped, then
+// (v / 255 - mean) / std. The fast renderer must give these numbers.
+std::vector<float> reference_view(const DecodedImage& im, const AugmentOptions& o, uint64_t seed) {
+  const ViewWindow win = plan_view(im.width, im.height, o, seed);
+  const int S = o.size;
+  std::vector<float> out(static_cast<size_t>(o.channels) * S * S);
+  auto px = [&](int x, int y, int c) {
+    x = std::clamp(x, 0, im.width - 1), y = std::clamp(y, 0, im.height - 1);
+    return float(im.pixels[(size_t(y) * im.width + x) * im.channels + (im.channels == 1 ? 0 : c)]);
+  };
+  for (int c = 0; c < o.channels; ++c)
+    for (int y = 0; y < S; ++y)
+      for (int x = 0; x < S; ++x) {
+        const int xo = win.flip ? S - 1 - x : x;
+        const double fx = win.x0 + (xo + 0.5) * win.w / S - 0.5, fy = win.y0 + (y + 0.5) * win.h / S - 0.5;
+        const int x0 = int(std::floor(fx)), y0 = int(std::floor(fy));
+        const float tx = float(fx - x0), ty = float(fy - y0);
+        const float v = (px(x0, y0, c) * (1 - tx) + px(x0 + 1, y0, c) * tx) * (1 - ty) +
+                        (px(x0, y0 + 1, c) * (1 - tx) + px(x0 + 1, y0 + 1, c) * tx) * ty;
+        out[(size_t(c) * S + y) * S + x] = (v / 255.f - o.mean[c]) / o.std[c];
+      }
+  return out;
+}
+
+float largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  float d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+std::vector<uint8_t> fixture_bytes(const char* name) {
+  return read_file_bytes((std::filesystem::path(MESHTRAIN_SOURCE_DIR) / "tests/fixtures/images" / name).string());
+}
+
+}  // namespace
+
+// Random-resized crops (flipped or not, at the edges or inside) and the
+// evaluation view of RGB and gray images equal the per-pixel reference.
+TEST(image_source, fast_views_equal_the_per_pixel_reference) {
+  for (const char* name : {"rgb_420_161x121.jpg", "gray_33x19.jpg"}) {
+    for (ColorMode mode : {ColorMode::Rgb, ColorMode::KeepGray}) {
+      const DecodedImage im = decode_image(fixture_bytes(name), name, mode);
+      for (bool train : {true, false}) {
+        AugmentOptions a;
+        a.size = 20;
+        a.channels = mode == ColorMode::Rgb ? 3 : im.channels;
+        a.train = train;
+        a.mean = std::vector<float>(a.channels, 0.45f);
+        a.std = std::vector<float>(a.channels, 0.22f);
+        std::vector<float> out(static_cast<size_t>(a.channels) * 20 * 20);
+        for (uint64_t seed = 1; seed <= 40; ++seed) {
+          augment_image(im, a, seed, out.data());
+          ASSERT_LT(largest_difference(out, reference_view(im, a, seed)), 2e-5f)
+              << name << " channels " << a.channels << (train ? " training" : " evaluation") << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
+// From the encoded bytes: a window kept at full scale gives augment_image's
+// view of the whole decoded image (only its rows and columns were decoded);
+// a window shrunk by the scaled IDCT gives the view of the same window on the
+// whole image decoded at that scale.
+TEST(image_source, views_from_encoded_jpegs_equal_the_decoded_images_views) {
+  for (const char* name : {"rgb_420_161x121.jpg", "rgb_progressive_420_133x101.jpg"}) {
+    const std::vector<uint8_t> bytes = fixture_bytes(name);
+    const DecodedImage im = decode_image(bytes, name);
+    int full = 0, shrunk = 0;
+    for (bool train : {true, false})
+      for (int size : {16, 24, 40, 64}) {
+        AugmentOptions a;
+        a.size = size;
+        a.train = train;
+        a.scale_min = 0.05f;
+        std::vector<float> x(3u * size * size), y(x.size());
+        for (uint64_t seed = 1; seed <= 60; ++seed) {
+          SCOPED_TRACE(fmt::format("{} size {} seed {}{}", name, size, seed, train ? "" : " evaluation"));
+          augment_encoded_image(bytes, name, a, seed, x.data());
+          augment_image(im, a, seed, y.data());
+          const ViewWindow w = plan_view(im.width, im.height, a, seed);
+          if (std::min(w.w, w.h) < 2 * size) {
+            ++full;
+            ASSERT_LT(largest_difference(x, y), 1e-5f);
+          } else {
+            ++shrunk;
+            int d = 2;
+            while (d < 8 && std::min(w.w, w.h) / (2 * d) >= size) d *= 2;
+            const DecodedRegion small =
+                decode_image_region(bytes, name, ColorMode::Rgb, {0, 0, im.width, im.height, d});
+            const double f = double(small.scaled_width) / im.width, g = double(small.scaled_height) / im.height;
+            render_view(small.image, {w.x0 * f, w.y0 * g, w.w * f, w.h * g, w.flip}, a, y.data());
+            ASSERT_LT(largest_difference(x, y), 1e-5f) << "at 1/" << d;
+          }
+        }
+      }
+    EXPECT_GT(full, 50);
+    EXPECT_GT(shrunk, 50);
+  }
 }
 
 TEST(image_source, two_ranks_see_what_one_rank_sees) {

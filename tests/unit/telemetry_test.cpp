@@ -575,6 +575,23 @@ TEST(telemetry, run_summary_table) {
   EXPECT_NEAR(s.to_json()["mean"]["other_ms"].get<double>(), 3.0, 1e-9);
 }
 
+// A model of images counts samples, not tokens, in the summary's throughput.
+TEST(telemetry, run_summary_of_images_counts_samples) {
+  RunSummary s;
+  for (int i = 1; i <= 4; ++i) {
+    StepTelemetry t;
+    t.step = i;
+    t.loss = 2.0;
+    t.time = {0.001, 0.010, 0.020, 0.004, 0.002, 0.015, 0.5};
+    t.tokens = t.samples = 16;
+    t.per_sample = true;
+    s.add(t);
+  }
+  const std::string text = s.text();
+  EXPECT_NE(text.find("throughput: 32.0 samples/s"), std::string::npos) << text;
+  EXPECT_EQ(text.find("tokens/s"), std::string::npos) << text;
+}
+
 TEST(telemetry, progress_line_shows_mfu_comm_and_straggler) {
   StepTelemetry t;
   t.step = 3;

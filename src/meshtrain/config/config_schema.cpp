@@ -120,6 +120,7 @@ void model_keys(std::vector<ConfigKey>& k) {
   k.push_back(key("init_from", MT_FIELD(init_from), text()));
   k.push_back(key("data.train", MT_FIELD(data.train), text()));
   k.push_back(key("data.val", MT_FIELD(data.val), text()));
+  k.push_back(key("data.workers", MT_FIELD(data.workers), integer(1, 256)));
 }
 
 void train_keys(std::vector<ConfigKey>& k) {

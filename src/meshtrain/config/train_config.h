@@ -39,6 +39,7 @@ struct ModelSection {
 struct DataSection {
   std::string train;  // glob of training shards, e.g. "data/fortunes/train_*.bin"
   std::string val;    // glob of validation shards ("" = no evaluation)
+  int workers = 2;    // image decoding threads per rank (image shards only)
 };
 
 struct TrainSection {

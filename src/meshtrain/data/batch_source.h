@@ -30,6 +30,7 @@ struct LoaderOptions {
   uint64_t seed = 1;
   LoaderMode mode = LoaderMode::Train;
   int prefetch = 2;       // batches prepared ahead; 0 = no thread
+  int workers = 2;        // threads decoding a batch's images (image shards)
   LoaderPosition start;   // where to begin (a saved position())
   // What one sample is for a model of dense samples (ModelSpec::Input::Dense):
   // its shape (C, H, W for images) and the number of classes; empty for

@@ -1,5 +1,7 @@
 #include "meshtrain/data/image_decode.h"
 
+#include <algorithm>
+#include <cmath>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -42,10 +44,52 @@ void jpeg_silent(j_common_ptr) {}
 
 struct JpegResult {
   bool keep_gray = false, header_only = false;  // inputs (in memory: safe across longjmp)
+  DecodeRegion region;                          // input: width 0 = the whole image
   int width = 0, height = 0, channels = 0;
+  int origin_x = 0, origin_y = 0, scaled_width = 0, scaled_height = 0;  // with a region
   bool ok = false;
   char message[JMSG_LENGTH_MAX] = {0};
 };
+
+// The rows and columns of result->region (full-size pixels) at 1/scale_denom
+// of the size: the scaled IDCT shrinks, jpeg_crop_scanline narrows the columns
+// (from an iMCU boundary), jpeg_skip_scanlines passes the rows above without
+// the IDCT, and the rows below are never read. Called between the header and
+// the decompression; errors longjmp out as in decode_jpeg_c.
+void decode_jpeg_region_c(jpeg_decompress_struct* cinfo, std::vector<uint8_t>* pixels,
+                          JpegResult* result) {
+  const DecodeRegion& r = result->region;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned>(r.scale_denom);
+  jpeg_start_decompress(cinfo);
+  const double fx = double(cinfo->output_width) / cinfo->image_width;
+  const double fy = double(cinfo->output_height) / cinfo->image_height;
+  auto span = [](double begin, double end, JDIMENSION limit, JDIMENSION* first, JDIMENSION* count) {
+    const auto b = static_cast<JDIMENSION>(std::clamp(std::floor(begin), 0.0, double(limit - 1)));
+    const auto e = static_cast<JDIMENSION>(std::clamp(std::ceil(end), double(b + 1), double(limit)));
+    *first = b;
+    *count = e - b;
+  };
+  JDIMENSION x0, width, y0, height;
+  // One column more each side: a cut column's upsampled chroma lacks its
+  // neighbour there, so the part's first and last columns may differ.
+  span(r.x * fx - 1, (r.x + r.width) * fx + 1, cinfo->output_width, &x0, &width);
+  span(r.y * fy, (r.y + r.height) * fy, cinfo->output_height, &y0, &height);
+  result->scaled_width = static_cast<int>(cinfo->output_width);
+  result->scaled_height = static_cast<int>(cinfo->output_height);
+  if (width < cinfo->output_width) jpeg_crop_scanline(cinfo, &x0, &width);
+  if (y0 > 0) jpeg_skip_scanlines(cinfo, y0);
+  const size_t row = static_cast<size_t>(cinfo->output_width) * cinfo->output_components;
+  pixels->resize(row * height);
+  for (JDIMENSION k = 0; k < height; ++k) {
+    JSAMPROW rowp = pixels->data() + row * k;
+    jpeg_read_scanlines(cinfo, &rowp, 1);
+  }
+  result->width = static_cast<int>(cinfo->output_width);
+  result->height = static_cast<int>(height);
+  result->origin_x = static_cast<int>(x0);
+  result->origin_y = static_cast<int>(y0);
+}
 
 // C-style on purpose: no object with a destructor lives between setjmp and
 // the longjmps out of libjpeg; `pixels` belongs to the caller. With
@@ -92,6 +136,12 @@ void decode_jpeg_c(const uint8_t* data, size_t size, std::vector<uint8_t>* pixel
   }
   if (result->header_only) {
     jpeg_destroy_decompress(&cinfo);
+    result->ok = true;
+    return;
+  }
+  if (result->region.width > 0) {
+    decode_jpeg_region_c(&cinfo, pixels, result);
+    jpeg_destroy_decompress(&cinfo);  // the rows below the region are never decoded
     result->ok = true;
     return;
   }
@@ -253,6 +303,31 @@ DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& nam
                                     : "not a JPEG or PNG image (unknown signature)");
   }
   return img;
+}
+
+DecodedRegion decode_image_region(std::span<const uint8_t> bytes, const std::string& name,
+                                  ColorMode mode, const DecodeRegion& region) {
+  MT_CHECK(region.width > 0 && region.height > 0 &&
+               (region.scale_denom == 1 || region.scale_denom == 2 || region.scale_denom == 4 ||
+                region.scale_denom == 8),
+           "{}: a decode region needs a size and a scale of 1/1, 1/2, 1/4 or 1/8", name);
+  DecodedRegion out;
+  if (sniff_image_format(bytes) != ImageFormat::Jpeg) {  // the whole image at full size
+    out.image = decode_image(bytes, name, mode);
+    out.scaled_width = out.image.width, out.scaled_height = out.image.height;
+    return out;
+  }
+  JpegResult r;
+  r.keep_gray = mode == ColorMode::KeepGray;
+  r.region = region;
+  decode_jpeg_c(bytes.data(), bytes.size(), &out.image.pixels, &r);
+  if (!r.ok) bad_image(name, std::string("corrupt JPEG: ") + r.message);
+  out.image.format = ImageFormat::Jpeg;
+  out.image.width = r.width, out.image.height = r.height, out.image.channels = r.channels;
+  out.origin_x = r.origin_x, out.origin_y = r.origin_y;
+  out.scaled_width = r.scaled_width, out.scaled_height = r.scaled_height;
+  out.scale_denom = region.scale_denom;
+  return out;
 }
 
 ImageSize read_image_size(std::span<const uint8_t> bytes, const std::string& name) {

@@ -52,6 +52,28 @@ DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& nam
 // Reads the file and decodes it; errors name the path.
 DecodedImage decode_image_file(const std::string& path, ColorMode mode = ColorMode::Rgb);
 
+// Part of an image, for the training pipeline (data/image_augment.h): the
+// pixels covering `x, y, width, height` (of the full-size image), decoded at
+// 1/scale_denom of the size (1, 2, 4 or 8) by libjpeg-turbo's scaled IDCT,
+// with the columns cut by jpeg_crop_scanline (from an iMCU boundary, so the
+// part may begin left of the region) and the rows outside skipped, those
+// below never read. At scale 1 the pixels inside the region equal the same
+// pixels of decode_image's (a column of the part outside the region may not:
+// chroma upsampling at a cut edge). PNG decodes whole at full size. A file cut below the region
+// is not noticed here (prepare-images decoded every image whole once).
+struct DecodeRegion {
+  int x = 0, y = 0, width = 0, height = 0;
+  int scale_denom = 1;
+};
+struct DecodedRegion {
+  DecodedImage image;                        // the part: image.width x image.height
+  int origin_x = 0, origin_y = 0;            // where it begins in the scaled image
+  int scaled_width = 0, scaled_height = 0;   // the whole image's size at that scale
+  int scale_denom = 1;
+};
+DecodedRegion decode_image_region(std::span<const uint8_t> bytes, const std::string& name,
+                                  ColorMode mode, const DecodeRegion& region);
+
 // Width and height from the header only (no pixel decoding); throws as decode_image.
 struct ImageSize {
   int width = 0, height = 0, channels = 0;  // channels as decode_image(KeepGray) would give

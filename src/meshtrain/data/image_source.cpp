@@ -39,8 +39,8 @@ bool is_image_shard_pattern(const std::string& pattern) {
   return pattern.size() > 4 && pattern.compare(pattern.size() - 4, 4, ".tar") == 0;
 }
 
-ImageSource::ImageSource(LoaderOptions options, int workers)
-    : options_(std::move(options)), workers_(std::max(1, workers)) {
+ImageSource::ImageSource(LoaderOptions options) : options_(std::move(options)) {
+  MT_CHECK(options_.workers >= 1, "image data needs at least one decoding worker, not {}", options_.workers);
   const auto& shape = options_.sample_shape;
   MT_CHECK(shape.size() == 3 && shape[1] == shape[2] && (shape[0] == 1 || shape[0] == 3),
            "image shards feed models of C x S x S images with C = 1 or 3");
@@ -48,9 +48,8 @@ ImageSource::ImageSource(LoaderOptions options, int workers)
   augment_.channels = static_cast<int>(shape[0]);
   augment_.train = options_.mode == LoaderMode::Train;
   augment_.crop = AugmentOptions::crop_for(augment_.size);
-  shard_paths_ = expand_shard_glob(options_.pattern);
-  MT_CHECK(!shard_paths_.empty(), "data \"{}\" matches no image shard (make them with `meshtrain "
-           "data prepare-images`)", options_.pattern);
+  shard_paths_ = expand_shard_glob(options_.pattern, "image shards",
+                                   " (make them with `meshtrain data prepare-images`)");
   read_normalization(shard_paths_[0], augment_.channels, augment_);
   for (size_t s = 0; s < shard_paths_.size(); ++s) {
     shards_.push_back(std::make_unique<ImageShardReader>(shard_paths_[s]));
@@ -94,19 +93,17 @@ Batch ImageSource::make_batch(int64_t sequence_index) {
   Batch b{Tensor::zeros({B, C, S, S}, DType::F32, MemCategory::Data), Tensor::zeros({B}, DType::I32, MemCategory::Data), pos};
   const int64_t first = pos.batch * B * options_.world_size + options_.rank * B;
   const int64_t view_epoch = augment_.train ? pos.epoch : 0;
-  const ColorMode mode = C == 1 ? ColorMode::KeepGray : ColorMode::Rgb;
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t index = perm[static_cast<size_t>(first + i)];
       const Sample& s = samples_[static_cast<size_t>(index)];
-      const DecodedImage im = decode_image(
-          s.image, fmt::format("{} (sample {})", shard_paths_[static_cast<size_t>(s.shard)], index), mode);
-      augment_image(im, augment_, view_seed(options_.seed, view_epoch, index), b.inputs.data<float>() + i * C * S * S);
+      augment_encoded_image(s.image, fmt::format("{} (sample {})", shard_paths_[static_cast<size_t>(s.shard)], index),
+                            augment_, view_seed(options_.seed, view_epoch, index), b.inputs.data<float>() + i * C * S * S);
       b.targets.data<int32_t>()[i] = s.label;
     }
   };
-  // The batch's images on `workers` threads; the first error is re-thrown.
-  const int n = static_cast<int>(std::min<int64_t>(workers_, B));
+  // The batch's images on `options_.workers` threads; the first error is re-thrown.
+  const int n = static_cast<int>(std::min<int64_t>(options_.workers, B));
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   for (int t = 0; t < n; ++t)

@@ -13,7 +13,7 @@
 // count and after a resume. Normalization uses meta.json's "mean" and "std"
 // beside the shards when present, else 0.5 and 0.5.
 // A background thread prepares batches ahead (prefetch), decoding each
-// batch's images on `workers` threads of its own.
+// batch's images on `options.workers` threads of its own.
 #pragma once
 #include <memory>
 #include <string>
@@ -30,7 +30,7 @@ class ImageSource final : public BatchSource {
  public:
   // options.sample_shape is (C, H, W) with H = W; throws naming the pattern
   // when it matches no shard or the data holds less than one global batch.
-  ImageSource(LoaderOptions options, int workers = 2);
+  explicit ImageSource(LoaderOptions options);
   ~ImageSource() override;
   Batch next() override;
   LoaderPosition position() const override { return position_; }
@@ -50,7 +50,6 @@ class ImageSource final : public BatchSource {
 
   LoaderOptions options_;
   AugmentOptions augment_;
-  int workers_ = 1;
   std::vector<std::unique_ptr<ImageShardReader>> shards_;  // keep the mappings
   std::vector<std::string> shard_paths_;
   std::vector<Sample> samples_;

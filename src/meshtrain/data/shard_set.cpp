@@ -9,7 +9,7 @@
 
 namespace meshtrain::data {
 
-std::vector<std::string> expand_shard_glob(const std::string& pattern) {
+std::vector<std::string> expand_shard_glob(const std::string& pattern, const char* what, const char* hint) {
   MT_CHECK(!pattern.empty(), "empty shard pattern: give a glob such as 'data/x_train_*.bin'");
   glob_t g{};
   const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
@@ -18,7 +18,7 @@ std::vector<std::string> expand_shard_glob(const std::string& pattern) {
     for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
   if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty()))
-    fail("no token shards match '{}'", pattern);
+    fail("no {} match '{}'{}", what, pattern, hint);
   if (rc != 0) fail("cannot expand shard pattern '{}' (glob error {})", pattern, rc);
   std::sort(paths.begin(), paths.end());  // glob sorts by locale; we want bytes
   return paths;

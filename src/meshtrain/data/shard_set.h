@@ -18,8 +18,9 @@
 namespace meshtrain::data {
 
 // Sorted paths matching a shell glob ("data/x_train_*.bin"); throws
-// meshtrain::Error when nothing matches.
-std::vector<std::string> expand_shard_glob(const std::string& pattern);
+// meshtrain::Error when nothing matches: "no <what> match '<pattern>'<hint>".
+std::vector<std::string> expand_shard_glob(const std::string& pattern, const char* what = "token shards",
+                                           const char* hint = "");
 
 class ShardSet {
  public:

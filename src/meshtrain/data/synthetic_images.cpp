@@ -20,7 +20,16 @@ SyntheticImages::SyntheticImages(LoaderOptions options, int64_t samples)
            "batch of {} x {} ranks", samples_, options_.batch, options_.world_size);
   batches_per_epoch_ = samples_ / G;
   stream_ = options_.seed * 0x9E3779B97F4A7C15ull + (options_.mode == LoaderMode::Eval ? 1 : 2);
-  position_ = options_.start;
+  seek(options_.start);
+}
+
+SyntheticImages::~SyntheticImages() = default;
+
+void SyntheticImages::seek(LoaderPosition p) {
+  position_ = p;
+  prefetcher_.reset();
+  prefetcher_ = std::make_unique<Prefetcher<Batch>>(
+      [this](int64_t i) { return make_batch(i); }, p.epoch * batches_per_epoch_ + p.batch, options_.prefetch);
 }
 
 int32_t SyntheticImages::label(int64_t index) const {
@@ -42,18 +51,25 @@ void SyntheticImages::fill(int64_t index, float* out) const {
   }
 }
 
-Batch SyntheticImages::next() {
+Batch SyntheticImages::make_batch(int64_t sequence_index) const {
   const int64_t B = options_.batch, G = B * options_.world_size;
+  const LoaderPosition pos{sequence_index / batches_per_epoch_, sequence_index % batches_per_epoch_};
   Shape shape{B};
   for (int64_t d : options_.sample_shape) shape.push_back(d);
   Batch b{Tensor::zeros(shape, DType::F32, MemCategory::Data), Tensor::zeros({B}, DType::I32, MemCategory::Data),
-          position_};
+          pos};
   for (int64_t i = 0; i < B; ++i) {
-    const int64_t index = position_.batch * G + options_.rank * B + i;
+    const int64_t index = pos.batch * G + options_.rank * B + i;
     fill(index, b.inputs.data<float>() + i * sample_numel_);
     b.targets.data<int32_t>()[i] = label(index);
   }
-  if (++position_.batch == batches_per_epoch_) position_ = {position_.epoch + 1, 0};
+  return b;
+}
+
+Batch SyntheticImages::next() {
+  Batch b = prefetcher_->next();
+  position_ = {b.position.epoch, b.position.batch + 1};
+  if (position_.batch == batches_per_epoch_) position_ = {position_.epoch + 1, 0};
   return b;
 }
 

@@ -60,6 +60,7 @@ std::string breakdown_table(const BreakdownStats& s, const std::string& title) {
 
 void RunSummary::add(const StepTelemetry& t) {
   times_.push_back(t.time);
+  per_sample_ = t.per_sample;
   tokens_per_s_.push_back(t.tokens_per_s());
   samples_per_s_.push_back(t.samples_per_s());
   if (t.flops_per_token > 0) tflops_.push_back(t.model_flops_per_s() / 1e12);
@@ -107,9 +108,12 @@ std::string RunSummary::text() const {
   std::string t = breakdown_table(b, title);
   double total_s = 0;
   for (const auto& x : times_) total_s += x.step_s;
-  t += fmt::format("throughput: {:.0f} tokens/s, {:.1f} samples/s (median over steady steps)",
-                   median_of({tokens_per_s_.begin() + from, tokens_per_s_.end()}),
-                   median_of({samples_per_s_.begin() + from, samples_per_s_.end()}));
+  const double samples_per_s = median_of({samples_per_s_.begin() + from, samples_per_s_.end()});
+  if (per_sample_)
+    t += fmt::format("throughput: {:.1f} samples/s (median over steady steps)", samples_per_s);
+  else
+    t += fmt::format("throughput: {:.0f} tokens/s, {:.1f} samples/s (median over steady steps)",
+                     median_of({tokens_per_s_.begin() + from, tokens_per_s_.end()}), samples_per_s);
   if (!tflops_.empty())
     t += fmt::format(", {:.3f} model TFLOP/s", median_of({tflops_.begin() + std::min(from, tflops_.size()), tflops_.end()}));
   if (!mfu_.empty())

@@ -42,6 +42,7 @@ class RunSummary {
   double price_ = 0, usd_tok_sum_ = 0, usd_samp_sum_ = 0;
   int64_t tokens_ = 0, samples_ = 0;
   int devices_ = 1;
+  bool per_sample_ = false;  // images: throughput in samples/s only
   // Straggler tally: how often each rank was slowest, and lag sums.
   std::vector<int64_t> slowest_count_;
   double lag_sum_s_ = 0, lag_max_s_ = 0;

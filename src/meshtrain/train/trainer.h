@@ -32,6 +32,7 @@ struct TrainerOptions {
   std::shared_ptr<const ModelSpec> model;  // from the model registry (nn/model_registry.h)
   std::string init_from;      // model file to start from (empty: random init)
   std::string train_pattern, val_pattern;  // shard globs (val may be empty)
+  int data_workers = 2;                     // image decoding threads per rank
   int micro_batch = 8, seq_len = 0, grad_accum = 1;
   Recompute recompute;        // activation checkpointing (same results, less memory)
   int64_t steps = 100;

@@ -45,6 +45,7 @@ void TrainingRun::open_data() {
   lo.batch = opt_.micro_batch;
   lo.seq_len = T_;
   lo.seed = opt_.seed;
+  lo.workers = opt_.data_workers;
   lo.rank = mesh_.rank(parallel::Axis::DP);
   lo.world_size = mesh_.size(parallel::Axis::DP);
   if (resumed_) lo.start = resumed_->position;
