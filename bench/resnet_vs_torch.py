@@ -11,6 +11,13 @@ the same run) and the peer runs under autocast bf16.
 
   python3 bench/resnet_vs_torch.py --preset resnet-50 --batch 16 --threads 1 --rounds 3
   python3 bench/resnet_vs_torch.py --precision bf16 --preset resnet-50 --batch 16 --threads 1
+
+With --nproc N (one thread per rank): meshtrain on 1 rank, meshtrain on N
+ranks (`bench train --nproc N`, batch norm local to a rank) and PyTorch DDP
+over gloo on N ranks (the peer's --nproc, DDP's defaults), alternating;
+prints the scaling over one rank and the ratio to DDP:
+
+  python3 bench/resnet_vs_torch.py --nproc 2 --preset resnet-18-cifar --batch 32 --rounds 3
 """
 import argparse
 import os
@@ -27,7 +34,11 @@ def main():
     ap.add_argument("--peer-bf16", action="store_true", help="also the peer under autocast bf16")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: meshtrain's bf16 mixed precision against the peer's autocast bf16")
+    ap.add_argument("--nproc", type=int, default=1,
+                    help="N > 1: data parallel, meshtrain N ranks vs 1 rank vs PyTorch DDP (gloo)")
     a = ap.parse_args()
+    if a.nproc > 1:
+        return compare_data_parallel(a)
     if a.precision == "bf16":
         return compare_bf16(a)
     peer_script = os.path.join(ROOT, "tools", "peers", "bench_resnet_torch.py")
@@ -100,6 +111,36 @@ def compare_bf16(a):
                 f"meshtrain's bf16 {first['path']}",
                 ["threads", "meshtrain fp32 images/s", "meshtrain bf16 images/s", "bf16 / fp32",
                  "PyTorch autocast bf16 images/s", "ratio"], rows)
+
+
+def compare_data_parallel(a):
+    """meshtrain 1 rank, meshtrain N ranks and PyTorch DDP (gloo) N ranks, one
+    thread per rank, the same per-rank batch, alternating."""
+    peer_script = os.path.join(ROOT, "tools", "peers", "bench_resnet_torch.py")
+    common = ["--preset", a.preset, "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", "1",
+              "--threads", "1", "--json"]
+    one, many, ddp, exposed = [], [], [], []
+    for r in range(a.rounds):
+        single = run_json([a.binary, "bench", "train"] + common, 1, isa_env(None, "ours"))
+        ours = run_json([a.binary, "bench", "train", "--nproc", str(a.nproc)] + common, 1, isa_env(None, "ours"))
+        peer = run_json([sys.executable, peer_script, "--nproc", str(a.nproc)] + common, 1, isa_env(None, "peer"))
+        one.append(single["samples_per_s"])
+        many.append(ours["samples_per_s"])
+        ddp.append(peer["samples_per_s"])
+        exposed.append(ours["comm_exposed_ms"] / ours["ms_per_step"])
+        print(f"round {r + 1}: meshtrain 1 rank {one[-1]:.2f}, {a.nproc} ranks {many[-1]:.2f} images/s "
+              f"(exposed comm {ours['comm_exposed_ms']:.0f} of {ours['ms_per_step']:.0f} ms); "
+              f"DDP {a.nproc} ranks {ddp[-1]:.2f}", flush=True)
+    o1, on, p = statistics.median(one), statistics.median(many), statistics.median(ddp)
+    ratios = ", ".join(f"{m / d:.2f}" for m, d in zip(many, ddp))
+    print_table(f"{a.preset}, batch {a.batch} per rank, f32, one thread per rank, medians of {a.rounds} "
+                f"alternating rounds ({a.steps} timed steps each); {cpu_model()}; PyTorch "
+                f"{peer['torch_version']} DDP gloo",
+                ["ranks", "meshtrain images/s", "scaling vs 1 rank", "PyTorch DDP images/s",
+                 "meshtrain / DDP (per round)", "exposed comm"],
+                [["1", f"{o1:.2f}", "1.00x", "-", "-", "-"],
+                 [str(a.nproc), f"{on:.2f}", f"**{on / o1:.2f}x**", f"{p:.2f}", f"**{on / p:.2f}x** ({ratios})",
+                  f"{statistics.median(exposed) * 100:.1f}%"]])
 
 
 if __name__ == "__main__":

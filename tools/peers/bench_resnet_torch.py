@@ -16,7 +16,9 @@ bench (SGD would cost less per step but the step is small beside the
 convolutions either way). --precision bf16: forward and backward under
 torch.autocast(cpu, bfloat16) with f32 weights. --compile: the step's model
 under torch.compile. Data: random images and labels. A step = zero_grad +
-forward + backward + optimizer step; the median is reported.
+forward + backward + optimizer step; the median is reported. --nproc N: N
+processes under DistributedDataParallel over gloo, each with its own batch;
+a step is the slowest rank's, images/s counts all ranks.
 """
 import argparse
 import json
@@ -87,27 +89,23 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="resnet-50", choices=sorted(PRESETS))
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--contiguous", action="store_true", help="NCHW instead of channels_last")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
+def run(rank, a):
+    """Trains and times on this process; with --nproc N, rank `rank` of a DDP (gloo) job:
+    each rank its own random batch, DDP's default buckets and buffer broadcast (BN
+    local to a rank, as meshtrain's model.sync_bn = false)."""
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     bottleneck, layers, width, cin, image, classes, small = PRESETS[a.preset]
     model = ResNet(bottleneck, layers, width, cin, classes, small)
     fmt = torch.contiguous_format if a.contiguous else torch.channels_last
     model = model.to(memory_format=fmt)
+    if a.nproc > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
-    x = torch.randn(a.batch, cin, image, image).to(memory_format=fmt)
-    y = torch.randint(0, classes, (a.batch,))
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.randn(a.batch, cin, image, image, generator=gen).to(memory_format=fmt)
+    y = torch.randint(0, classes, (a.batch,), generator=gen)
     fwd = torch.compile(model) if a.compile else model
 
     def step():
@@ -118,14 +116,67 @@ def main():
         opt.step()
         return loss.item()
 
-    log = (lambda s: print(s, file=sys.stderr)) if a.json else print
-    times, cpu_times, loss = time_steps(step, a.warmup, a.steps, log)
+    quiet = a.json or rank > 0
+    log = (lambda s: print(s, file=sys.stderr)) if quiet else print
+    barrier = None
+    if a.nproc > 1:
+        import torch.distributed as dist
+        barrier = dist.barrier
+    times, cpu_times, loss = time_steps(step, a.warmup, a.steps, log, before=barrier)
+    if a.nproc > 1:  # a step lasts as long as its slowest rank
+        import torch.distributed as dist
+        t = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        times = t.tolist()
+    if rank > 0:
+        return
     med = statistics.median(times)
+    rate = a.nproc * a.batch / med
     out = {"preset": a.preset, "batch": a.batch, "threads": a.threads, "precision": a.precision,
-           "ms_per_step": med * 1e3, "samples_per_s": a.batch / med, "tokens_per_s": a.batch / med,
+           "nproc": a.nproc, "ms_per_step": med * 1e3, "samples_per_s": rate, "tokens_per_s": rate,
            "loss": loss, "torch_version": torch.__version__, "compile": a.compile,
            "memory_format": "contiguous" if a.contiguous else "channels_last"}
-    print(json.dumps(out) if a.json else f"{a.preset} batch {a.batch}: {a.batch / med:.2f} images/s")
+    print(json.dumps(out) if a.json else f"{a.preset} batch {a.batch} x {a.nproc}: {rate:.2f} images/s")
+
+
+def ddp_worker(rank, a, port):
+    import datetime
+    import os
+    import torch.distributed as dist
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_interop_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=a.nproc,
+                            timeout=datetime.timedelta(seconds=1800))
+    try:
+        run(rank, a)
+    finally:
+        dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="resnet-50", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=16, help="per rank")
+    ap.add_argument("--threads", type=int, default=1, help="per rank")
+    ap.add_argument("--nproc", type=int, default=1, help="ranks: N > 1 trains under DDP (gloo)")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--contiguous", action="store_true", help="NCHW instead of channels_last")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if a.nproc <= 1:
+        run(0, a)
+        return
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(ddp_worker, args=(a, port), nprocs=a.nproc, join=True)
 
 
 if __name__ == "__main__":
