@@ -332,7 +332,9 @@ TEST(resnet, recompute_gives_the_same_bits_with_fewer_activations) {
         EXPECT_TRUE(std::equal(w, w + n, want_params.begin())) << "running statistics differ";
         // The recomputed blocks share one scratch as large as the largest of
         // them: every:2 re-runs 1 of these 2 blocks and saves nothing here.
-        if (rc == Recompute::full()) EXPECT_LT(bytes, none_bytes);
+        if (rc == Recompute::full()) {
+          EXPECT_LT(bytes, none_bytes);
+        }
         EXPECT_LE(bytes, none_bytes);
       }
     }
