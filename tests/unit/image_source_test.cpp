@@ -77,6 +77,9 @@ TEST(image_source, evaluation_view_is_the_normalized_image) {
   a.std = {0.5f};
   std::vector<float> out(kSize * kSize);
   augment_image(im, a, 1, out.data());
+  // The renderer folds (v / 255 - mean) / std into one multiply-add: near a
+  // pixel of 64 (value ~0) the subtraction cancels, so equal up to an ulp of
+  // the terms (~6e-8), not of the result; 1e-6 is that with a 16x margin.
   for (int j = 0; j < kSize * kSize; ++j) EXPECT_NEAR(out[j], (im.pixels[j] / 255.f - 0.25f) / 0.5f, 1e-6f) << j;
 }
 
@@ -164,6 +167,9 @@ TEST(image_source, fast_views_equal_the_per_pixel_reference) {
         std::vector<float> out(static_cast<size_t>(a.channels) * 20 * 20);
         for (uint64_t seed = 1; seed <= 40; ++seed) {
           augment_image(im, a, seed, out.data());
+          // Same taps and weights; the separable pass blends rows before columns and
+          // folds the normalization, so a few float roundings of values up to |2.5|
+          // (ulp 2.4e-7) differ; a wrong tap or flip moves a value by > 1e-2.
           ASSERT_LT(largest_difference(out, reference_view(im, a, seed)), 2e-5f)
               << name << " channels " << a.channels << (train ? " training" : " evaluation") << " seed " << seed;
         }
@@ -193,6 +199,8 @@ TEST(image_source, views_from_encoded_jpegs_equal_the_decoded_images_views) {
           augment_encoded_image(bytes, name, a, seed, x.data());
           augment_image(im, a, seed, y.data());
           const ViewWindow w = plan_view(im.width, im.height, a, seed);
+          // The window shifted by the part's integer origin: the same pixels and taps;
+          // the fractional weights may round differently in their last float bit.
           if (std::min(w.w, w.h) < 2 * size) {
             ++full;
             ASSERT_LT(largest_difference(x, y), 1e-5f);
